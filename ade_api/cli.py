@@ -1,0 +1,387 @@
+"""The `ade-tasks` command line: an edge that wires settings, database, Celery and the API."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import httpx
+
+from ade_tasks.settings import Settings, get_settings
+
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "skipped"}
+MARK = {"succeeded": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group()
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """ADE Tasks: automations and agent runs on Celery."""
+    ctx.obj = get_settings()
+
+
+# --- database and rules (local) -----------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(settings: Settings) -> None:
+    """Apply the migrations to ADE_DATABASE_URL (or the embedded SQLite file)."""
+    from ade_tasks.db.engine import create_db_engine
+    from ade_tasks.db.migrate import current_revision, upgrade
+
+    engine = create_db_engine(settings.effective_database_url)
+    click.echo(f"migrating {engine.url.render_as_string(hide_password=True)} ...")
+    try:
+        upgrade(engine)
+    except Exception as exc:
+        fail(f"migration failed: {exc}")
+    click.echo(f"database at revision {current_revision(engine)}")
+
+
+@main.group()
+def rules() -> None:
+    """Validate, sync and list rules."""
+
+
+def _rules_dir(settings: Settings, directory: str | None) -> Path:
+    return Path(directory) if directory else settings.rules_dir
+
+
+@rules.command("validate")
+@click.argument("directory", required=False)
+@click.pass_obj
+def rules_validate(settings: Settings, directory: str | None) -> None:
+    """Check every rule file; print each problem as `file:field: reason`."""
+    from ade_tasks.rules.loader import load_rules_dir
+
+    result = load_rules_dir(_rules_dir(settings, directory))
+    for problem in result.problems:
+        click.echo(str(problem), err=True)
+    click.echo(
+        f"{len(result.rules)} valid rules in {result.files} files, {len(result.problems)} problems"
+    )
+    sys.exit(1 if result.problems else 0)
+
+
+@rules.command("sync")
+@click.argument("directory", required=False)
+@click.pass_obj
+def rules_sync(settings: Settings, directory: str | None) -> None:
+    """Load the rule files into the database (valid rules load even if others are broken)."""
+    from ade_tasks.db.engine import create_db_engine, create_session_factory
+    from ade_tasks.rules.sync import sync_rules_dir
+
+    factory = create_session_factory(create_db_engine(settings.effective_database_url))
+    loaded, report = sync_rules_dir(factory, _rules_dir(settings, directory))
+    for problem in loaded.problems:
+        click.echo(str(problem), err=True)
+    click.echo(
+        f"synced {len(loaded.rules)} rules: {len(report.added)} added, {len(report.updated)} "
+        f"updated, {len(report.unchanged)} unchanged, {len(report.removed)} removed"
+    )
+    if loaded.problems and not report.removed:
+        click.echo("(rules missing from the files were kept because some files have problems)")
+    sys.exit(1 if loaded.problems else 0)
+
+
+# --- the API client -----------------------------------------------------------------------
+
+url_option = click.option("--url", help="API base URL (default: ADE_API_URL or the dev address)")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+
+
+class Api:
+    """A small client of the HTTP API with actionable errors."""
+
+    def __init__(self, settings: Settings, url: str | None) -> None:
+        self.base = (url or settings.effective_api_url).rstrip("/")
+        self.client = httpx.Client(base_url=self.base, timeout=30)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            fail(
+                f"cannot reach the ADE API at {self.base} ({exc}); start it with "
+                "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it"
+            )
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            fail(f"{method} {path} answered {response.status_code}: {detail}", code=1)
+        return response.json()
+
+
+@rules.command("list")
+@url_option
+@json_option
+@click.pass_obj
+def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
+    """List the rules the cluster knows."""
+    items = Api(settings, url).call("GET", "/api/v1/rules")
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    for rule in items:
+        state = "enabled " if rule["enabled"] else "disabled"
+        triggers = ",".join(t["type"] for t in rule["document"]["triggers"])
+        click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state} {triggers}")
+
+
+def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
+    inputs = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            fail(f"--input {pair!r} must look like name=value")
+        inputs[name] = value
+    return inputs
+
+
+@main.command("run")
+@click.argument("rule_id")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE", help="a manual input")
+@click.option(
+    "--wait", is_flag=True, help="follow the run's steps until it ends; exit 0 if it succeeded"
+)
+@click.option("--idempotency-key", help="retrying with the same key never starts a second run")
+@click.option(
+    "--timeout", type=float, default=0, help="with --wait: give up after this many seconds"
+)
+@url_option
+@json_option
+@click.pass_obj
+def run(
+    settings: Settings,
+    rule_id: str,
+    inputs: tuple[str, ...],
+    wait: bool,
+    idempotency_key: str | None,
+    timeout: float,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Start a manual run of RULE_ID."""
+    api = Api(settings, url)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    accepted = api.call(
+        "POST",
+        f"/api/v1/rules/{rule_id}/runs",
+        json={"inputs": _parse_inputs(inputs)},
+        headers=headers,
+    )
+    if not as_json:
+        click.echo(f"run {accepted['run_id']} {accepted['message']}")
+    if not wait:
+        if as_json:
+            click.echo(json.dumps(accepted, indent=2))
+        return
+    final = _follow(api, accepted["run_id"], timeout, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(final, indent=2))
+    sys.exit(0 if final["status"] == "succeeded" else 1)
+
+
+def _follow(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
+    """Poll the run, printing each step as it starts and ends, until the run ends."""
+    say = (lambda _msg: None) if quiet else click.echo
+    started = time.monotonic()
+    seen: dict[int, str] = {}
+    last_status, last_note = "", started
+    while True:
+        run = api.call("GET", f"/api/v1/runs/{run_id}")
+        if run["status"] != last_status:
+            say(f"  run is {run['status']}" + (f" on {run['worker']}" if run.get("worker") else ""))
+            last_status, last_note = run["status"], time.monotonic()
+        for step in run["steps"]:
+            if seen.get(step["index"]) == step["status"]:
+                continue
+            seen[step["index"]] = step["status"]
+            label = f"step {step['index'] + 1} {step['step_id']} ({step['action_type']})"
+            if step["status"] == "running":
+                say(f"  > {label} ...")
+                continue
+            exit_code = f", exit {step['exit_code']}" if step["exit_code"] is not None else ""
+            say(f"  {MARK.get(step['status'], step['status'])}: {label}{exit_code}")
+            for line in step["output"].rstrip().splitlines()[-20:]:
+                say(f"      | {line}")
+        if run["status"] in TERMINAL:
+            elapsed = time.monotonic() - started
+            suffix = f": {run['error']}" if run["error"] else ""
+            say(f"run {run_id} {run['status']} after {elapsed:.1f}s{suffix}")
+            return dict(run)
+        if time.monotonic() - last_note > 10:
+            say(f"  ... still {run['status']} ({time.monotonic() - started:.0f}s)")
+            last_note = time.monotonic()
+        if timeout and time.monotonic() - started > timeout:
+            fail(
+                f"run {run_id} is still {run['status']} after {timeout:g}s; "
+                f"follow it with `ade-tasks runs show {run_id}`",
+                code=1,
+            )
+        time.sleep(0.3)
+
+
+@main.group()
+def runs() -> None:
+    """Run history."""
+
+
+@runs.command("list")
+@click.option("--rule", help="only runs of this rule")
+@click.option("--status", help="only runs in this status")
+@click.option("--trigger-type", help="only runs from this trigger type")
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
+@url_option
+@json_option
+@click.pass_obj
+def runs_list(
+    settings: Settings,
+    rule: str | None,
+    status: str | None,
+    trigger_type: str | None,
+    limit: int,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    params = {"rule": rule, "status": status, "trigger_type": trigger_type, "limit": limit}
+    page = Api(settings, url).call(
+        "GET", "/api/v1/runs", params={k: v for k, v in params.items() if v is not None}
+    )
+    if as_json:
+        click.echo(json.dumps(page, indent=2))
+        return
+    for item in page["items"]:
+        click.echo(
+            f"{item['id']}  {item['queued_at'][:19]}  {item['status']:<10} {item['rule_id']:<24} "
+            f"{item['trigger_type']}"
+        )
+    if page["next_cursor"]:
+        click.echo("(more: raise --limit, or page through the API with ?cursor=)")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@url_option
+@json_option
+@click.pass_obj
+def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -> None:
+    """Show one run with its steps and their output."""
+    item = Api(settings, url).call("GET", f"/api/v1/runs/{run_id}")
+    if as_json:
+        click.echo(json.dumps(item, indent=2))
+        return
+    click.echo(f"run {item['id']}  rule {item['rule_id']} v{item['rule_version']}")
+    click.echo(f"  status {item['status']}  trigger {item['trigger_type']}  queue {item['queue']}")
+    click.echo(
+        f"  queued {item['queued_at']}  started {item['started_at']}  "
+        f"finished {item['finished_at']}"
+    )
+    if item["error"]:
+        click.echo(f"  error: {item['error']}")
+    for step in item["steps"]:
+        click.echo(
+            f"  step {step['index'] + 1} {step['step_id']} ({step['action_type']}): "
+            f"{step['status']} exit={step['exit_code']}"
+        )
+        for line in step["output"].rstrip().splitlines()[-40:]:
+            click.echo(f"      | {line}")
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+@main.command("worker", context_settings={"ignore_unknown_options": True})
+@click.option("--queues", "-Q", default="ade.builtin,ade.agent,ade.control", show_default=True)
+@click.option("--concurrency", "-c", type=int, default=None)
+@click.option("--pool", "-P", default="prefork", show_default=True)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def worker(
+    settings: Settings,
+    queues: str,
+    concurrency: int | None,
+    pool: str,
+    celery_args: tuple[str, ...],
+) -> None:
+    """A Celery worker (extra arguments go to `celery worker`)."""
+    from ade_workers.celery_app import create_celery_app
+
+    app = create_celery_app(settings, extra_queues=tuple(queues.split(",")))
+    argv = [
+        "worker",
+        "-Q",
+        queues,
+        "-P",
+        pool,
+        "-c",
+        str(concurrency or settings.worker_concurrency),
+    ]
+    app.worker_main([*argv, *celery_args])
+
+
+@main.command("beat", context_settings={"ignore_unknown_options": True})
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def beat(settings: Settings, celery_args: tuple[str, ...]) -> None:
+    """Celery beat driving the recovery sweep."""
+    from ade_workers.celery_app import create_celery_app
+
+    app = create_celery_app(settings)
+    app.start(["beat", "-S", "celery.beat:Scheduler", *celery_args])
+
+
+@main.command("api")
+@click.option("--host", default=None)
+@click.option("--port", type=int, default=None)
+@click.option(
+    "--sync-rules/--no-sync-rules", default=True, help="load the rules directory at start-up"
+)
+@click.pass_obj
+def api(settings: Settings, host: str | None, port: int | None, sync_rules: bool) -> None:
+    """Serve the HTTP API."""
+    import uvicorn
+
+    from ade_api.app import create_app
+    from ade_tasks.db.engine import create_db_engine, create_session_factory
+    from ade_tasks.rules.sync import sync_rules_dir
+
+    factory = create_session_factory(create_db_engine(settings.effective_database_url))
+    if sync_rules:
+        loaded, _ = sync_rules_dir(factory, settings.rules_dir)
+        for problem in loaded.problems:
+            click.echo(f"rule problem: {problem}", err=True)
+    app = create_app(settings, session_factory=factory)
+    uvicorn.run(
+        app, host=host or settings.api_host, port=port or settings.api_port, log_level="info"
+    )
+
+
+@main.command("dev")
+@click.option("--port", type=int, default=None, help="API port (default ADE_API_PORT, 8787)")
+@click.pass_obj
+def dev(settings: Settings, port: int | None) -> None:
+    """Run API, worker and beat in one process on SQLite and an in-memory broker."""
+    from ade_api.dev import run_dev
+
+    if port is not None:
+        settings = settings.model_copy(update={"api_port": port})
+    run_dev(settings)

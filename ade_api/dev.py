@@ -1,0 +1,108 @@
+"""`ade-tasks dev`: the whole stack in one process, with no servers to install.
+
+SQLite under ./.ade/, Celery's in-memory broker, a real Celery worker (thread pool) and beat
+in threads, and the API served by uvicorn in the main thread. Because the database is the
+record, a run queued before a restart is re-sent at start-up by the recovery sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import click
+import uvicorn
+from celery import Celery
+from celery.beat import EmbeddedService
+
+from ade_api.app import create_app
+from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.rules import list_rules, load_rule
+from ade_tasks.recovery import recover
+from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.settings import Settings
+from ade_workers import runner
+from ade_workers.celery_app import CelerySender, create_celery_app
+
+log = logging.getLogger(__name__)
+
+
+def rule_queues(session_factory: SessionFactory) -> tuple[str, ...]:
+    """Every queue a rule names, so the embedded worker consumes them all."""
+    with session_factory() as session:
+        return tuple(sorted({load_rule(row).effective_queue for row in list_rules(session)}))
+
+
+def start_worker(
+    app: Celery, queues: tuple[str, ...], concurrency: int
+) -> tuple[object, threading.Thread]:
+    """A real Celery WorkController with a thread pool, running in a background thread."""
+    worker = app.WorkController(
+        hostname="dev@ade",
+        pool_cls="threads",
+        concurrency=concurrency,
+        queues=list(queues),
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        loglevel="WARNING",
+    )
+    thread = threading.Thread(target=worker.start, name="ade-worker", daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def run_dev(settings: Settings) -> None:
+    """Start API, worker and beat; block until Ctrl-C; stop them all."""
+    echo = click.echo
+    if not settings.embedded:
+        echo("note: ADE_DATABASE_URL points at a server; dev mode still uses it as configured")
+    engine = create_db_engine(settings.effective_database_url)
+    echo(f"[1/4] migrating {engine.url.render_as_string(hide_password=True)}")
+    upgrade(engine)
+    session_factory = create_session_factory(engine)
+
+    echo(f"[2/4] loading rules from {settings.rules_dir}")
+    loaded, report = sync_rules_dir(session_factory, settings.rules_dir)
+    for p in loaded.problems:
+        echo(f"  rule problem: {p}", err=True)
+    echo(
+        f"  {len(loaded.rules)} rules ({len(report.added)} added, {len(report.updated)} updated, "
+        f"{len(report.removed)} removed)"
+    )
+
+    queues = rule_queues(session_factory)
+    app = create_celery_app(settings, extra_queues=queues, session_factory=session_factory)
+    all_queues = tuple(q.name for q in app.conf.task_queues)
+    echo(
+        f"[3/4] starting worker ({settings.worker_concurrency} threads) on {', '.join(all_queues)}"
+    )
+    worker, worker_thread = start_worker(app, all_queues, settings.worker_concurrency)
+    beat = EmbeddedService(app, thread=True, scheduler_cls="celery.beat:Scheduler")
+    beat.start()
+    # The in-memory broker starts empty: every queued run lost its message with the last process.
+    swept = recover(session_factory, CelerySender(app), requeue_after=timedelta(0))
+    if swept.resent:
+        echo(f"  re-sent {len(swept.resent)} queued run(s) from before the restart")
+
+    api = create_app(settings, session_factory=session_factory, celery=app)
+    server = uvicorn.Server(
+        uvicorn.Config(api, host=settings.api_host, port=settings.api_port, log_level="warning")
+    )
+    echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
+    echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
+    try:
+        server.run()
+    finally:
+        echo("stopping: cancelling running commands, stopping worker and beat")
+        runner.SHUTDOWN.set()
+        beat.stop()
+        from celery.worker import state
+
+        state.should_stop = 0
+        worker_thread.join(timeout=15)
+        worker.stop(in_sighandler=False)  # type: ignore[attr-defined]
+        engine.dispose()
+        echo("stopped")

@@ -1,0 +1,43 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from ade_api.deps import ServicesDep
+from ade_workers.celery_app import broker_reachable
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """The database and the broker are reachable (503 with the reasons otherwise)."""
+
+    def check_db() -> str | None:
+        try:
+            with services.session_factory() as session:
+                session.execute(text("SELECT 1"))
+        except Exception as exc:  # any failure means "not ready"
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    db_error, broker_error = await asyncio.gather(
+        asyncio.to_thread(check_db), asyncio.to_thread(broker_reachable, services.celery)
+    )
+    checks = {"database": db_error or "ok", "broker": broker_error or "ok"}
+    ready = db_error is None and broker_error is None
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks},
+        status_code=200 if ready else 503,
+    )

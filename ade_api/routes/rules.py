@@ -1,0 +1,72 @@
+"""Rules and manual runs of them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+
+from ade_api.deps import ServicesDep, SessionDep
+from ade_api.schemas import ManualRunAccepted, ManualRunRequest, Problem, RuleOut
+from ade_tasks.db import rules as rules_db
+from ade_tasks.dispatch import TriggerEvent, dispatch
+
+router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
+NOT_FOUND = {404: {"model": Problem, "description": "no such rule"}}
+
+
+@router.get("")
+def list_rules(session: SessionDep) -> list[RuleOut]:
+    """Every rule, by id."""
+    return [RuleOut.model_validate(row) for row in rules_db.list_rules(session)]
+
+
+@router.get("/{rule_id}", responses=NOT_FOUND)
+def get_rule(rule_id: str, session: SessionDep) -> RuleOut:
+    """One rule with its validated document."""
+    return RuleOut.model_validate(rules_db.get_rule(session, rule_id))
+
+
+@router.post(
+    "/{rule_id}/runs",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={**NOT_FOUND, 409: {"model": Problem, "description": "inputs refused"}},
+)
+async def start_manual_run(
+    rule_id: str,
+    request: Request,
+    response: Response,
+    services: ServicesDep,
+    body: ManualRunRequest | None = None,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> ManualRunAccepted:
+    """Start a manual run. A repeated `Idempotency-Key` returns the run the first call created.
+
+    If the broker is unreachable the run is still recorded (`sent: false`); the recovery sweep
+    sends it when the broker is back, so nothing is lost.
+    """
+    body = body or ManualRunRequest()
+    trigger = TriggerEvent.manual(body.inputs, key=idempotency_key, by=body.requested_by)
+    result = await run_in_threadpool(
+        dispatch, services.session_factory, services.sender, rule_id, trigger
+    )
+    run_url = str(request.url_for("get_run", run_id=result.run.id))
+    response.headers["Location"] = run_url
+    if not result.created:
+        message = "a run with this Idempotency-Key already exists; returning it"
+    elif result.sent:
+        message = "run queued"
+    else:
+        message = (
+            f"run recorded but not sent: {result.send_error}. "
+            "It stays queued and the recovery sweep sends it when the broker is reachable."
+        )
+    return ManualRunAccepted(
+        run_id=result.run.id,
+        status=result.run.status,
+        created=result.created,
+        sent=result.sent,
+        message=message,
+        run_url=run_url,
+    )

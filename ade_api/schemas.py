@@ -1,0 +1,119 @@
+"""The API's wire schemas (pydantic), separate from the database rows they are read from."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ade_tasks.db.schema import RunRow, RunStepRow
+
+
+class Problem(BaseModel):
+    """An error body (RFC 9457 problem+json)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+
+
+class StepOut(BaseModel):
+    """One step of a run."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    index: int
+    step_id: str
+    action_type: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    exit_code: int | None
+    output: str
+    result: dict[str, Any]
+    error: str | None
+
+
+class RunOut(BaseModel):
+    """A run as the history shows it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    rule_id: str
+    rule_version: int
+    trigger_type: str
+    trigger_summary: str
+    trigger: dict[str, Any]
+    idempotency_key: str
+    status: str
+    queue_status: str | None
+    confidence: float | None
+    billing_code: str
+    usage: dict[str, Any]
+    queue: str
+    worker: str | None
+    attempt: int
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+    @classmethod
+    def of(cls, row: RunRow) -> RunOut:
+        return cls.model_validate(row)
+
+
+class RunDetail(RunOut):
+    """A run with its steps."""
+
+    steps: list[StepOut]
+
+    @classmethod
+    def with_steps(cls, row: RunRow, steps: list[RunStepRow]) -> RunDetail:
+        return cls(**RunOut.of(row).model_dump(), steps=[StepOut.model_validate(s) for s in steps])
+
+
+class RunPage(BaseModel):
+    """One page of the run history, newest first."""
+
+    items: list[RunOut]
+    next_cursor: str | None = Field(description="pass as `cursor` to get the next page")
+
+
+class RuleOut(BaseModel):
+    """A rule as stored, with its validated document."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    version: int
+    source: str
+    source_file: str | None
+    content_hash: str
+    enabled: bool
+    trust_state: str
+    updated_at: datetime
+    document: dict[str, Any]
+
+
+class ManualRunRequest(BaseModel):
+    """Inputs of a manual run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    requested_by: str = ""
+
+
+class ManualRunAccepted(BaseModel):
+    """A manual run was recorded (and, unless `sent` is false, handed to the workers)."""
+
+    run_id: str
+    status: str
+    created: bool = Field(description="false when the Idempotency-Key matched an earlier run")
+    sent: bool
+    message: str
+    run_url: str

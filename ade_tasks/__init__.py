@@ -1,0 +1,1 @@
+"""ADE Tasks domain and persistence: rules, runs, dispatch. Never imports celery or fastapi."""

@@ -1,0 +1,322 @@
+"""Query functions for runs, their steps and their events.
+
+Every state change is a single conditional UPDATE so that two workers, or a worker and the
+recovery sweep, can never both win the same transition.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ade_tasks.db.schema import (
+    RunEventRow,
+    RunRow,
+    RunStatus,
+    RunStepRow,
+    StepStatus,
+    utcnow,
+)
+from ade_tasks.errors import InvalidInputError, NotFoundError
+
+MAX_PAGE = 500
+DEFAULT_PAGE = 100
+
+
+def get_run(session: Session, run_id: str) -> RunRow:
+    """The run row, or NotFoundError naming the id."""
+    row = session.get(RunRow, run_id)
+    if row is None:
+        raise NotFoundError(f"run {run_id!r} does not exist; list runs with `ade-tasks runs list`")
+    return row
+
+
+def get_run_by_key(session: Session, idempotency_key: str) -> RunRow | None:
+    """The run created for this idempotency key, if any."""
+    return session.scalars(select(RunRow).where(RunRow.idempotency_key == idempotency_key)).first()
+
+
+def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
+    """INSERT the run unless its idempotency key exists; True when this call inserted it.
+
+    `ON CONFLICT DO NOTHING` keeps two racing dispatches of the same key from failing either one.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(RunRow).on_conflict_do_nothing(
+            index_elements=[RunRow.idempotency_key]
+        )
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(RunRow).on_conflict_do_nothing(index_elements=[RunRow.idempotency_key])
+    else:  # pragma: no cover - only the two supported databases reach here
+        stmt = insert(RunRow)
+    result = session.execute(stmt.values(**values).returning(RunRow.id))
+    return result.scalar_one_or_none() is not None
+
+
+def claim_run(session: Session, run_id: str, worker: str, lease_until: datetime) -> RunRow | None:
+    """Move a queued run to running under this worker's lease; None if someone else has it."""
+    now = utcnow()
+    claimed = session.execute(
+        update(RunRow)
+        .where(RunRow.id == run_id, RunRow.status == RunStatus.QUEUED)
+        .values(
+            status=RunStatus.RUNNING,
+            worker=worker,
+            lease_expires_at=lease_until,
+            started_at=func.coalesce(RunRow.started_at, now),
+            attempt=RunRow.attempt + 1,
+        )
+        .returning(RunRow.id)
+    ).scalar_one_or_none()
+    if claimed is None:
+        return None
+    session.expire_all()
+    return session.get(RunRow, run_id)
+
+
+def renew_lease(session: Session, run_id: str, worker: str, lease_until: datetime) -> bool:
+    """Extend a running run's lease; False when the run is no longer this worker's to run."""
+    result = session.execute(
+        update(RunRow)
+        .where(RunRow.id == run_id, RunRow.worker == worker, RunRow.status == RunStatus.RUNNING)
+        .values(lease_expires_at=lease_until)
+        .returning(RunRow.id)
+    )
+    return result.scalar_one_or_none() is not None
+
+
+def finish_run(
+    session: Session,
+    run_id: str,
+    worker: str | None,
+    status: RunStatus,
+    error: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> bool:
+    """Record a running run's outcome; False if the run was not running under `worker`."""
+    conditions = [RunRow.id == run_id, RunRow.status == RunStatus.RUNNING]
+    if worker is not None:
+        conditions.append(RunRow.worker == worker)
+    values: dict[str, Any] = {
+        "status": status,
+        "error": error,
+        "finished_at": utcnow(),
+        "lease_expires_at": None,
+    }
+    if usage is not None:
+        values["usage"] = usage
+    result = session.execute(
+        update(RunRow).where(*conditions).values(**values).returning(RunRow.id)
+    )
+    return result.scalar_one_or_none() is not None
+
+
+def start_step(session: Session, run_id: str, index: int, step_id: str, action_type: str) -> None:
+    """Record that a step began."""
+    session.add(
+        RunStepRow(
+            run_id=run_id,
+            index=index,
+            step_id=step_id,
+            action_type=action_type,
+            status=StepStatus.RUNNING,
+            started_at=utcnow(),
+            output="",
+            result={},
+        )
+    )
+
+
+def finish_step(
+    session: Session,
+    run_id: str,
+    index: int,
+    *,
+    status: StepStatus,
+    exit_code: int | None,
+    output: str,
+    result: dict[str, Any],
+    error: str | None,
+) -> None:
+    """Record how a step ended."""
+    session.execute(
+        update(RunStepRow)
+        .where(RunStepRow.run_id == run_id, RunStepRow.index == index)
+        .values(
+            status=status,
+            exit_code=exit_code,
+            output=output,
+            result=result,
+            error=error,
+            finished_at=utcnow(),
+        )
+    )
+
+
+def list_steps(session: Session, run_id: str) -> Sequence[RunStepRow]:
+    """The run's steps in order."""
+    return session.scalars(
+        select(RunStepRow).where(RunStepRow.run_id == run_id).order_by(RunStepRow.index)
+    ).all()
+
+
+def append_event(
+    session: Session, run_id: str, kind: str, data: dict[str, Any], step_index: int | None = None
+) -> None:
+    """Append one line to the run's transcript."""
+    session.add(RunEventRow(run_id=run_id, kind=kind, data=data, step_index=step_index))
+
+
+def list_events(session: Session, run_id: str) -> Sequence[RunEventRow]:
+    """The run's transcript in order."""
+    return session.scalars(
+        select(RunEventRow).where(RunEventRow.run_id == run_id).order_by(RunEventRow.id)
+    ).all()
+
+
+# --- listing with cursor pagination ---------------------------------------------------------
+
+
+class InvalidCursorError(InvalidInputError):
+    """The pagination cursor is not one this API handed out."""
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Filters of the run history; all given ones must match."""
+
+    rule_id: str | None = None
+    status: str | None = None
+    trigger_type: str | None = None
+    since: datetime | None = None
+
+
+def encode_cursor(row: RunRow) -> str:
+    """An opaque cursor pointing after `row` in newest-first order."""
+    raw = f"{row.queued_at.isoformat()}|{row.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor.encode()).decode()
+        stamp, run_id = raw.split("|", 1)
+        when = datetime.fromisoformat(stamp)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursorError(
+            f"cursor {cursor!r} is not valid; pass the `next_cursor` of a previous page"
+        ) from None
+    if when.tzinfo is None:
+        raise InvalidCursorError(f"cursor {cursor!r} is not valid; pass a `next_cursor` value")
+    return when, run_id
+
+
+def list_runs(
+    session: Session, filters: RunFilter, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
+) -> tuple[Sequence[RunRow], str | None]:
+    """One page of runs, newest first, and the cursor of the next page (None on the last)."""
+    limit = max(1, min(limit, MAX_PAGE))
+    stmt = select(RunRow)
+    if filters.rule_id:
+        stmt = stmt.where(RunRow.rule_id == filters.rule_id)
+    if filters.status:
+        stmt = stmt.where(RunRow.status == filters.status)
+    if filters.trigger_type:
+        stmt = stmt.where(RunRow.trigger_type == filters.trigger_type)
+    if filters.since:
+        stmt = stmt.where(RunRow.queued_at >= filters.since)
+    if cursor:
+        when, run_id = _decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(RunRow.queued_at < when, and_(RunRow.queued_at == when, RunRow.id < run_id))
+        )
+    rows = session.scalars(
+        stmt.order_by(RunRow.queued_at.desc(), RunRow.id.desc()).limit(limit + 1)
+    ).all()
+    if len(rows) > limit:
+        return rows[:limit], encode_cursor(rows[limit - 1])
+    return rows, None
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def take_unsent_runs(session: Session, older_than: timedelta, limit: int = 500) -> list[RunRow]:
+    """Queued runs whose last send is older than the bound; marks them re-sent now.
+
+    The conditional UPDATE means two sweeps running at once never re-send the same run twice.
+    """
+    now = utcnow()
+    cutoff = now - older_than
+    candidates = session.scalars(
+        select(RunRow.id)
+        .where(
+            RunRow.status == RunStatus.QUEUED,
+            func.coalesce(RunRow.sent_at, RunRow.queued_at) <= cutoff,
+        )
+        .order_by(RunRow.queued_at)
+        .limit(limit)
+    ).all()
+    taken: list[RunRow] = []
+    for run_id in candidates:
+        got = session.execute(
+            update(RunRow)
+            .where(
+                RunRow.id == run_id,
+                RunRow.status == RunStatus.QUEUED,
+                func.coalesce(RunRow.sent_at, RunRow.queued_at) <= cutoff,
+            )
+            .values(sent_at=now, send_count=RunRow.send_count + 1)
+            .returning(RunRow.id)
+        ).scalar_one_or_none()
+        if got is not None:
+            row = session.get(RunRow, run_id)
+            if row is not None:
+                taken.append(row)
+    return taken
+
+
+def fail_expired_leases(session: Session, now: datetime | None = None) -> list[str]:
+    """End running runs whose worker stopped renewing its lease: status failed, "worker lost"."""
+    now = now or utcnow()
+    expired = session.scalars(
+        select(RunRow.id).where(RunRow.status == RunStatus.RUNNING, RunRow.lease_expires_at < now)
+    ).all()
+    failed = []
+    for run_id in expired:
+        result = session.execute(
+            update(RunRow)
+            .where(
+                RunRow.id == run_id,
+                RunRow.status == RunStatus.RUNNING,
+                RunRow.lease_expires_at < now,
+            )
+            .values(
+                status=RunStatus.FAILED,
+                finished_at=now,
+                lease_expires_at=None,
+                error=(
+                    "worker lost: the worker running this run stopped renewing its lease "
+                    "(it crashed or was killed); trigger the rule again to retry"
+                ),
+            )
+            .returning(RunRow.id)
+        ).scalar_one_or_none()
+        if result is not None:
+            session.execute(
+                update(RunStepRow)
+                .where(RunStepRow.run_id == run_id, RunStepRow.status == StepStatus.RUNNING)
+                .values(status=StepStatus.FAILED, finished_at=now, error="worker lost")
+            )
+            append_event(session, run_id, "run.worker_lost", {"worker_lease_expired": True})
+            failed.append(run_id)
+    return failed

@@ -1,0 +1,193 @@
+"""The tables of the system of record (SQLAlchemy 2.0 declarative models)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+# SQLite has no BIGINT autoincrement; INTEGER PRIMARY KEY is its 64-bit rowid.
+AutoId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is timezone-aware UTC on both sides; naive datetimes are refused."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}; pass a timezone-aware UTC datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life (wire values)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATUSES
+
+
+FINISHED_STATUSES = frozenset(
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.TIMED_OUT,
+        RunStatus.SKIPPED,
+    }
+)
+
+
+class StepStatus(StrEnum):
+    """Where a step is in its life (wire values)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JsonDocument,
+    }
+
+
+class RuleRow(Base):
+    """A rule as synced from a file or created through the API."""
+
+    __tablename__ = "rules"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    source: Mapped[str] = mapped_column(String(16))  # file | api
+    source_file: Mapped[str | None] = mapped_column(String(1024))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    document: Mapped[dict[str, Any]]
+    trust_state: Mapped[str] = mapped_column(String(16), default="trusted")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RunRow(Base):
+    """One execution of a rule, from the trigger that caused it to its outcome."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_queued_at_id", "queued_at", "id"),
+        Index("ix_runs_rule_id_queued_at", "rule_id", "queued_at"),
+        Index("ix_runs_status_queued_at", "status", "queued_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    rule_id: Mapped[str] = mapped_column(String(64))
+    rule_version: Mapped[int] = mapped_column(Integer)
+    trigger_type: Mapped[str] = mapped_column(String(64))
+    trigger_summary: Mapped[str] = mapped_column(String(500), default="")
+    trigger: Mapped[dict[str, Any]]
+    idempotency_key: Mapped[str] = mapped_column(String(255), unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    queue_status: Mapped[str | None] = mapped_column(String(32))
+    confidence: Mapped[float | None] = mapped_column(Float)
+    billing_code: Mapped[str] = mapped_column(String(128))
+    usage: Mapped[dict[str, Any]]
+    queue: Mapped[str] = mapped_column(String(128))
+    worker: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None]
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    send_count: Mapped[int] = mapped_column(Integer, default=0)
+    sent_at: Mapped[datetime | None]
+    queued_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class RunStepRow(Base):
+    """One step of a run: what ran, how it ended, what it printed (capped, masked)."""
+
+    __tablename__ = "run_steps"
+    __table_args__ = (UniqueConstraint("run_id", "index", name="uq_run_steps_run_id_index"),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    step_id: Mapped[str] = mapped_column(String(64))
+    action_type: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    output: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[dict[str, Any]]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class RunEventRow(Base):
+    """An append-only line of a run's transcript."""
+
+    __tablename__ = "run_events"
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(64))
+    step_index: Mapped[int | None] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]]

@@ -1,0 +1,139 @@
+"""The one dispatch function every trigger path calls: admit, record, then send.
+
+The run row is committed before its message is sent, and the message carries only the run id,
+so the database stays the system of record: a send that fails leaves a `queued` run that the
+recovery sweep re-sends, never a lost one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ade_tasks.db import rules as rules_db
+from ade_tasks.db import runs as runs_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.schema import RunRow, RunStatus, utcnow
+from ade_tasks.errors import AdmissionError, BrokerUnavailableError
+from ade_tasks.rules.inputs import resolve_inputs
+from ade_tasks.rules.models import TriggerType, canonical_trigger_type
+
+log = logging.getLogger(__name__)
+
+
+class TaskSender(Protocol):
+    """Sends a run's id to the workers; ade_workers implements it with Celery."""
+
+    def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
+        """Publish the run; raise BrokerUnavailableError when the broker cannot be reached."""
+
+
+class InMemorySender:
+    """A TaskSender that records what was sent (for unit tests and dry runs); can play broker-down."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+        self.down = False
+
+    def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
+        if self.down:
+            raise BrokerUnavailableError("the in-memory broker is marked down")
+        self.sent.append((run_id, queue, rule_id))
+
+
+@dataclass(frozen=True)
+class TriggerEvent:
+    """What happened, as every trigger path describes it to dispatch."""
+
+    type: str
+    summary: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+    @classmethod
+    def manual(
+        cls, inputs: dict[str, Any] | None = None, *, key: str | None = None, by: str = ""
+    ) -> TriggerEvent:
+        """An operator's manual run."""
+        summary = f"manual run by {by}" if by else "manual run"
+        return cls(
+            TriggerType.MANUAL,
+            summary,
+            {"inputs": dict(inputs or {}), "requested_by": by},
+            f"manual:{key}" if key else None,
+        )
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """The run a trigger produced, whether this call created it, and whether it was sent."""
+
+    run: RunRow
+    created: bool
+    sent: bool
+    send_error: str | None = None
+
+
+def dispatch(
+    session_factory: SessionFactory, sender: TaskSender, rule_id: str, trigger: TriggerEvent
+) -> DispatchResult:
+    """Admit a trigger for a rule, record its run, and send it to the rule's queue.
+
+    Admission: the rule must exist; automatic triggers need it enabled (a manual run is
+    allowed on a disabled rule: the operator asked for it). A trigger whose idempotency key
+    was seen before returns the existing run and sends nothing.
+    """
+    kind = canonical_trigger_type(str(trigger.type))
+    key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
+    with session_factory.begin() as session:
+        row = rules_db.get_rule(session, rule_id)
+        existing = runs_db.get_run_by_key(session, key)
+        if existing is not None:
+            return DispatchResult(existing, created=False, sent=False)
+        rule = rules_db.load_rule(row)
+        payload = dict(trigger.payload)
+        if kind == TriggerType.MANUAL:
+            payload["inputs"] = resolve_inputs(rule, payload.get("inputs") or {})
+        elif not row.enabled:
+            raise AdmissionError(
+                f"rule {rule_id!r} is disabled, so {kind} triggers do not run it; "
+                "enable it in its rule file (enabled: true) or run it manually"
+            )
+        now = utcnow()
+        run_id = str(uuid.uuid4())
+        inserted = runs_db.insert_run_once(
+            session,
+            {
+                "id": run_id,
+                "rule_id": rule_id,
+                "rule_version": row.version,
+                "trigger_type": kind,
+                "trigger_summary": trigger.summary[:500],
+                "trigger": payload,
+                "idempotency_key": key,
+                "status": RunStatus.QUEUED,
+                "billing_code": rule.billing_code,
+                "usage": {},
+                "queue": rule.effective_queue,
+                "attempt": 0,
+                "send_count": 1,
+                "sent_at": now,
+                "queued_at": now,
+            },
+        )
+        if not inserted:  # lost a race with a dispatch of the same key
+            winner = runs_db.get_run_by_key(session, key)
+            assert winner is not None
+            return DispatchResult(winner, created=False, sent=False)
+        run = runs_db.get_run(session, run_id)
+
+    try:
+        sender.send_run(run.id, queue=run.queue, rule_id=rule_id)
+    except BrokerUnavailableError as exc:
+        log.warning(
+            "run %s is queued but not sent (%s); the recovery sweep will send it", run.id, exc
+        )
+        return DispatchResult(run, created=True, sent=False, send_error=exc.message)
+    return DispatchResult(run, created=True, sent=True)

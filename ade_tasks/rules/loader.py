@@ -1,0 +1,139 @@
+"""Load rule files from a directory: every valid rule, and every problem as `file:field: reason`.
+
+One bad file never blocks the others: each file is parsed and validated on its own, and a rule id
+defined twice is refused where it appears the second time (files are read in name order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ade_tasks.errors import RuleProblem
+from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, Rule
+
+RULE_SUFFIXES = (".yaml", ".yml")
+# Discriminator tags pydantic puts into error locations; users never wrote them as fields.
+_UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", "run-command"}
+
+
+@dataclass(frozen=True)
+class LoadedRule:
+    """A valid rule and where it came from."""
+
+    rule: Rule
+    source_file: str
+    content_hash: str
+
+
+@dataclass
+class LoadResult:
+    """What a rules directory holds: the valid rules and the problems of the rest."""
+
+    rules: list[LoadedRule] = field(default_factory=list)
+    problems: list[RuleProblem] = field(default_factory=list)
+    files: int = 0
+
+
+def content_hash(document: dict[str, Any]) -> str:
+    """A stable hash of a rule document (key order and formatting do not matter)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as the dotted field a user wrote, e.g. `triggers.0.cron`."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
+    parts = [p for p in parts if not p.startswith("function-")]
+    return ".".join(parts) or "(document)"
+
+
+def validation_problems(source: str, exc: ValidationError, prefix: str = "") -> list[RuleProblem]:
+    """Turn a pydantic error into one problem per wrong field."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        path = field_path(tuple(error["loc"]))
+        reason = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            reason = "unknown field; remove it or check its spelling"
+        problems.append(RuleProblem(source, prefix + path, reason))
+    return problems
+
+
+def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[RuleProblem]:
+    """Validate one rule document; return the rule or its problems."""
+    if not isinstance(document, dict):
+        kind = type(document).__name__
+        return [RuleProblem(source, prefix or "(document)", f"expected a mapping, got {kind}")]
+    try:
+        return Rule.model_validate(document)
+    except ValidationError as exc:
+        return validation_problems(source, exc, prefix)
+
+
+def load_file(path: Path, display: str | None = None) -> tuple[list[LoadedRule], list[RuleProblem]]:
+    """Parse one YAML file holding a rule or a list of rules."""
+    source = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
+        reason = getattr(exc, "problem", None) or str(exc)
+        return [], [RuleProblem(source, where, f"malformed YAML: {reason}")]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [RuleProblem(source, "(file)", f"cannot read: {exc}")]
+    if data is None:
+        return [], [RuleProblem(source, "(document)", "file is empty; write a rule or delete it")]
+
+    documents = data if isinstance(data, list) else [data]
+    rules: list[LoadedRule] = []
+    problems: list[RuleProblem] = []
+    for index, document in enumerate(documents):
+        prefix = f"{index}." if isinstance(data, list) else ""
+        parsed = parse_rule(document, source, prefix)
+        if isinstance(parsed, Rule):
+            rules.append(LoadedRule(parsed, source, content_hash(parsed.document())))
+        else:
+            problems.extend(parsed)
+    return rules, problems
+
+
+def load_rules_dir(directory: Path) -> LoadResult:
+    """Load every `*.yaml` / `*.yml` file under `directory` (recursively, in name order)."""
+    result = LoadResult()
+    if not directory.is_dir():
+        result.problems.append(
+            RuleProblem(
+                str(directory), "(directory)", "rules directory does not exist; set ADE_RULES_DIR"
+            )
+        )
+        return result
+    files = sorted(p for p in directory.rglob("*") if p.suffix in RULE_SUFFIXES and p.is_file())
+    first_seen: dict[str, str] = {}
+    for path in files:
+        result.files += 1
+        rules, problems = load_file(path)
+        result.problems.extend(problems)
+        for loaded in rules:
+            earlier = first_seen.get(loaded.rule.id)
+            if earlier is not None:
+                result.problems.append(
+                    RuleProblem(
+                        loaded.source_file,
+                        "id",
+                        f"duplicate rule id {loaded.rule.id!r} (already defined in {earlier}); "
+                        "rule ids must be unique",
+                    )
+                )
+                continue
+            first_seen[loaded.rule.id] = loaded.source_file
+            result.rules.append(loaded)
+    return result

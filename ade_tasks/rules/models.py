@@ -1,0 +1,466 @@
+"""The rule document: when something runs (triggers) and what runs (execution), under which
+guardrails. Pydantic validates the whole document at load time so a bad rule never reaches a worker.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
+
+SLUG = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+MIN_STEP_TIMEOUT_SEC = 1.0
+MAX_STEP_TIMEOUT_SEC = 12 * 3600.0
+DEFAULT_STEP_TIMEOUT_SEC = 300.0
+OCCURRENCE_RETENTION = timedelta(days=35)
+CRON_ALIASES = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+
+
+class TriggerType(StrEnum):
+    """Every trigger type a rule may name (wire values)."""
+
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    WEBHOOK = "webhook"
+    GITHUB_PR_OPENED = "github.pr_opened"
+    GITHUB_PR_UPDATED = "github.pr_updated"
+    GITHUB_PR_MERGED = "github.pr_merged"
+    GITHUB_PR_CLOSED = "github.pr_closed"
+    GITHUB_PR_COMMENTED = "github.pr_commented"
+    GITHUB_PR_REVIEW_SUBMITTED = "github.pr_review_submitted"
+    GITHUB_ISSUE_OPENED = "github.issue_opened"
+    GITHUB_ISSUE_LABELED = "github.issue_labeled"
+    GITHUB_ISSUE_CLOSED = "github.issue_closed"
+    GITHUB_ISSUE_COMMENTED = "github.issue_commented"
+    GITHUB_CHECK_RUN_COMPLETED = "github.check_run_completed"
+    GITHUB_WORKFLOW_RUN_COMPLETED = "github.workflow_run_completed"
+    GITHUB_RELEASE_PUBLISHED = "github.release_published"
+    GIT_PUSH = "git.push"
+    GIT_COMMIT = "git.commit"
+    LANE_CREATED = "lane.created"
+    LANE_DELETED = "lane.deleted"
+    FILE_CHANGED = "file.changed"
+
+
+GITHUB_TYPES = tuple(t.value for t in TriggerType if t.value.startswith("github."))
+KNOWN_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
+
+
+def canonical_trigger_type(name: str) -> str:
+    """Resolve the documented aliases: `commit` -> `git.commit`, `git.pr_*` -> `github.pr_*`."""
+    if name == "commit":
+        return TriggerType.GIT_COMMIT.value
+    if name.startswith("git.pr_"):
+        return "github." + name.removeprefix("git.")
+    return name
+
+
+def _normalize_trigger(value: Any) -> Any:
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        kind = canonical_trigger_type(value["type"])
+        if kind not in KNOWN_TRIGGER_TYPES:
+            known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
+            raise ValueError(f"unknown trigger type {value['type']!r} (known: {known})")
+        return {**value, "type": kind}
+    return value
+
+
+def parse_duration(value: Any) -> timedelta:
+    """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> timedelta (a bare number is seconds)."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    if isinstance(value, str) and value.startswith("P"):  # ISO 8601, as stored in the database
+        return TypeAdapter(timedelta).validate_python(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 15m, 2h or 1d")
+    number, unit = float(match[1]), match[2] or "s"
+    return timedelta(seconds=number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _compile_regex(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {value!r}: {exc}") from None
+    return value
+
+
+Regex = Annotated[str | None, BeforeValidator(_compile_regex)]
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- triggers ------------------------------------------------------------------------------
+
+
+class ScheduleTrigger(_Document):
+    """Fire on a 5-field cron expression (or an `@hourly`-style alias) in an IANA time zone."""
+
+    type: Literal["schedule"]
+    cron: str
+    timezone: str = "UTC"
+    catchup_window: Duration | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        expr = " ".join(value.split())
+        if expr.startswith("@"):
+            if expr not in CRON_ALIASES:
+                raise ValueError(
+                    f"unknown cron alias {value!r} (known: {', '.join(sorted(CRON_ALIASES))})"
+                )
+            return expr
+        if len(expr.split(" ")) != 5:
+            raise ValueError(
+                f"cron {value!r} must have 5 fields (minute hour day-of-month month day-of-week)"
+            )
+        if not croniter.is_valid(expr):
+            raise ValueError(f"cron {value!r} is not a valid cron expression")
+        return expr
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; use an IANA name such as Europe/Berlin or UTC"
+            ) from None
+        return value
+
+    @field_validator("catchup_window")
+    @classmethod
+    def _window_within_retention(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and (value < timedelta(0) or value > OCCURRENCE_RETENTION):
+            raise ValueError(
+                f"catchup_window must be between 0 and {OCCURRENCE_RETENTION.days} days "
+                "(occurrences are kept that long)"
+            )
+        return value
+
+
+class ManualTrigger(_Document):
+    """An operator's run from the CLI or the API."""
+
+    type: Literal["manual"]
+
+
+class WebhookTrigger(_Document):
+    """A custom webhook `POST /api/v1/webhooks/{hook}` whose JSON body matches `filters`."""
+
+    type: Literal["webhook"]
+    hook: str = Field(pattern=SLUG)
+    filters: dict[str, Any] = Field(default_factory=dict)
+
+
+class GithubTrigger(_Document):
+    """A GitHub webhook event, narrowed by filters (all given filters must match)."""
+
+    type: Literal[GITHUB_TYPES]  # type: ignore[valid-type]
+    repo: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+    branches: list[str] = Field(default_factory=list)
+    base_branches: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
+    authors: list[str] = Field(default_factory=list)
+    author_associations: list[
+        Literal[
+            "OWNER",
+            "MEMBER",
+            "COLLABORATOR",
+            "CONTRIBUTOR",
+            "FIRST_TIME_CONTRIBUTOR",
+            "FIRST_TIMER",
+            "MANNEQUIN",
+            "NONE",
+        ]
+    ] = Field(default_factory=list)
+    title_regex: Regex = None
+    body_regex: Regex = None
+    keywords: list[str] = Field(default_factory=list)
+    draft: bool | None = None
+    paths: list[str] = Field(default_factory=list)
+
+
+class GitTrigger(_Document):
+    """A push or commit in a configured repository."""
+
+    type: Literal["git.push", "git.commit"]
+    repo: str | None = None
+    branches: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+
+
+class LaneTrigger(_Document):
+    """A lane (git worktree) created or deleted by another run."""
+
+    type: Literal["lane.created", "lane.deleted"]
+    lanes: list[str] = Field(default_factory=list)
+
+
+class FileTrigger(_Document):
+    """Files matching `paths` changed in the project."""
+
+    type: Literal["file.changed"]
+    paths: list[str] = Field(min_length=1)
+
+
+Trigger = Annotated[
+    Annotated[
+        ScheduleTrigger
+        | ManualTrigger
+        | WebhookTrigger
+        | GithubTrigger
+        | GitTrigger
+        | LaneTrigger
+        | FileTrigger,
+        Field(discriminator="type"),
+    ],
+    BeforeValidator(_normalize_trigger),
+]
+
+
+# --- execution -----------------------------------------------------------------------------
+
+
+def _clamp_timeout(value: Any) -> float:
+    seconds = parse_duration(value).total_seconds()
+    return min(max(seconds, MIN_STEP_TIMEOUT_SEC), MAX_STEP_TIMEOUT_SEC)
+
+
+class RunCommandAction(_Document):
+    """Run a command in the project: a string runs through `/bin/sh -c`, a list runs as argv."""
+
+    type: Literal["run-command"]
+    id: str = Field(default="", pattern=r"^$|" + SLUG)
+    command: str | list[str]
+    cwd: str = "."
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_sec: Annotated[float, BeforeValidator(_clamp_timeout)] = DEFAULT_STEP_TIMEOUT_SEC
+    continue_on_failure: bool = False
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise ValueError("command must not be empty")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return value
+
+
+KNOWN_ACTION_TYPES = ("run-command",)
+
+
+def _known_action(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("type") not in KNOWN_ACTION_TYPES:
+        raise ValueError(
+            f"unknown action type {value.get('type')!r} "
+            f"(available: {', '.join(KNOWN_ACTION_TYPES)})"
+        )
+    return value
+
+
+Action = Annotated[RunCommandAction, BeforeValidator(_known_action)]
+
+
+class BuiltinExecution(_Document):
+    """An ordered chain of deterministic built-in actions."""
+
+    kind: Literal["built-in"]
+    queue: str | None = None
+    actions: list[Action] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _step_ids(self) -> BuiltinExecution:
+        seen: set[str] = set()
+        for index, action in enumerate(self.actions):
+            step_id = action.id or f"{action.type}-{index + 1}"
+            if step_id in seen:
+                raise ValueError(f"duplicate step id {step_id!r}; give each action its own id")
+            seen.add(step_id)
+            object.__setattr__(action, "id", step_id)
+        return self
+
+
+class ToolPolicy(_Document):
+    """Which tools an agent may call; the engine enforces it, not the model."""
+
+    allowed_tools: list[str] = Field(default_factory=list)
+    denied_tools: list[str] = Field(default_factory=list)
+    fallback: Literal["allow", "deny", "ask"] = "deny"
+
+
+ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
+
+
+class AgentExecution(_Document):
+    """An AI coding-agent session under a permission policy."""
+
+    kind: Literal["agent-session"]
+    queue: str | None = None
+    provider: Literal["openai", "anthropic", "claude-code", "codex"]
+    model: str
+    prompt: str = Field(min_length=1)
+    system: str | None = None
+    system_mode: Literal["append", "replace"] = "append"
+    permission_mode: Literal["plan", "edit", "full-auto"] = "plan"
+    tool_palette: list[ToolPalette] = Field(default_factory=lambda: ["repo"])
+    policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    max_turns: int = Field(default=30, ge=1, le=500)
+
+
+Execution = Annotated[BuiltinExecution | AgentExecution, Field(discriminator="kind")]
+
+
+# --- guardrails, outputs -------------------------------------------------------------------
+
+
+class OverlapPolicy(StrEnum):
+    """What a new trigger does while a run of the same rule is active."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer-one"
+    BUFFER_ALL = "buffer-all"
+    CANCEL_OTHER = "cancel-other"
+    ALLOW_ALL = "allow-all"
+
+
+class Budget(_Document):
+    """Daily caps per billing code."""
+
+    tokens_per_day: int | None = Field(default=None, gt=0)
+    cost_per_day_usd: float | None = Field(default=None, gt=0)
+    run_seconds_per_day: int | None = Field(default=None, gt=0)
+
+
+class Guardrails(_Document):
+    """Limits the engine holds every run of the rule to."""
+
+    max_duration_min: float = Field(default=60, gt=0, le=720)
+    overlap: OverlapPolicy | None = None
+    max_concurrent: int | None = Field(default=None, ge=1)
+    rate_limit: str | None = Field(default=None, pattern=r"^\d+/(second|minute|hour|day)$")
+    budget: Budget = Field(default_factory=Budget)
+    allowed_paths: list[str] = Field(default_factory=list)
+    allowed_lanes: list[str] = Field(default_factory=list)
+    require_human: bool = False
+    verify_before_publish: bool = False
+
+
+class Disposition(StrEnum):
+    """Where a finished run's result goes."""
+
+    EVIDENCE_ONLY = "evidence-only"
+    COMMENT_ONLY = "comment-only"
+    OPEN_PR = "open-pr"
+    NOTIFY = "notify"
+
+
+class Outputs(_Document):
+    """How the run's result is published."""
+
+    disposition: Disposition = Disposition.EVIDENCE_ONLY
+    notify_url: str | None = None
+
+
+class Verification(_Document):
+    """A command whose success verifies the run's change before publishing."""
+
+    command: str | None = None
+    required: bool = False
+
+
+class InputSpec(_Document):
+    """A typed input a manual run may supply (like GitHub's workflow_dispatch)."""
+
+    type: Literal["string", "boolean", "number", "choice"] = "string"
+    description: str = ""
+    required: bool = False
+    default: str | bool | float | None = None
+    options: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _choice_has_options(self) -> InputSpec:
+        if self.type == "choice" and not self.options:
+            raise ValueError("a choice input needs a non-empty `options` list")
+        return self
+
+
+# --- the rule ------------------------------------------------------------------------------
+
+DEFAULT_QUEUES = {"built-in": "ade.builtin", "agent-session": "ade.agent"}
+
+
+class Rule(_Document):
+    """One automation rule, exactly as written in a rules file or sent to the API."""
+
+    id: str = Field(pattern=SLUG)
+    name: str = ""
+    description: str = ""
+    enabled: bool = True
+    project: str = "default"
+    triggers: list[Trigger] = Field(min_length=1)
+    execution: Execution
+    guardrails: Guardrails = Field(default_factory=Guardrails)
+    outputs: Outputs = Field(default_factory=Outputs)
+    verification: Verification = Field(default_factory=Verification)
+    review_profile: Literal[
+        "quick", "incremental", "full", "security", "release-risk", "cross-repo-contract"
+    ] = "quick"
+    tool_palette: list[ToolPalette] = Field(default_factory=list)
+    billing_code: str = ""
+    queue: str | None = Field(default=None, pattern=r"^[\w.:-]+$")
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Rule:
+        if not self.name:
+            object.__setattr__(self, "name", self.id)
+        if not self.billing_code:
+            object.__setattr__(self, "billing_code", f"auto:{self.id}")
+        return self
+
+    @property
+    def effective_queue(self) -> str:
+        """The queue its runs go to: the rule's own, the execution's, or the kind's default."""
+        return self.queue or self.execution.queue or DEFAULT_QUEUES[self.execution.kind]
+
+    def has_trigger(self, kind: str) -> bool:
+        """Does any trigger of this rule have this (canonical) type?"""
+        return any(t.type == kind for t in self.triggers)
+
+    def document(self) -> dict[str, Any]:
+        """The rule as JSON-ready data (stored in the database)."""
+        return self.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,31 @@
+"""Sync a rules directory into the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.exc import IntegrityError
+
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.rules import SyncReport, sync_file_rules
+from ade_tasks.rules.loader import LoadResult, load_rules_dir
+
+
+def sync_rules_dir(
+    session_factory: SessionFactory, directory: Path
+) -> tuple[LoadResult, SyncReport]:
+    """Load every rule file and upsert the valid rules; problems are returned, not raised.
+
+    Two processes starting at once may race to insert the same new rule; the loser retries
+    once and then sees the winner's rows.
+    """
+    loaded = load_rules_dir(directory)
+    for attempt in range(2):
+        try:
+            with session_factory.begin() as session:
+                report = sync_file_rules(session, loaded.rules, remove_missing=not loaded.problems)
+            return loaded, report
+        except IntegrityError:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,134 @@
+"""Settings of an ADE Tasks process, read once at the edges and passed in.
+
+Defaults give the embedded mode (SQLite under ./.ade/, Celery's in-memory broker);
+`ADE_DATABASE_URL` and `ADE_BROKER_URL` switch to PostgreSQL and Redis or RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ade_tasks.errors import NotFoundError
+
+EMBEDDED_DATA_DIR = Path(".ade")
+EMBEDDED_BROKER_URL = "memory://"
+
+#: Variables a command step inherits from the worker; everything else is dropped so that
+#: database, broker and webhook secrets never reach a child process.
+DEFAULT_ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "TMPDIR",
+)
+
+
+class GithubSettings(BaseModel):
+    """Where GitHub lives and how webhooks from it are verified."""
+
+    webhook_secret: SecretStr | None = None
+    api_url: str = "https://api.github.com"
+    token: SecretStr | None = None
+
+
+class ProviderSettings(BaseModel):
+    """An LLM provider endpoint."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+
+
+class Settings(BaseSettings):
+    """Every knob of an ADE Tasks deployment, from `ADE_*` environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ADE_",
+        env_nested_delimiter="__",
+        env_file=None,
+        extra="ignore",
+    )
+
+    database_url: str = ""
+    broker_url: str = EMBEDDED_BROKER_URL
+    data_dir: Path = EMBEDDED_DATA_DIR
+    rules_dir: Path = Path("config/rules")
+    projects: dict[str, Path] = Field(default_factory=dict)
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8787
+    api_url: str = ""
+
+    github: GithubSettings = Field(default_factory=GithubSettings)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+
+    # Run path timing (seconds). The lease must outlive several heartbeats.
+    lease_seconds: float = Field(default=60.0, gt=0)
+    heartbeat_seconds: float = Field(default=15.0, gt=0)
+    requeue_after_seconds: float = Field(default=60.0, ge=0)
+    recovery_interval_seconds: float = Field(default=30.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    kill_grace_seconds: float = Field(default=3.0, ge=0)
+
+    command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
+    worker_concurrency: int = Field(default=2, ge=1)
+
+    @field_validator("database_url")
+    @classmethod
+    def _no_placeholder_database(cls, value: str) -> str:
+        if "CHANGE_ME" in value:
+            raise ValueError(
+                "ADE_DATABASE_URL still holds the CHANGE_ME placeholder from .env.example; "
+                "set it to your PostgreSQL URL"
+            )
+        return value
+
+    @property
+    def embedded(self) -> bool:
+        """True when no database server is configured (the `ade-tasks dev` mode)."""
+        return not self.database_url or self.database_url.startswith("sqlite")
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database, or the embedded SQLite file under `data_dir`."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'ade.db').resolve()}"
+
+    @property
+    def effective_api_url(self) -> str:
+        """The URL CLI commands talk to."""
+        if self.api_url:
+            return self.api_url.rstrip("/")
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::") else self.api_host
+        return f"http://{host}:{self.api_port}"
+
+    def project_root(self, name: str) -> Path:
+        """The real path of a configured project; `default` is the working directory."""
+        if name in self.projects:
+            return Path(os.path.realpath(self.projects[name]))
+        if name == "default":
+            return Path(os.path.realpath(Path.cwd()))
+        known = ", ".join(sorted({"default", *self.projects}))
+        raise NotFoundError(
+            f"project {name!r} is not configured (known: {known}); "
+            f"set ADE_PROJECTS__{name.upper()}=/path/to/repository"
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment once."""
+    return Settings()

@@ -1,0 +1,71 @@
+"""`run-command`: a shell string or an argv list, inside the project, under a timeout."""
+
+from __future__ import annotations
+
+import re
+
+from ade_tasks.db.schema import StepStatus
+from ade_tasks.errors import PolicyViolationError
+from ade_tasks.paths import resolve_inside
+from ade_tasks.rules.models import RunCommandAction
+from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.process import run_process
+
+
+def child_env(context: StepContext, action: RunCommandAction) -> dict[str, str]:
+    """The allow-listed part of the worker's environment, the run's identity and manual inputs
+    (`ADE_INPUT_<NAME>`), then the step's own variables."""
+    env = {k: v for k, v in context.base_env.items() if k in context.env_allowlist}
+    env["ADE_RUN_ID"] = context.run_id
+    env["ADE_RULE_ID"] = context.rule.id
+    for name, value in (context.trigger.get("inputs") or {}).items():
+        key = "ADE_INPUT_" + re.sub(r"[^A-Za-z0-9_]", "_", str(name)).upper()
+        env[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    env.update(action.env)
+    return env
+
+
+def run_command(action: RunCommandAction, context: StepContext) -> StepOutcome:
+    """Run the command; refuse before starting anything if its cwd leaves the project."""
+    try:
+        cwd = resolve_inside(context.project_root, action.cwd, what=f"step {action.id!r} cwd")
+    except PolicyViolationError as exc:
+        return StepOutcome(StepStatus.FAILED, error=exc.message)
+    if not cwd.is_dir():
+        return StepOutcome(
+            StepStatus.FAILED,
+            error=f"step {action.id!r} cwd {action.cwd!r} is not a directory ({cwd})",
+        )
+    argv = ["/bin/sh", "-c", action.command] if isinstance(action.command, str) else action.command
+    budget = min(action.timeout_sec, context.time_left())
+    if budget <= 0:
+        return StepOutcome(StepStatus.TIMED_OUT, error="the run's max_duration_min was used up")
+    try:
+        result = run_process(
+            argv,
+            cwd=cwd,
+            env=child_env(context, action),
+            timeout=budget,
+            kill_grace=context.kill_grace,
+            should_stop=context.should_stop,
+        )
+    except OSError as exc:
+        return StepOutcome(StepStatus.FAILED, error=f"could not start {argv[0]!r}: {exc.strerror}")
+    details = {"duration_sec": round(result.duration, 3), "cwd": str(cwd)}
+    if result.timed_out:
+        limit = "step timeout" if budget == action.timeout_sec else "run's max_duration_min"
+        return StepOutcome(
+            StepStatus.TIMED_OUT,
+            output=result.output,
+            result=details,
+            error=f"killed after {budget:g}s ({limit}); the whole process group was stopped",
+        )
+    if result.cancelled:
+        return StepOutcome(
+            StepStatus.FAILED, output=result.output, result=details, error="stopped: run cancelled"
+        )
+    status = StepStatus.SUCCEEDED if result.exit_code == 0 else StepStatus.FAILED
+    error = (
+        None if status is StepStatus.SUCCEEDED else f"command exited with status {result.exit_code}"
+    )
+    return StepOutcome(status, result.exit_code, result.output, details, error)

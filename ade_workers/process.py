@@ -1,0 +1,159 @@
+"""Run a command in its own process group, with a deadline, capped output and a clean kill.
+
+The whole group is killed (TERM, then KILL after a grace period) on timeout or cancellation,
+and also after a normal exit, so a step's background processes never outlive the step.
+Output is read in chunks into a head + tail buffer, so a command printing gigabytes keeps the
+worker's memory flat.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTPUT_CAP = 80_000
+_CHUNK = 64 * 1024
+
+
+class CappedOutput:
+    """Keeps the first and last `cap // 2` characters of a stream and counts what it dropped."""
+
+    def __init__(self, cap: int = OUTPUT_CAP) -> None:
+        self._head_cap = cap // 2
+        self._tail_cap = cap - self._head_cap
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self.dropped = 0
+
+    def write(self, text: str) -> None:
+        if self._head_len < self._head_cap:
+            take = text[: self._head_cap - self._head_len]
+            self._head.append(take)
+            self._head_len += len(take)
+            text = text[len(take) :]
+        if not text:
+            return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        while self._tail_len - len(self._tail[0]) >= self._tail_cap:
+            self.dropped += len(self._tail[0])
+            self._tail_len -= len(self._tail.popleft())
+        if self._tail_len > self._tail_cap:  # trim the oldest chunk to fit exactly
+            excess = self._tail_len - self._tail_cap
+            self._tail[0] = self._tail[0][excess:]
+            self._tail_len -= excess
+            self.dropped += excess
+
+    def text(self) -> str:
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if self.dropped:
+            return f"{head}\n[... {self.dropped} characters omitted ...]\n{tail}"
+        return head + tail
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a command ended."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    cancelled: bool
+    duration: float
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def kill_group(pgid: int, grace: float) -> None:
+    """TERM the whole group, wait up to `grace` seconds, then KILL whatever is left."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    kill_grace: float = 3.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    cap: int = OUTPUT_CAP,
+) -> ProcessResult:
+    """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so the kill reaches every descendant
+    )
+    output = CappedOutput(cap)
+    reader = threading.Thread(target=_drain, args=(proc, output), daemon=True)
+    reader.start()
+
+    deadline = started + timeout
+    timed_out = cancelled = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        try:
+            proc.wait(timeout=min(remaining, 0.25))
+            break
+        except subprocess.TimeoutExpired:
+            if should_stop():
+                cancelled = True
+                break
+    kill_group(proc.pid, kill_grace if (timed_out or cancelled) else 0.0)
+    exit_code = proc.wait()
+    reader.join(timeout=5)
+    return ProcessResult(
+        exit_code=None if (timed_out or cancelled) else exit_code,
+        output=output.text(),
+        timed_out=timed_out,
+        cancelled=cancelled,
+        duration=time.monotonic() - started,
+    )
+
+
+def _drain(proc: subprocess.Popen[bytes], output: CappedOutput) -> None:
+    assert proc.stdout is not None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with proc.stdout:
+        while chunk := proc.stdout.read1(_CHUNK):
+            output.write(decoder.decode(chunk))
+    output.write(decoder.decode(b"", final=True))

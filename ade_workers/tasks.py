@@ -1,0 +1,75 @@
+"""Celery tasks: thin shells that take a run id and call the domain code."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery, Task
+
+from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.recovery import recover
+from ade_tasks.settings import Settings
+from ade_workers.runner import RunnerConfig, execute_run
+
+log = logging.getLogger(__name__)
+
+
+class WorkerRuntime:
+    """Per-process resources of a worker, created lazily after the pool forks."""
+
+    def __init__(self, settings: Settings, session_factory: SessionFactory | None = None) -> None:
+        self.settings = settings
+        self._given = session_factory
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._session_factory: SessionFactory | None = None
+        self._runner: RunnerConfig | None = None
+
+    @property
+    def session_factory(self) -> SessionFactory:
+        if self._given is not None:
+            return self._given
+        with self._lock:
+            # An engine must never cross a fork: rebuild it in each pool process.
+            if self._session_factory is None or self._pid != os.getpid():
+                engine = create_db_engine(self.settings.effective_database_url)
+                self._session_factory = create_session_factory(engine)
+                self._pid = os.getpid()
+            return self._session_factory
+
+    @property
+    def runner(self) -> RunnerConfig:
+        if self._runner is None:
+            self._runner = RunnerConfig.from_settings(self.settings)
+        return self._runner
+
+
+def register_tasks(
+    app: Celery, settings: Settings, session_factory: SessionFactory | None = None
+) -> WorkerRuntime:
+    """Define the ADE tasks on `app`; returns the runtime they share."""
+    runtime = WorkerRuntime(settings, session_factory)
+    app.ade_runtime = runtime  # type: ignore[attr-defined]
+
+    @app.task(name="ade.runs.execute", bind=True, acks_late=True, ignore_result=True)
+    def execute(self: Task[Any, Any], run_id: str) -> str | None:
+        worker = f"{self.request.hostname}:{os.getpid()}:{threading.get_ident()}"
+        status = execute_run(runtime.session_factory, runtime.runner, run_id, worker)
+        return str(status) if status else None
+
+    @app.task(name="ade.control.recover", ignore_result=True)
+    def recover_runs() -> dict[str, list[str]]:
+        from ade_workers.celery_app import CelerySender
+
+        report = recover(
+            runtime.session_factory,
+            CelerySender(app),
+            requeue_after=timedelta(seconds=settings.requeue_after_seconds),
+        )
+        return {"failed": report.failed, "resent": report.resent, "unsent": report.unsent}
+
+    return runtime

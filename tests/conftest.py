@@ -1,0 +1,34 @@
+"""Root fixtures: a developer's ADE_* environment never leaks into a test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.settings import get_settings
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _clean_ade_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("ADE_"):
+            monkeypatch.delenv(name)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def write_rule(directory: Path, name: str, text: str) -> Path:
+    """Write a rule file (dedented YAML) into `directory`."""
+    import textwrap
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path

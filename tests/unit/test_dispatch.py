@@ -1,0 +1,152 @@
+"""Dispatch: admission, one row per idempotency key, send after commit, nothing lost when the broker is down."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.db import runs as runs_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.schema import RunStatus, utcnow
+from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.errors import AdmissionError, NotFoundError
+from ade_tasks.recovery import recover
+from tests.unit.conftest import add_rule
+
+RULE = """
+    id: {id}
+    enabled: {enabled}
+    triggers: [{{type: manual}}, {{type: webhook, hook: ci}}]
+    inputs:
+      target: {{type: choice, options: [unit, all], default: unit}}
+      verbose: {{type: boolean}}
+    execution:
+      kind: built-in
+      queue: custom.q
+      actions: [{{type: run-command, command: "true"}}]
+"""
+
+
+@pytest.fixture
+def rules(session_factory: SessionFactory, rules_dir: Path) -> None:
+    add_rule(session_factory, rules_dir, "alpha", RULE.format(id="alpha", enabled="true"))
+    add_rule(session_factory, rules_dir, "beta", RULE.format(id="beta", enabled="false"))
+
+
+def test_manual_dispatch_records_a_queued_run_then_sends_only_its_id(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    result = dispatch(session_factory, sender, "alpha", TriggerEvent.manual({"verbose": "yes"}))
+    assert result.created and result.sent
+    assert sender.sent == [(result.run.id, "custom.q", "alpha")]
+    with session_factory() as session:
+        row = runs_db.get_run(session, result.run.id)
+        assert row.status == RunStatus.QUEUED
+        assert row.trigger["inputs"] == {"target": "unit", "verbose": True}
+        assert row.billing_code == "auto:alpha" and row.rule_version == 1
+
+
+def test_same_idempotency_key_returns_the_existing_run_and_sends_nothing(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    first = dispatch(session_factory, sender, "alpha", TriggerEvent.manual(key="req-1"))
+    second = dispatch(session_factory, sender, "alpha", TriggerEvent.manual(key="req-1"))
+    assert second.run.id == first.run.id and not second.created and not second.sent
+    assert len(sender.sent) == 1
+
+
+def test_disabled_rule_refuses_automatic_triggers_but_runs_manually(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    with pytest.raises(AdmissionError, match="rule 'beta' is disabled"):
+        dispatch(session_factory, sender, "beta", TriggerEvent("webhook", "ci ping"))
+    assert dispatch(session_factory, sender, "beta", TriggerEvent.manual()).created
+    with session_factory() as session:
+        page, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id="beta"))
+    assert [r.trigger_type for r in page] == ["manual"]
+
+
+def test_unknown_rule_is_not_found(session_factory: SessionFactory, sender: InMemorySender) -> None:
+    with pytest.raises(NotFoundError, match="rule 'nope' does not exist"):
+        dispatch(session_factory, sender, "nope", TriggerEvent.manual())
+    assert sender.sent == []
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"target": "some"}, "input 'target' must be one of unit, all"),
+        ({"verbose": "maybe"}, "input 'verbose' must be a boolean"),
+        ({"colour": "red"}, "has no input named 'colour'"),
+    ],
+)
+def test_bad_inputs_are_refused_before_anything_is_recorded(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None, inputs: dict[str, str], message: str
+) -> None:
+    with pytest.raises(AdmissionError, match=message):
+        dispatch(session_factory, sender, "alpha", TriggerEvent.manual(inputs))
+    with session_factory() as session:
+        assert runs_db.list_runs(session, runs_db.RunFilter())[0] == []
+
+
+def test_broker_down_keeps_the_run_queued_and_the_sweep_sends_it_later(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    sender.down = True
+    result = dispatch(session_factory, sender, "alpha", TriggerEvent.manual())
+    assert result.created and not result.sent and "marked down" in (result.send_error or "")
+    # Within the bound the sweep leaves it alone (its message may still be in flight) ...
+    assert recover(session_factory, sender, requeue_after=timedelta(minutes=5)).resent == []
+    # ... past it, and with the broker back, the sweep sends it exactly once.
+    sender.down = False
+    assert recover(session_factory, sender, requeue_after=timedelta(0)).resent == [result.run.id]
+    assert sender.sent == [(result.run.id, "custom.q", "alpha")]
+    with session_factory() as session:
+        assert runs_db.get_run(session, result.run.id).send_count == 2
+
+
+def test_a_claimed_run_cannot_be_claimed_again(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
+    lease = utcnow() + timedelta(seconds=30)
+    with session_factory.begin() as session:
+        assert runs_db.claim_run(session, run_id, "w1", lease) is not None
+    with session_factory.begin() as session:
+        assert runs_db.claim_run(session, run_id, "w2", lease) is None
+        assert runs_db.get_run(session, run_id).worker == "w1"
+
+
+def test_expired_lease_fails_the_run_as_worker_lost(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
+    with session_factory.begin() as session:
+        runs_db.claim_run(session, run_id, "w1", utcnow() - timedelta(seconds=1))
+        runs_db.start_step(session, run_id, 0, "s", "run-command")
+    report = recover(session_factory, sender, requeue_after=timedelta(minutes=1))
+    assert report.failed == [run_id]
+    with session_factory() as session:
+        run = runs_db.get_run(session, run_id)
+        assert run.status == RunStatus.FAILED and run.error.startswith("worker lost")
+        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["failed"]
+        # The worker that lost its lease can no longer record an outcome.
+    with session_factory.begin() as session:
+        assert not runs_db.finish_run(session, run_id, "w1", RunStatus.SUCCEEDED)
+
+
+def test_run_history_pages_newest_first_with_a_cursor(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    ids = [dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id for _ in range(5)]
+    seen: list[str] = []
+    cursor = None
+    with session_factory() as session:
+        while True:
+            page, cursor = runs_db.list_runs(session, runs_db.RunFilter(), limit=2, cursor=cursor)
+            seen += [r.id for r in page]
+            if cursor is None:
+                break
+    assert seen == list(reversed(ids))
