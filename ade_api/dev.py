@@ -95,6 +95,8 @@ def run_dev(settings: Settings) -> None:
     echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
     try:
         server.run()
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it handled; stopping cleanly is the expected end
     finally:
         echo("stopping: cancelling running commands, stopping worker and beat")
         runner.SHUTDOWN.set()

@@ -31,7 +31,7 @@ class TaskSender(Protocol):
 
 
 class InMemorySender:
-    """A TaskSender that records what was sent (for unit tests and dry runs); can play broker-down."""
+    """A TaskSender that records what it sent, for unit tests; `down = True` plays broker-down."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str]] = []

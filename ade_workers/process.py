@@ -155,5 +155,10 @@ def _drain(proc: subprocess.Popen[bytes], output: CappedOutput) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with proc.stdout:
         while chunk := proc.stdout.read1(_CHUNK):
-            output.write(decoder.decode(chunk))
-    output.write(decoder.decode(b"", final=True))
+            output.write(_printable(decoder.decode(chunk)))
+    output.write(_printable(decoder.decode(b"", final=True)))
+
+
+def _printable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; binary output is shown as replacement characters.
+    return text.replace("\x00", "\ufffd")

@@ -118,16 +118,20 @@ def execute_run(
 
     deadline = time.monotonic() + rule.guardrails.max_duration_min * 60
     with Lease(session_factory, run_id, worker, settings) as lease:
-        status, error = _run_steps(
-            session_factory,
-            config,
-            run_id,
-            rule,
-            trigger,
-            project_root,
-            deadline,
-            lambda: lease.lost.is_set() or SHUTDOWN.is_set(),
-        )
+        try:
+            status, error = _run_steps(
+                session_factory,
+                config,
+                run_id,
+                rule,
+                trigger,
+                project_root,
+                deadline,
+                lambda: lease.lost.is_set() or SHUTDOWN.is_set(),
+            )
+        except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
+            log.exception("run %s failed inside the runner", run_id)
+            status, error = RunStatus.FAILED, f"internal error while running the steps: {exc!r}"
         if lease.lost.is_set():
             log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
             return None

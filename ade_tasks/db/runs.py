@@ -28,6 +28,7 @@ from ade_tasks.db.schema import (
 from ade_tasks.errors import InvalidInputError, NotFoundError
 
 MAX_PAGE = 500
+MAX_ERROR = 4000
 DEFAULT_PAGE = 100
 
 
@@ -108,7 +109,7 @@ def finish_run(
         conditions.append(RunRow.worker == worker)
     values: dict[str, Any] = {
         "status": status,
-        "error": error,
+        "error": error[:MAX_ERROR] if error else error,
         "finished_at": utcnow(),
         "lease_expires_at": None,
     }

@@ -83,7 +83,11 @@ def test_unknown_rule_is_not_found(session_factory: SessionFactory, sender: InMe
     ],
 )
 def test_bad_inputs_are_refused_before_anything_is_recorded(
-    session_factory: SessionFactory, sender: InMemorySender, rules: None, inputs: dict[str, str], message: str
+    session_factory: SessionFactory,
+    sender: InMemorySender,
+    rules: None,
+    inputs: dict[str, str],
+    message: str,
 ) -> None:
     with pytest.raises(AdmissionError, match=message):
         dispatch(session_factory, sender, "alpha", TriggerEvent.manual(inputs))
@@ -140,7 +144,9 @@ def test_expired_lease_fails_the_run_as_worker_lost(
 def test_run_history_pages_newest_first_with_a_cursor(
     session_factory: SessionFactory, sender: InMemorySender, rules: None
 ) -> None:
-    ids = [dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id for _ in range(5)]
+    ids = [
+        dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id for _ in range(5)
+    ]
     seen: list[str] = []
     cursor = None
     with session_factory() as session:

@@ -39,7 +39,9 @@ def test_timeout_kills_the_whole_process_group_including_grandchildren(tmp_path:
     pids = tmp_path / "pids"
     script = f"sleep 999 & echo $! >> {pids}; sh -c 'sleep 999 & echo $! >> {pids}; wait' & wait"
     started = time.monotonic()
-    result = run_process(["/bin/sh", "-c", script], cwd=tmp_path, env=ENV, timeout=1.0, kill_grace=0.5)
+    result = run_process(
+        ["/bin/sh", "-c", script], cwd=tmp_path, env=ENV, timeout=1.0, kill_grace=0.5
+    )
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 5
     descendants = [int(line) for line in pids.read_text().split()]
@@ -50,7 +52,9 @@ def test_timeout_kills_the_whole_process_group_including_grandchildren(tmp_path:
 def test_term_is_tried_before_kill(tmp_path: Path) -> None:
     marker = tmp_path / "got-term"
     script = f"trap 'echo term > {marker}; exit 0' TERM; while true; do sleep 0.05; done"
-    result = run_process(["/bin/sh", "-c", script], cwd=tmp_path, env=ENV, timeout=0.5, kill_grace=3)
+    result = run_process(
+        ["/bin/sh", "-c", script], cwd=tmp_path, env=ENV, timeout=0.5, kill_grace=3
+    )
     assert result.timed_out
     assert marker.read_text().strip() == "term"
 
@@ -87,7 +91,11 @@ def test_ten_megabytes_of_output_are_capped_and_memory_stays_flat(tmp_path: Path
 def test_stop_request_ends_the_command(tmp_path: Path) -> None:
     deadline = time.monotonic() + 0.5
     result = run_process(
-        ["sleep", "30"], cwd=tmp_path, env=ENV, timeout=30, kill_grace=0.5,
+        ["sleep", "30"],
+        cwd=tmp_path,
+        env=ENV,
+        timeout=30,
+        kill_grace=0.5,
         should_stop=lambda: time.monotonic() > deadline,
     )
     assert result.cancelled and result.duration < 5

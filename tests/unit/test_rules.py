@@ -64,7 +64,9 @@ def test_unknown_trigger_type_names_the_trigger(tmp_path: Path) -> None:
     ],
 )
 def test_bad_cron_is_refused(tmp_path: Path, cron: str, reason: str) -> None:
-    write_rule(tmp_path, "r.yaml", GOOD.replace("{type: manual}", f'{{type: schedule, cron: "{cron}"}}'))
+    write_rule(
+        tmp_path, "r.yaml", GOOD.replace("{type: manual}", f'{{type: schedule, cron: "{cron}"}}')
+    )
     (problem,) = reasons(tmp_path)
     assert ":triggers.0.cron: " in problem and reason in problem
 
@@ -72,7 +74,10 @@ def test_bad_cron_is_refused(tmp_path: Path, cron: str, reason: str) -> None:
 def test_cron_aliases_sunday_as_seven_and_time_zones_are_accepted() -> None:
     for cron in ("@hourly", "0 3 * * 7", "0 3 * * 0", "*/5 * * * 1-5"):
         rule = Rule.model_validate(
-            {**parse_good(), "triggers": [{"type": "schedule", "cron": cron, "timezone": "America/New_York"}]}
+            {
+                **parse_good(),
+                "triggers": [{"type": "schedule", "cron": cron, "timezone": "America/New_York"}],
+            }
         )
         assert rule.triggers[0].type == "schedule"
 
@@ -92,13 +97,18 @@ def test_unknown_time_zone_and_oversized_catchup_window_are_refused(tmp_path: Pa
     )
     problems = reasons(tmp_path)
     assert any(":triggers.0.timezone: unknown time zone 'Mars/Olympus'" in p for p in problems)
-    assert any(":triggers.0.catchup_window: catchup_window must be between 0 and 35 days" in p for p in problems)
+    assert any(
+        ":triggers.0.catchup_window: catchup_window must be between 0 and 35 days" in p
+        for p in problems
+    )
 
 
 def test_unknown_field_is_refused_with_its_path(tmp_path: Path) -> None:
     write_rule(tmp_path, "r.yaml", GOOD + "    guardrails: {max_duraton_min: 5}\n")
     (problem,) = reasons(tmp_path)
-    assert problem.endswith("r.yaml:guardrails.max_duraton_min: unknown field; remove it or check its spelling")
+    assert problem.endswith(
+        "r.yaml:guardrails.max_duraton_min: unknown field; remove it or check its spelling"
+    )
 
 
 def test_duplicate_rule_id_is_refused_where_it_appears_second(tmp_path: Path) -> None:
@@ -114,10 +124,18 @@ def test_duplicate_rule_id_is_refused_where_it_appears_second(tmp_path: Path) ->
 
 def test_unknown_action_type_and_empty_command_are_refused(tmp_path: Path) -> None:
     write_rule(tmp_path, "a.yaml", GOOD.replace("type: run-command", "type: launch-rocket"))
-    write_rule(tmp_path, "b.yaml", GOOD.replace('command: "true"', 'command: "  "').replace("id: good", "id: b"))
+    write_rule(
+        tmp_path,
+        "b.yaml",
+        GOOD.replace('command: "true"', 'command: "  "').replace("id: good", "id: b"),
+    )
     problems = reasons(tmp_path)
-    assert any("a.yaml:execution.actions.0: unknown action type 'launch-rocket'" in p for p in problems)
-    assert any("b.yaml:execution.actions.0.command: command must not be empty" in p for p in problems)
+    assert any(
+        "a.yaml:execution.actions.0: unknown action type 'launch-rocket'" in p for p in problems
+    )
+    assert any(
+        "b.yaml:execution.actions.0.command: command must not be empty" in p for p in problems
+    )
 
 
 def test_a_file_may_hold_a_list_of_rules_and_problems_name_the_item(tmp_path: Path) -> None:
@@ -176,7 +194,9 @@ def test_parse_rule_rejects_a_non_mapping() -> None:
 
 def test_cli_validate_prints_file_field_reason_and_exits_non_zero(tmp_path: Path) -> None:
     write_rule(tmp_path, "good.yaml", GOOD)
-    write_rule(tmp_path, "bad.yaml", GOOD.replace("id: good", "id: bad").replace("manual", "schedule"))
+    write_rule(
+        tmp_path, "bad.yaml", GOOD.replace("id: good", "id: bad").replace("manual", "schedule")
+    )
     result = CliRunner().invoke(main, ["rules", "validate", str(tmp_path)])
     assert result.exit_code == 1
     assert f"{tmp_path / 'bad.yaml'}:triggers.0.cron: Field required" in result.output

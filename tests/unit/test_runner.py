@@ -28,7 +28,9 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(project: Path) -> RunnerConfig:
-    settings = Settings(projects={"default": project}, heartbeat_seconds=0.2, kill_grace_seconds=0.5)
+    settings = Settings(
+        projects={"default": project}, heartbeat_seconds=0.2, kill_grace_seconds=0.5
+    )
     secrets = {
         "PATH": os.environ["PATH"],
         "ADE_DATABASE_URL": "postgresql://user:hunter2@db/ade",
@@ -136,7 +138,9 @@ execution:
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.TIMED_OUT
-    assert "step 'slow' (#1) timed out" in (run.error or "") and "max_duration_min" in (run.error or "")
+    assert "step 'slow' (#1) timed out" in (run.error or "") and "max_duration_min" in (
+        run.error or ""
+    )
 
 
 def test_failure_stops_the_chain_unless_the_step_may_fail(

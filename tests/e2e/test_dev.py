@@ -1,0 +1,158 @@
+"""`ade-tasks dev` and the CLI driven as a newcomer drives them: no servers, two terminals."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ade_tasks.db.engine import create_db_engine, create_session_factory
+from ade_tasks.db.migrate import upgrade
+from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.rules.sync import sync_rules_dir
+from tests.conftest import REPO, write_rule
+from tests.support import BIN, Child, child_env, free_port, pid_alive, wait_until
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A fresh directory holding a copy of the shipped rules, as a clone would."""
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    write_rule(
+        tmp_path / "config" / "rules",
+        "zz-slow.yaml",
+        """
+        id: slow
+        triggers: [{type: manual}]
+        execution:
+          kind: built-in
+          actions: [{id: wait, type: run-command, command: "echo $$ > slow.pid; exec sleep 120"}]
+        """,
+    )
+    return tmp_path
+
+
+class Dev:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = child_env({})
+        self.child: Child | None = None
+
+    def start(self) -> Child:
+        self.child = Child(
+            [str(BIN / "ade-tasks"), "dev", "--port", str(self.port)],
+            self.env,
+            self.workdir / f"dev-{self.port}.log",
+            cwd=self.workdir,
+        )
+        wait_until(
+            lambda: httpx.get(f"{self.url}/healthz").status_code == 200,
+            30,
+            f"ade-tasks dev to serve (log: {self.child.log})",
+        )
+        return self.child
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "ade-tasks"), *args, "--url", self.url],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def interrupt(self) -> int:
+        """Ctrl-C, as a user at the terminal sends it; returns the exit status."""
+        assert self.child is not None
+        self.child.proc.send_signal(signal.SIGINT)
+        return self.child.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def dev(workdir: Path) -> Iterator[Dev]:
+    harness = Dev(workdir)
+    yield harness
+    if harness.child is not None:
+        harness.child.stop()
+
+
+def test_a_newcomer_runs_an_example_rule_and_reads_it_back(dev: Dev) -> None:
+    child = dev.start()
+    assert f"API on {dev.url}" in child.output()
+
+    ran = dev.cli("run", "hello", "--wait")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "hello from" in ran.stdout and "succeeded" in ran.stdout
+    run_id = ran.stdout.split()[1]
+
+    listed = dev.cli("runs", "list")
+    assert run_id in listed.stdout and "hello" in listed.stdout
+    shown = dev.cli("runs", "show", run_id)
+    assert "status succeeded" in shown.stdout and "greet" in shown.stdout
+
+    failing = dev.cli("run", "run-tests", "--input", "target=does-not-exist", "--wait")
+    assert failing.returncode == 1
+    assert "failed" in failing.stdout and "does-not-exist" in failing.stdout
+
+    unknown = dev.cli("run", "no-such-rule")
+    assert unknown.returncode == 1 and "rule 'no-such-rule' does not exist" in unknown.stderr
+
+    assert dev.interrupt() == 0
+    assert "stopped" in child.output()
+
+
+def test_cli_without_a_running_api_says_how_to_start_one(dev: Dev) -> None:
+    result = dev.cli("runs", "list")
+    assert result.returncode == 2
+    assert "cannot reach the ADE API" in result.stderr and "ade-tasks dev" in result.stderr
+
+
+def test_a_queued_run_survives_a_restart(dev: Dev, workdir: Path) -> None:
+    # Given a run recorded while no broker held its message (the last dev process died)
+    engine = create_db_engine(f"sqlite:///{workdir / '.ade' / 'ade.db'}")
+    upgrade(engine)
+    factory = create_session_factory(engine)
+    sync_rules_dir(factory, workdir / "config" / "rules")
+    down = InMemorySender()
+    down.down = True
+    run_id = dispatch(factory, down, "hello", TriggerEvent.manual()).run.id
+    engine.dispose()
+    # When dev starts
+    dev.start()
+    # Then the recovery sweep re-sends it and it runs
+    detail = wait_until(
+        lambda: (
+            (r := httpx.get(f"{dev.url}/api/v1/runs/{run_id}").json())["status"] == "succeeded"
+            and r
+        ),
+        30,
+        "the queued run to run after the restart",
+    )
+    assert detail["steps"][0]["output"].startswith("hello from")
+
+
+def test_ctrl_c_stops_running_commands_and_cancels_their_runs(dev: Dev, workdir: Path) -> None:
+    child = dev.start()
+    started = dev.cli("run", "slow")
+    run_id = started.stdout.split()[1]
+    pid_file = workdir / "slow.pid"
+    command_pid = wait_until(
+        lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command"
+    )
+
+    assert dev.interrupt() == 0
+    assert not pid_alive(command_pid)
+    assert "stopped" in child.output()
+
+    dev.start()
+    detail = httpx.get(f"{dev.url}/api/v1/runs/{run_id}").json()
+    assert detail["status"] == "cancelled"
+    assert "shut down" in detail["error"]

@@ -1,0 +1,125 @@
+"""Helpers shared by integration and e2e tests: polling with a deadline, child processes, ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+BIN = Path(sys.executable).parent
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # keep polling; report the last error if we give up
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last error: {last_error})"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The test process's environment without ADE_* variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADE_")}
+    env.update(extra)
+    return env
+
+
+class Child:
+    """A child process in its own process group, with its output in a log file."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path | None = None):
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            argv,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """TERM the group, KILL it after `timeout`; returns the exit code."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(5)
+        self._log_file.close()
+        return self.proc.returncode
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a live, non-zombie process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Summed resident memory of live processes."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in a process group."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
