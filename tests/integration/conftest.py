@@ -141,8 +141,8 @@ class Cluster:
             "--loglevel=INFO",
         ]
         if beat:
-            argv += ["-B", "-s", str(self.tmp / f"beat-{name}"), "-S", "celery.beat:Scheduler"]
-        child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"worker-{name}.log")
+            argv += ["-B", "--scheduler", "celery.beat:Scheduler"]
+        child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"worker-{name}.log", self.tmp)
         self.children.append(child)
         control = self.celery.control
         wait_until(
@@ -156,7 +156,7 @@ class Cluster:
         """A real `ade-tasks api` process and an HTTP client pointed at it."""
         port = free_port()
         argv = [str(BIN / "ade-tasks"), "api", "--port", str(port), "--no-sync-rules"]
-        child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"api-{port}.log")
+        child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"api-{port}.log", self.tmp)
         self.children.append(child)
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
         wait_until(
