@@ -19,6 +19,7 @@ dev: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 typecheck: $(STAMP)

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from celery import Celery
-from kombu import Queue
+from kombu.entity import Queue
 from kombu.exceptions import OperationalError
 
 from ade_tasks.db.engine import SessionFactory
@@ -18,6 +18,7 @@ from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
+app: Celery  # built on first access by __getattr__ below
 
 BUILTIN_QUEUE = "ade.builtin"
 AGENT_QUEUE = "ade.agent"
@@ -41,7 +42,7 @@ def _queue(name: str, broker_url: str) -> Queue:
         # RabbitMQ closes channels whose delivery stays unacked past consumer_timeout (30 min);
         # runs may last 12 h. Honoured by RabbitMQ >= 3.12, ignored by older servers.
         arguments["x-consumer-timeout"] = VISIBILITY_TIMEOUT * 1000
-    return Queue(name, routing_key=name, queue_arguments=arguments or None)
+    return Queue(name, routing_key=name, queue_arguments=arguments or None)  # type: ignore[no-untyped-call]
 
 
 def create_celery_app(

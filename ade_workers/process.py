@@ -9,6 +9,7 @@ worker's memory flat.
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 OUTPUT_CAP = 80_000
 _CHUNK = 64 * 1024
@@ -151,10 +153,10 @@ def run_process(
 
 
 def _drain(proc: subprocess.Popen[bytes], output: CappedOutput) -> None:
-    assert proc.stdout is not None
+    stream = cast(io.BufferedReader, proc.stdout)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    with proc.stdout:
-        while chunk := proc.stdout.read1(_CHUNK):
+    with stream:
+        while chunk := stream.read1(_CHUNK):
             output.write(_printable(decoder.decode(chunk)))
     output.write(_printable(decoder.decode(b"", final=True)))
 

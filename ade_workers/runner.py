@@ -104,12 +104,14 @@ def execute_run(
             session, run_id, "run.started", {"worker": worker, "attempt": run.attempt}
         )
 
-    if rule is None or rule.execution.kind != "built-in":
-        error = setup_error or (
-            f"rule {run.rule_id!r} uses execution kind {rule.execution.kind!r}, which this "  # type: ignore[union-attr]
+    if rule is None:
+        return _finish(session_factory, run_id, worker, RunStatus.FAILED, setup_error)
+    if rule.execution.kind != "built-in":
+        unsupported = (
+            f"rule {run.rule_id!r} uses execution kind {rule.execution.kind!r}, which this "
             "version of ADE Tasks does not run yet; only built-in actions are available"
         )
-        return _finish(session_factory, run_id, worker, RunStatus.FAILED, error)
+        return _finish(session_factory, run_id, worker, RunStatus.FAILED, unsupported)
 
     try:
         project_root = settings.project_root(rule.project)

@@ -53,7 +53,7 @@ def register_tasks(
 ) -> WorkerRuntime:
     """Define the ADE tasks on `app`; returns the runtime they share."""
     runtime = WorkerRuntime(settings, session_factory)
-    app.ade_runtime = runtime  # type: ignore[attr-defined]
+    app.ade_runtime = runtime
 
     @app.task(name="ade.runs.execute", bind=True, acks_late=True, ignore_result=True)
     def execute(self: Task[Any, Any], run_id: str) -> str | None:

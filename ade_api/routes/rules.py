@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
@@ -13,7 +13,9 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
-NOT_FOUND = {404: {"model": Problem, "description": "no such rule"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "no such rule"}
+}
 
 
 @router.get("")

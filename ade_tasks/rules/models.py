@@ -336,7 +336,7 @@ class AgentExecution(_Document):
     system: str | None = None
     system_mode: Literal["append", "replace"] = "append"
     permission_mode: Literal["plan", "edit", "full-auto"] = "plan"
-    tool_palette: list[ToolPalette] = Field(default_factory=lambda: ["repo"])
+    tool_palette: list[ToolPalette] = Field(default_factory=lambda: list[ToolPalette](["repo"]))
     policy: ToolPolicy = Field(default_factory=ToolPolicy)
     max_turns: int = Field(default=30, ge=1, le=500)
 
