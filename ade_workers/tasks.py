@@ -53,15 +53,17 @@ def register_tasks(
 ) -> WorkerRuntime:
     """Define the ADE tasks on `app`; returns the runtime they share."""
     runtime = WorkerRuntime(settings, session_factory)
+    # shared=False: Celery would otherwise hand these closures to every app created later,
+    # and a second app (tests, embedded mode) would run with the first one's settings.
     app.ade_runtime = runtime
 
-    @app.task(name="ade.runs.execute", bind=True, acks_late=True, ignore_result=True)
+    @app.task(name="ade.runs.execute", bind=True, acks_late=True, ignore_result=True, shared=False)
     def execute(self: Task[Any, Any], run_id: str) -> str | None:
         worker = f"{self.request.hostname}:{os.getpid()}:{threading.get_ident()}"
         status = execute_run(runtime.session_factory, runtime.runner, run_id, worker)
         return str(status) if status else None
 
-    @app.task(name="ade.control.recover", ignore_result=True)
+    @app.task(name="ade.control.recover", ignore_result=True, shared=False)
     def recover_runs() -> dict[str, list[str]]:
         from ade_workers.celery_app import CelerySender
 

@@ -204,20 +204,6 @@ def test_broker_down_keeps_the_run_queued_and_it_runs_when_the_broker_returns(
     assert finished(cluster, body["run_id"]).status == "succeeded"
 
 
-def test_several_workers_share_the_queue(cluster: Cluster) -> None:
-    add_rule(cluster, "share", '            - {id: a, type: run-command, command: "sleep 0.5"}')
-    cluster.worker(concurrency=1)
-    cluster.worker(concurrency=1)
-    sender = cluster.sender()
-    ids = [
-        dispatch(cluster.session_factory, sender, "share", TriggerEvent.manual()).run.id
-        for _ in range(6)
-    ]
-    rows = [finished(cluster, run_id) for run_id in ids]
-    assert {row.status for row in rows} == {"succeeded"}
-    assert len({row.worker.split(":")[0] for row in rows if row.worker}) == 2
-
-
 def test_api_errors_are_clear_problem_documents(cluster: Cluster) -> None:
     add_rule(cluster, "exists", '            - {id: a, type: run-command, command: "true"}')
     api = cluster.api()

@@ -207,3 +207,12 @@ def test_cli_validate_exits_zero_when_all_rules_are_valid(tmp_path: Path) -> Non
     write_rule(tmp_path, "good.yaml", GOOD)
     result = CliRunner().invoke(main, ["rules", "validate", str(tmp_path)])
     assert result.exit_code == 0, result.output
+
+
+def test_cli_validate_reads_the_configured_rules_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_rule(tmp_path / "configured", "good.yaml", GOOD)
+    monkeypatch.setenv("ADE_RULES_DIR", str(tmp_path / "configured"))
+    result = CliRunner().invoke(main, ["rules", "validate"])
+    assert result.exit_code == 0 and "1 valid rules in 1 files" in result.output

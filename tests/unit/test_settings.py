@@ -1,0 +1,47 @@
+"""Settings come from ADE_* variables, nested with `__`; defaults are the embedded mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ade_tasks.errors import NotFoundError
+from ade_tasks.settings import Settings
+
+
+def test_defaults_are_the_embedded_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings()
+    assert settings.embedded and settings.broker_url == "memory://"
+    assert settings.effective_database_url == f"sqlite:///{tmp_path / '.ade' / 'ade.db'}"
+    assert settings.project_root("default") == tmp_path
+    assert settings.effective_api_url == "http://127.0.0.1:8787"
+
+
+def test_environment_switches_to_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADE_DATABASE_URL", "postgresql://ade@db/ade")
+    monkeypatch.setenv("ADE_BROKER_URL", "redis://redis:6379/0")
+    monkeypatch.setenv("ADE_PROJECTS__API", str(tmp_path))
+    monkeypatch.setenv("ADE_PROVIDERS__OPENAI__BASE_URL", "http://127.0.0.1:9999/v1")
+    monkeypatch.setenv("ADE_GITHUB__WEBHOOK_SECRET", "s3cret")
+    settings = Settings()
+    assert not settings.embedded
+    assert settings.project_root("api") == tmp_path
+    assert settings.providers["openai"].base_url == "http://127.0.0.1:9999/v1"
+    assert settings.github.webhook_secret is not None
+    assert "s3cret" not in repr(settings)
+
+
+def test_unknown_project_names_the_setting_to_add() -> None:
+    with pytest.raises(NotFoundError, match="ADE_PROJECTS__WEB=/path/to/repository"):
+        Settings().project_root("web")
+
+
+def test_placeholder_database_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADE_DATABASE_URL", "postgresql://ade:CHANGE_ME@db/ade")
+    with pytest.raises(ValidationError, match="CHANGE_ME placeholder"):
+        Settings()
