@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
+
 import redis
 from sqlalchemy import select
 
