@@ -119,11 +119,11 @@ def baseline_app(settings: Settings | None = None) -> Celery:
     app = create_celery_app(settings)
     url = settings.broker_url
 
-    @app.task(name=NOOP_TASK, ignore_result=True)
+    @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(key: str, seq: int) -> None:
         _record_finish(url, key, seq)
 
-    @app.task(name=TRUE_TASK, ignore_result=True)
+    @app.task(name=TRUE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def true_subprocess(key: str, seq: int) -> None:
         subprocess.run(["true"], check=True)
         _record_finish(url, key, seq)
@@ -338,6 +338,11 @@ def worker_env(settings: Settings) -> dict[str, str]:
 # --- raw Celery phases ------------------------------------------------------------------------
 
 
+def _check_deadline(deadline: float, doing: str) -> None:
+    if time.monotonic() > deadline:
+        raise BenchError(f"the phase deadline passed while {doing}; see --phase-timeout")
+
+
 def _collect(store: redis.Redis, key: str, count: int, deadline: float) -> dict[int, float]:
     """Pop `count` finish records from `key`: sequence number -> finish time (epoch seconds)."""
     finished: dict[int, float] = {}
@@ -361,6 +366,7 @@ def raw_burst(
     key = f"bench:{task}:burst:{uuid.uuid4().hex}"
     started = time.time()
     for seq in range(count):
+        _check_deadline(deadline, "sending the burst")
         app.send_task(task, args=[key, seq], queue=BUILTIN_QUEUE)
     finished = _collect(store, key, count, deadline)
     return started, max(finished.values())
@@ -461,7 +467,10 @@ def ade_burst(
 ) -> tuple[float, float, float]:
     """Dispatch `count` runs back to back; (first dispatch, last dispatch returned, last finish)."""
     started = time.time()
-    ids = [_dispatch_one(session_factory, sender) for _ in range(count)]
+    ids = []
+    for _ in range(count):
+        _check_deadline(deadline, "dispatching the burst")
+        ids.append(_dispatch_one(session_factory, sender))
     dispatched = time.time()
     _wait_all_finished(engine, ids, deadline)
     rows = _check_outcomes(engine, ids)
@@ -649,8 +658,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds the finally blocks: workers stopped, database dropped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         noop, true, ade = run(args)
     except BenchError as exc:
