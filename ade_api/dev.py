@@ -57,6 +57,9 @@ def start_worker(
 def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not settings.embedded:
         echo("note: ADE_DATABASE_URL points at a server; dev mode still uses it as configured")
     engine = create_db_engine(settings.effective_database_url)
@@ -75,6 +78,9 @@ def run_dev(settings: Settings) -> None:
 
     queues = rule_queues(session_factory)
     app = create_celery_app(settings, extra_queues=queues, session_factory=session_factory)
+    # The thread pool traces tasks through Celery's *current* app; make it this one.
+    app.set_current()
+    app.set_default()
     all_queues = tuple(q.name for q in app.conf.task_queues)
     echo(
         f"[3/4] starting worker ({settings.worker_concurrency} threads) on {', '.join(all_queues)}"

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
-from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdmissionError, BrokerUnavailableError
 from ade_tasks.rules.inputs import resolve_inputs
@@ -76,6 +76,19 @@ class DispatchResult:
     send_error: str | None = None
 
 
+def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
+    """Admission checks; returns the trigger payload to record (manual inputs typed)."""
+    payload = dict(trigger.payload)
+    if kind == TriggerType.MANUAL:
+        payload["inputs"] = resolve_inputs(snapshot.rule, payload.get("inputs") or {})
+    elif not snapshot.enabled:
+        raise AdmissionError(
+            f"rule {snapshot.id!r} is disabled, so {kind} triggers do not run it; "
+            "enable it in its rule file (enabled: true) or run it manually"
+        )
+    return payload
+
+
 def dispatch(
     session_factory: SessionFactory, sender: TaskSender, rule_id: str, trigger: TriggerEvent
 ) -> DispatchResult:
@@ -87,47 +100,41 @@ def dispatch(
     """
     kind = canonical_trigger_type(str(trigger.type))
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
-    with session_factory.begin() as session:
-        row = rules_db.get_rule(session, rule_id)
-        existing = runs_db.get_run_by_key(session, key)
-        if existing is not None:
+    # One atomic INSERT is the transaction: no BEGIN/COMMIT round trips (see db.engine.autocommit).
+    with autocommit(session_factory).begin() as session:
+        snapshot = rules_db.rule_snapshot(session, rule_id)
+        try:
+            payload = _admit(snapshot, kind, trigger)
+        except AdmissionError:
+            # A retry of a trigger that was admitted earlier still gets its run back.
+            existing = runs_db.get_run_by_key(session, key)
+            if existing is None:
+                raise
             return DispatchResult(existing, created=False, sent=False)
-        rule = rules_db.load_rule(row)
-        payload = dict(trigger.payload)
-        if kind == TriggerType.MANUAL:
-            payload["inputs"] = resolve_inputs(rule, payload.get("inputs") or {})
-        elif not row.enabled:
-            raise AdmissionError(
-                f"rule {rule_id!r} is disabled, so {kind} triggers do not run it; "
-                "enable it in its rule file (enabled: true) or run it manually"
-            )
         now = utcnow()
-        run_id = str(uuid.uuid4())
-        inserted = runs_db.insert_run_once(
-            session,
-            {
-                "id": run_id,
-                "rule_id": rule_id,
-                "rule_version": row.version,
-                "trigger_type": kind,
-                "trigger_summary": trigger.summary[:500],
-                "trigger": payload,
-                "idempotency_key": key,
-                "status": RunStatus.QUEUED,
-                "billing_code": rule.billing_code,
-                "usage": {},
-                "queue": rule.effective_queue,
-                "attempt": 0,
-                "send_count": 1,
-                "sent_at": now,
-                "queued_at": now,
-            },
-        )
-        if not inserted:  # lost a race with a dispatch of the same key
-            winner = runs_db.get_run_by_key(session, key)
-            assert winner is not None
-            return DispatchResult(winner, created=False, sent=False)
-        run = runs_db.get_run(session, run_id)
+        values = {
+            "id": str(uuid.uuid4()),
+            "rule_id": rule_id,
+            "rule_version": snapshot.version,
+            "trigger_type": kind,
+            "trigger_summary": trigger.summary[:500],
+            "trigger": payload,
+            "idempotency_key": key,
+            "status": RunStatus.QUEUED,
+            "billing_code": snapshot.rule.billing_code,
+            "usage": {},
+            "queue": snapshot.rule.effective_queue,
+            "attempt": 0,
+            "send_count": 1,
+            "sent_at": now,
+            "queued_at": now,
+        }
+        if not runs_db.insert_run_once(session, values):
+            # The key was seen before (a retry, a redelivery, or a racing twin): that run stands.
+            existing = runs_db.get_run_by_key(session, key)
+            assert existing is not None
+            return DispatchResult(existing, created=False, sent=False)
+    run = RunRow(**values)
 
     try:
         sender.send_run(run.id, queue=run.queue, rule_id=rule_id)

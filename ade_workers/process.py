@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -22,7 +23,44 @@ from pathlib import Path
 from typing import cast
 
 OUTPUT_CAP = 80_000
+STOP_CHECK_INTERVAL = 0.25
 _CHUNK = 64 * 1024
+
+
+class _ExitWatch:
+    """Waits for a child to exit without reaping it, waking the moment it does.
+
+    Uses a pidfd (Linux >= 5.3); `Popen.wait(timeout)` would instead poll with sleeps of up to
+    tens of milliseconds, which dominates the latency of a short command.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self._fd: int | None = None
+
+    def __enter__(self) -> Callable[[float], bool]:
+        try:
+            self._fd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):  # no pidfd here: fall back to polling
+            return self._poll
+        return self._select
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+    def _select(self, timeout: float) -> bool:
+        assert self._fd is not None
+        readable, _, _ = select.select([self._fd], [], [], max(timeout, 0))
+        return bool(readable)
+
+    def _poll(self, timeout: float) -> bool:
+        end = time.monotonic() + max(timeout, 0)
+        while self._proc.poll() is None:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.005)
+        return True
 
 
 class CappedOutput:
@@ -128,18 +166,15 @@ def run_process(
 
     deadline = started + timeout
     timed_out = cancelled = False
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        try:
-            proc.wait(timeout=min(remaining, 0.25))
-            break
-        except subprocess.TimeoutExpired:
+    with _ExitWatch(proc) as exited:
+        while not exited(min(deadline - time.monotonic(), STOP_CHECK_INTERVAL)):
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
             if should_stop():
                 cancelled = True
                 break
+    # Kill before reaping: the group id cannot be reused while the leader is unreaped.
     kill_group(proc.pid, kill_grace if (timed_out or cancelled) else 0.0)
     exit_code = proc.wait()
     reader.join(timeout=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -28,11 +29,16 @@ def get_rule(session: Session, rule_id: str) -> RuleRow:
     """The rule row, or NotFoundError naming the id."""
     row = session.get(RuleRow, rule_id)
     if row is None:
-        raise NotFoundError(
-            f"rule {rule_id!r} does not exist; list rules with `ade-tasks rules list` "
-            "or add it to the rules directory and run `ade-tasks rules sync`"
-        )
+        raise rule_not_found(rule_id)
     return row
+
+
+def rule_not_found(rule_id: str) -> NotFoundError:
+    """The error for an unknown rule id, with what to do about it."""
+    return NotFoundError(
+        f"rule {rule_id!r} does not exist; list rules with `ade-tasks rules list` "
+        "or add it to the rules directory and run `ade-tasks rules sync`"
+    )
 
 
 def list_rules(session: Session) -> Sequence[RuleRow]:
@@ -40,9 +46,53 @@ def list_rules(session: Session) -> Sequence[RuleRow]:
     return session.scalars(select(RuleRow).order_by(RuleRow.id)).all()
 
 
+_PARSED: dict[str, Rule] = {}
+_PARSED_MAX = 2048
+
+
 def load_rule(row: RuleRow) -> Rule:
     """The validated rule document of a row."""
-    return Rule.model_validate(row.document)
+    return parse_document(row.content_hash, row.document)
+
+
+def cached_rule(content_hash: str) -> Rule | None:
+    """The parsed rule with this content hash, if this process has seen it."""
+    return _PARSED.get(content_hash)
+
+
+def parse_document(content_hash: str, document: dict[str, Any]) -> Rule:
+    """Validate a stored rule document, once per content hash (rules are immutable values)."""
+    rule = _PARSED.get(content_hash)
+    if rule is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        rule = _PARSED[content_hash] = Rule.model_validate(document)
+    return rule
+
+
+@dataclass(frozen=True)
+class RuleSnapshot:
+    """A rule as the run path needs it: its current version, state and parsed document."""
+
+    id: str
+    version: int
+    enabled: bool
+    rule: Rule
+
+
+def rule_snapshot(session: Session, rule_id: str) -> RuleSnapshot:
+    """Read one rule for dispatch or execution (a single Core SELECT; the parse is cached)."""
+    table = RuleRow.__table__
+    row = session.execute(
+        select(table.c.version, table.c.enabled, table.c.content_hash, table.c.document).where(
+            table.c.id == rule_id
+        )
+    ).first()
+    if row is None:
+        raise rule_not_found(rule_id)
+    return RuleSnapshot(
+        rule_id, row.version, row.enabled, parse_document(row.content_hash, row.document)
+    )
 
 
 def sync_file_rules(

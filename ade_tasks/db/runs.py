@@ -9,15 +9,16 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Table, and_, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import (
+    RuleRow,
     RunEventRow,
     RunRow,
     RunStatus,
@@ -45,6 +46,13 @@ def get_run_by_key(session: Session, idempotency_key: str) -> RunRow | None:
     return session.scalars(select(RunRow).where(RunRow.idempotency_key == idempotency_key)).first()
 
 
+# The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
+RUNS = cast(Table, RunRow.__table__)
+STEPS = cast(Table, RunStepRow.__table__)
+EVENTS = cast(Table, RunEventRow.__table__)
+RULES = cast(Table, RuleRow.__table__)
+
+
 def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     """INSERT the run unless its idempotency key exists; True when this call inserted it.
 
@@ -52,47 +60,128 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     """
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
-        stmt: Any = postgresql.insert(RunRow).on_conflict_do_nothing(
-            index_elements=[RunRow.idempotency_key]
+        stmt: Any = postgresql.insert(RUNS).on_conflict_do_nothing(
+            index_elements=["idempotency_key"]
         )
     elif dialect == "sqlite":
-        stmt = sqlite.insert(RunRow).on_conflict_do_nothing(index_elements=[RunRow.idempotency_key])
+        stmt = sqlite.insert(RUNS).on_conflict_do_nothing(index_elements=["idempotency_key"])
     else:  # pragma: no cover - only the two supported databases reach here
-        stmt = insert(RunRow)
-    result = session.execute(stmt.values(**values).returning(RunRow.id))
+        stmt = insert(RUNS)
+    result = session.execute(stmt.values(**values).returning(RUNS.c.id))
     return result.scalar_one_or_none() is not None
 
 
-def claim_run(session: Session, run_id: str, worker: str, lease_until: datetime) -> RunRow | None:
-    """Move a queued run to running under this worker's lease; None if someone else has it."""
-    now = utcnow()
-    claimed = session.execute(
-        update(RunRow)
-        .where(RunRow.id == run_id, RunRow.status == RunStatus.QUEUED)
+@dataclass(frozen=True)
+class ClaimedRun:
+    """What a worker needs of the run it just claimed, with its rule's current document."""
+
+    id: str
+    rule_id: str
+    rule_version: int
+    trigger: dict[str, Any]
+    attempt: int
+    rule_hash: str | None
+
+
+def claim_run(
+    session: Session, run_id: str, worker: str, lease_until: datetime
+) -> ClaimedRun | None:
+    """Move a queued run to running under this worker's lease; None if someone else has it.
+
+    The rule's current content hash comes back in the same statement (None if the rule was
+    deleted); workers keep parsed rules by hash, so the document is read only on a miss.
+    """
+    of_rule = RULES.c.id == RUNS.c.rule_id
+    row = session.execute(
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.QUEUED)
         .values(
             status=RunStatus.RUNNING,
             worker=worker,
             lease_expires_at=lease_until,
-            started_at=func.coalesce(RunRow.started_at, now),
-            attempt=RunRow.attempt + 1,
+            started_at=func.coalesce(RUNS.c.started_at, utcnow()),
+            attempt=RUNS.c.attempt + 1,
         )
-        .returning(RunRow.id)
-    ).scalar_one_or_none()
-    if claimed is None:
-        return None
-    session.expire_all()
-    return session.get(RunRow, run_id)
+        .returning(
+            RUNS.c.id,
+            RUNS.c.rule_id,
+            RUNS.c.rule_version,
+            RUNS.c.trigger,
+            RUNS.c.attempt,
+            select(RULES.c.content_hash).where(of_rule).scalar_subquery(),
+        )
+    ).first()
+    return None if row is None else ClaimedRun(*row)
 
 
 def renew_lease(session: Session, run_id: str, worker: str, lease_until: datetime) -> bool:
     """Extend a running run's lease; False when the run is no longer this worker's to run."""
     result = session.execute(
-        update(RunRow)
-        .where(RunRow.id == run_id, RunRow.worker == worker, RunRow.status == RunStatus.RUNNING)
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.worker == worker, RUNS.c.status == RunStatus.RUNNING)
         .values(lease_expires_at=lease_until)
-        .returning(RunRow.id)
+        .returning(RUNS.c.id)
     )
     return result.scalar_one_or_none() is not None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as the runner reports it: started, or finished with its outcome."""
+
+    run_id: str
+    index: int
+    step_id: str
+    action_type: str
+    started_at: datetime
+    status: StepStatus = StepStatus.RUNNING
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    output: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "index": self.index,
+            "step_id": self.step_id,
+            "action_type": self.action_type,
+            "started_at": self.started_at,
+            "status": self.status,
+            "finished_at": self.finished_at,
+            "exit_code": self.exit_code,
+            "output": self.output,
+            "result": self.result,
+            "error": self.error[:MAX_ERROR] if self.error else self.error,
+        }
+
+
+def _insert(session: Session, table: Table) -> Any:
+    """INSERT for the session's dialect, so `on_conflict_*` is available."""
+    dialect = session.get_bind().dialect.name
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+def announce_step(session: Session, step: StepRecord) -> None:
+    """Show a step as running; a no-op if its outcome was recorded first (a race we allow)."""
+    session.execute(
+        _insert(session, STEPS)
+        .values(**step.values())
+        .on_conflict_do_nothing(index_elements=["run_id", "index"])
+    )
+
+
+def _record_step_stmt(session: Session, step: StepRecord) -> Any:
+    values = step.values()
+    stmt = _insert(session, STEPS).values(**values)
+    changed = {k: v for k, v in values.items() if k not in ("run_id", "index", "started_at")}
+    return stmt.on_conflict_do_update(index_elements=["run_id", "index"], set_=changed)
+
+
+def record_step(session: Session, step: StepRecord) -> None:
+    """Record a step's outcome, whether or not it was announced as running."""
+    session.execute(_record_step_stmt(session, step))
 
 
 def finish_run(
@@ -101,66 +190,34 @@ def finish_run(
     worker: str | None,
     status: RunStatus,
     error: str | None = None,
-    usage: dict[str, Any] | None = None,
+    last_step: StepRecord | None = None,
 ) -> bool:
-    """Record a running run's outcome; False if the run was not running under `worker`."""
-    conditions = [RunRow.id == run_id, RunRow.status == RunStatus.RUNNING]
+    """Record a running run's outcome (and its last step's); False if it was not `worker`'s.
+
+    On PostgreSQL the step and the run are written by one statement (a data-modifying CTE);
+    SQLite takes two, and a crash between them leaves a running run for the recovery sweep.
+    """
+    conditions = [RUNS.c.id == run_id, RUNS.c.status == RunStatus.RUNNING]
     if worker is not None:
-        conditions.append(RunRow.worker == worker)
-    values: dict[str, Any] = {
-        "status": status,
-        "error": error[:MAX_ERROR] if error else error,
-        "finished_at": utcnow(),
-        "lease_expires_at": None,
-    }
-    if usage is not None:
-        values["usage"] = usage
-    result = session.execute(
-        update(RunRow).where(*conditions).values(**values).returning(RunRow.id)
-    )
-    return result.scalar_one_or_none() is not None
-
-
-def start_step(session: Session, run_id: str, index: int, step_id: str, action_type: str) -> None:
-    """Record that a step began."""
-    session.add(
-        RunStepRow(
-            run_id=run_id,
-            index=index,
-            step_id=step_id,
-            action_type=action_type,
-            status=StepStatus.RUNNING,
-            started_at=utcnow(),
-            output="",
-            result={},
-        )
-    )
-
-
-def finish_step(
-    session: Session,
-    run_id: str,
-    index: int,
-    *,
-    status: StepStatus,
-    exit_code: int | None,
-    output: str,
-    result: dict[str, Any],
-    error: str | None,
-) -> None:
-    """Record how a step ended."""
-    session.execute(
-        update(RunStepRow)
-        .where(RunStepRow.run_id == run_id, RunStepRow.index == index)
+        conditions.append(RUNS.c.worker == worker)
+    stmt = (
+        update(RUNS)
+        .where(*conditions)
         .values(
             status=status,
-            exit_code=exit_code,
-            output=output,
-            result=result,
-            error=error,
+            error=error[:MAX_ERROR] if error else error,
             finished_at=utcnow(),
+            lease_expires_at=None,
         )
+        .returning(RUNS.c.id)
     )
+    if last_step is not None:
+        step_stmt = _record_step_stmt(session, last_step)
+        if session.get_bind().dialect.name == "postgresql":
+            stmt = stmt.add_cte(step_stmt.returning(STEPS.c.id).cte("last_step"))
+        else:
+            session.execute(step_stmt)
+    return session.execute(stmt).scalar_one_or_none() is not None
 
 
 def list_steps(session: Session, run_id: str) -> Sequence[RunStepRow]:
@@ -174,7 +231,11 @@ def append_event(
     session: Session, run_id: str, kind: str, data: dict[str, Any], step_index: int | None = None
 ) -> None:
     """Append one line to the run's transcript."""
-    session.add(RunEventRow(run_id=run_id, kind=kind, data=data, step_index=step_index))
+    session.execute(
+        insert(EVENTS).values(
+            run_id=run_id, kind=kind, data=data, step_index=step_index, at=utcnow()
+        )
+    )
 
 
 def list_events(session: Session, run_id: str) -> Sequence[RunEventRow]:

@@ -168,7 +168,11 @@ def test_sigkill_of_the_worker_ends_the_run_as_worker_lost(cluster: Cluster, pro
     run_id = dispatch(
         cluster.session_factory, cluster.sender(), "long", TriggerEvent.manual()
     ).run.id
-    wait_until(lambda: run_row(cluster, run_id).status == "running", 20, "the run to start")
+    def step_shown_running() -> bool:
+        with cluster.session_factory() as session:
+            return [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+
+    wait_until(step_shown_running, 20, "the history to show the step running")
     pid_file = project / "pid"
     command_pid = wait_until(
         lambda: pid_file.exists() and int(pid_file.read_text()), 10, "the command"

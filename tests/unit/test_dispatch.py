@@ -129,7 +129,7 @@ def test_expired_lease_fails_the_run_as_worker_lost(
     run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
     with session_factory.begin() as session:
         runs_db.claim_run(session, run_id, "w1", utcnow() - timedelta(seconds=1))
-        runs_db.start_step(session, run_id, 0, "s", "run-command")
+        runs_db.announce_step(session, runs_db.StepRecord(run_id, 0, "s", "run-command", utcnow()))
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=1))
     assert report.failed == [run_id]
     with session_factory() as session:
