@@ -346,7 +346,7 @@ def beat(settings: Settings, celery_args: tuple[str, ...]) -> None:
     from ade_workers.celery_app import create_celery_app
 
     app = create_celery_app(settings)
-    app.start(["beat", "-S", "celery.beat:Scheduler", *celery_args])
+    app.start(["beat", "-S", "celery.beat:Scheduler", "--loglevel", "INFO", *celery_args])
 
 
 @main.command("api")

@@ -152,6 +152,13 @@ class Cluster:
         )
         return child
 
+    def beat(self) -> Child:
+        """A real `ade-tasks beat` process (it drives the recovery sweep)."""
+        child = Child([str(BIN / "ade-tasks"), "beat"], self.env, self.tmp / "beat.log", self.tmp)
+        self.children.append(child)
+        wait_until(lambda: "beat: Starting" in child.output(), 30, f"beat to start ({child.log})")
+        return child
+
     def api(self, env: dict[str, str] | None = None) -> httpx.Client:
         """A real `ade-tasks api` process and an HTTP client pointed at it."""
         port = free_port()

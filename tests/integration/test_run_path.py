@@ -164,7 +164,8 @@ def test_sigkill_of_the_worker_ends_the_run_as_worker_lost(cluster: Cluster, pro
         '            - {id: s, type: run-command, command: "echo $$ > pid; exec sleep 60"}',
     )
     victim = cluster.worker(queues="ade.builtin")
-    cluster.worker(queues="ade.control", beat=True)  # the recovery sweep runs here
+    cluster.worker(queues="ade.control")  # the recovery sweep runs here ...
+    cluster.beat()  # ... sent every second by `ade-tasks beat`
     run_id = dispatch(
         cluster.session_factory, cluster.sender(), "long", TriggerEvent.manual()
     ).run.id
