@@ -8,6 +8,7 @@ record, a run queued before a restart is re-sent at start-up by the recovery swe
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from datetime import timedelta
 
@@ -54,9 +55,22 @@ def start_worker(
     return worker, thread
 
 
+def ensure_port_free(host: str, port: int) -> None:
+    """Fail before starting anything when the API port is taken (most often: another dev)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port} ({exc.strerror}); is another `ade-tasks dev` "
+                "running? Stop it, or pick another port with --port or ADE_API_PORT"
+            ) from None
+
+
 def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
+    ensure_port_free(settings.api_host, settings.api_port)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

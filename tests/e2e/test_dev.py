@@ -156,3 +156,22 @@ def test_ctrl_c_stops_running_commands_and_cancels_their_runs(dev: Dev, workdir:
     detail = httpx.get(f"{dev.url}/api/v1/runs/{run_id}").json()
     assert detail["status"] == "cancelled"
     assert "shut down" in detail["error"]
+
+
+def test_dev_refuses_a_taken_port_with_advice(dev: Dev) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", dev.port))
+        taken.listen()
+        result = subprocess.run(
+            [str(BIN / "ade-tasks"), "dev", "--port", str(dev.port)],
+            cwd=dev.workdir,
+            env=dev.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{dev.port}" in result.stderr and "--port" in result.stderr
+    assert not (dev.workdir / ".ade").exists()  # refused before touching anything

@@ -169,6 +169,7 @@ def test_sigkill_of_the_worker_ends_the_run_as_worker_lost(cluster: Cluster, pro
     run_id = dispatch(
         cluster.session_factory, cluster.sender(), "long", TriggerEvent.manual()
     ).run.id
+
     def step_shown_running() -> bool:
         with cluster.session_factory() as session:
             return [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
