@@ -10,7 +10,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ade_tasks.errors import NotFoundError
@@ -85,13 +85,14 @@ class Settings(BaseSettings):
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     worker_concurrency: int = Field(default=2, ge=1)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "broker_url")
     @classmethod
-    def _no_placeholder_database(cls, value: str) -> str:
+    def _no_placeholder(cls, value: str, info: ValidationInfo) -> str:
         if "CHANGE_ME" in value:
+            name = f"ADE_{str(info.field_name).upper()}"
             raise ValueError(
-                "ADE_DATABASE_URL still holds the CHANGE_ME placeholder from .env.example; "
-                "set it to your PostgreSQL URL"
+                f"{name} still holds the CHANGE_ME placeholder from config/.env.example; "
+                "set the real password"
             )
         return value
 

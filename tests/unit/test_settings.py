@@ -41,7 +41,8 @@ def test_unknown_project_names_the_setting_to_add() -> None:
         Settings().project_root("web")
 
 
-def test_placeholder_database_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ADE_DATABASE_URL", "postgresql://ade:CHANGE_ME@db/ade")
-    with pytest.raises(ValidationError, match="CHANGE_ME placeholder"):
+@pytest.mark.parametrize("name", ["ADE_DATABASE_URL", "ADE_BROKER_URL"])
+def test_placeholder_passwords_are_refused(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "scheme://ade:CHANGE_ME@host/ade")
+    with pytest.raises(ValidationError, match=f"{name} still holds the CHANGE_ME placeholder"):
         Settings()
