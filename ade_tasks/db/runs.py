@@ -1,6 +1,6 @@
 """Query functions for runs, their steps and their events.
 
-Every state change is a single conditional UPDATE so that two workers, or a worker and the
+Every state change is a single conditional statement so that two workers, or a worker and the
 recovery sweep, can never both win the same transition.
 """
 
@@ -28,6 +28,12 @@ from ade_tasks.db.schema import (
 )
 from ade_tasks.errors import InvalidInputError, NotFoundError
 
+# The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
+RUNS = cast(Table, RunRow.__table__)
+STEPS = cast(Table, RunStepRow.__table__)
+EVENTS = cast(Table, RunEventRow.__table__)
+RULES = cast(Table, RuleRow.__table__)
+
 MAX_PAGE = 500
 MAX_ERROR = 4000
 DEFAULT_PAGE = 100
@@ -46,29 +52,23 @@ def get_run_by_key(session: Session, idempotency_key: str) -> RunRow | None:
     return session.scalars(select(RunRow).where(RunRow.idempotency_key == idempotency_key)).first()
 
 
-# The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
-RUNS = cast(Table, RunRow.__table__)
-STEPS = cast(Table, RunStepRow.__table__)
-EVENTS = cast(Table, RunEventRow.__table__)
-RULES = cast(Table, RuleRow.__table__)
-
-
 def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     """INSERT the run unless its idempotency key exists; True when this call inserted it.
 
     `ON CONFLICT DO NOTHING` keeps two racing dispatches of the same key from failing either one.
     """
+    stmt = (
+        _insert(session, RUNS)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+    )
+    return session.execute(stmt.returning(RUNS.c.id)).scalar_one_or_none() is not None
+
+
+def _insert(session: Session, table: Table) -> Any:
+    """INSERT for the session's dialect, so `on_conflict_*` is available (PostgreSQL, SQLite)."""
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        stmt: Any = postgresql.insert(RUNS).on_conflict_do_nothing(
-            index_elements=["idempotency_key"]
-        )
-    elif dialect == "sqlite":
-        stmt = sqlite.insert(RUNS).on_conflict_do_nothing(index_elements=["idempotency_key"])
-    else:  # pragma: no cover - only the two supported databases reach here
-        stmt = insert(RUNS)
-    result = session.execute(stmt.values(**values).returning(RUNS.c.id))
-    return result.scalar_one_or_none() is not None
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
 @dataclass(frozen=True)
@@ -155,12 +155,6 @@ class StepRecord:
             "result": self.result,
             "error": self.error[:MAX_ERROR] if self.error else self.error,
         }
-
-
-def _insert(session: Session, table: Table) -> Any:
-    """INSERT for the session's dialect, so `on_conflict_*` is available."""
-    dialect = session.get_bind().dialect.name
-    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
 def announce_step(session: Session, step: StepRecord) -> None:
