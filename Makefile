@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# The venv's bin comes first on PATH, so rule commands such as `python3 -m pytest` use it.
 dev: $(STAMP)
-	$(BIN)/ade-tasks dev
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ade-tasks dev
 
 test: $(STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench

@@ -188,7 +188,7 @@ def run(
         headers=headers,
     )
     if not as_json:
-        click.echo(f"run {accepted['run_id']} {accepted['message']}")
+        click.echo(f"run {accepted['run_id']}: {accepted['message']}")
     if not wait:
         if as_json:
             click.echo(json.dumps(accepted, indent=2))
@@ -208,7 +208,8 @@ def _follow(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, 
     while True:
         run = api.call("GET", f"/api/v1/runs/{run_id}")
         if run["status"] != last_status:
-            say(f"  run is {run['status']}" + (f" on {run['worker']}" if run.get("worker") else ""))
+            where = f" on {run['worker']}" if run.get("worker") else ""
+            say(f"  status: {run['status']}{where}")
             last_status, last_note = run["status"], time.monotonic()
         for step in run["steps"]:
             if seen.get(step["index"]) == step["status"]:

@@ -8,6 +8,7 @@ record, a run queued before a restart is re-sent at start-up by the recovery swe
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 from datetime import timedelta
@@ -109,7 +110,9 @@ def run_dev(settings: Settings) -> None:
 
     api = create_app(settings, session_factory=session_factory, celery=app)
     server = uvicorn.Server(
-        uvicorn.Config(api, host=settings.api_host, port=settings.api_port, log_level="warning")
+        uvicorn.Config(
+            api, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off"
+        )
     )
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
     echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
@@ -118,6 +121,7 @@ def run_dev(settings: Settings) -> None:
     except KeyboardInterrupt:
         pass  # uvicorn re-raises the Ctrl-C it handled; stopping cleanly is the expected end
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         echo("stopping: cancelling running commands, stopping worker and beat")
         runner.SHUTDOWN.set()
         beat.stop()

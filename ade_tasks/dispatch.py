@@ -22,6 +22,9 @@ from ade_tasks.rules.models import TriggerType, canonical_trigger_type
 
 log = logging.getLogger(__name__)
 
+#: Execution kinds the workers of this version can run; others are refused at admission.
+RUNNABLE_KINDS = frozenset({"built-in"})
+
 
 class TaskSender(Protocol):
     """Sends a run's id to the workers; ade_workers implements it with Celery."""
@@ -78,6 +81,11 @@ class DispatchResult:
 
 def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
+    if snapshot.rule.execution.kind not in RUNNABLE_KINDS:
+        raise AdmissionError(
+            f"rule {snapshot.id!r} uses execution kind {snapshot.rule.execution.kind!r}, which "
+            "this version of ADE Tasks cannot run yet; only built-in actions run today"
+        )
     payload = dict(trigger.payload)
     if kind == TriggerType.MANUAL:
         payload["inputs"] = resolve_inputs(snapshot.rule, payload.get("inputs") or {})

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ade_tasks.errors import NotFoundError
 
 EMBEDDED_DATA_DIR = Path(".ade")
-EMBEDDED_BROKER_URL = "memory://"
+EMBEDDED_BROKER_URL = "memory://localhost/"
 
 #: Variables a command step inherits from the worker; everything else is dropped so that
 #: database, broker and webhook secrets never reach a child process.

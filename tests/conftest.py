@@ -11,7 +11,6 @@ import pytest
 from ade_tasks.settings import get_settings
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"
 
 
 @pytest.fixture(autouse=True)

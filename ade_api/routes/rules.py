@@ -58,7 +58,7 @@ async def start_manual_run(
     if not result.created:
         message = "a run with this Idempotency-Key already exists; returning it"
     elif result.sent:
-        message = "run queued"
+        message = "queued"
     else:
         message = (
             f"run recorded but not sent: {result.send_error}. "

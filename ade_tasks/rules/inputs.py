@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ade_tasks.errors import AdmissionError
+from ade_tasks.errors import InvalidInputError
 from ade_tasks.rules.models import InputSpec, Rule
 
 _TRUE = {"true", "yes", "1", "on"}
@@ -18,18 +18,18 @@ def _coerce(name: str, spec: InputSpec, value: Any) -> Any:
         text = str(value).strip().lower()
         if text in _TRUE | _FALSE:
             return text in _TRUE
-        raise AdmissionError(f"input {name!r} must be a boolean (true/false), got {value!r}")
+        raise InvalidInputError(f"input {name!r} must be a boolean (true/false), got {value!r}")
     if spec.type == "number":
         if isinstance(value, int | float) and not isinstance(value, bool):
             return value
         try:
             number = float(str(value))
         except ValueError:
-            raise AdmissionError(f"input {name!r} must be a number, got {value!r}") from None
+            raise InvalidInputError(f"input {name!r} must be a number, got {value!r}") from None
         return int(number) if number.is_integer() else number
     text = str(value)
     if spec.type == "choice" and text not in spec.options:
-        raise AdmissionError(
+        raise InvalidInputError(
             f"input {name!r} must be one of {', '.join(spec.options)}; got {value!r}"
         )
     return text
@@ -45,7 +45,7 @@ def resolve_inputs(rule: Rule, given: dict[str, Any]) -> dict[str, Any]:
         return {str(k): v for k, v in given.items()}
     unknown = sorted(set(given) - set(rule.inputs))
     if unknown:
-        raise AdmissionError(
+        raise InvalidInputError(
             f"rule {rule.id!r} has no input named {', '.join(map(repr, unknown))}; "
             f"declared inputs: {', '.join(sorted(rule.inputs))}"
         )
@@ -56,7 +56,7 @@ def resolve_inputs(rule: Rule, given: dict[str, Any]) -> dict[str, Any]:
         elif spec.default is not None:
             resolved[name] = _coerce(name, spec, spec.default)
         elif spec.required:
-            raise AdmissionError(
+            raise InvalidInputError(
                 f"rule {rule.id!r} requires input {name!r}; pass --input {name}=..."
             )
     return resolved

@@ -91,7 +91,7 @@ def test_a_newcomer_runs_an_example_rule_and_reads_it_back(dev: Dev) -> None:
     ran = dev.cli("run", "hello", "--wait")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "hello from" in ran.stdout and "succeeded" in ran.stdout
-    run_id = ran.stdout.split()[1]
+    run_id = ran.stdout.split()[1].rstrip(":")
 
     listed = dev.cli("runs", "list")
     assert run_id in listed.stdout and "hello" in listed.stdout
@@ -142,7 +142,7 @@ def test_a_queued_run_survives_a_restart(dev: Dev, workdir: Path) -> None:
 def test_ctrl_c_stops_running_commands_and_cancels_their_runs(dev: Dev, workdir: Path) -> None:
     child = dev.start()
     started = dev.cli("run", "slow")
-    run_id = started.stdout.split()[1]
+    run_id = started.stdout.split()[1].rstrip(":")
     pid_file = workdir / "slow.pid"
     command_pid = wait_until(
         lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command"

@@ -11,7 +11,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
-from ade_tasks.errors import AdmissionError, NotFoundError
+from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
 from ade_tasks.recovery import recover
 from tests.unit.conftest import add_rule
 
@@ -89,7 +89,7 @@ def test_bad_inputs_are_refused_before_anything_is_recorded(
     inputs: dict[str, str],
     message: str,
 ) -> None:
-    with pytest.raises(AdmissionError, match=message):
+    with pytest.raises(InvalidInputError, match=message):
         dispatch(session_factory, sender, "alpha", TriggerEvent.manual(inputs))
     with session_factory() as session:
         assert runs_db.list_runs(session, runs_db.RunFilter())[0] == []
@@ -156,3 +156,18 @@ def test_run_history_pages_newest_first_with_a_cursor(
             if cursor is None:
                 break
     assert seen == list(reversed(ids))
+
+
+def test_rules_whose_execution_kind_cannot_run_yet_are_refused(
+    session_factory: SessionFactory, sender: InMemorySender, rules_dir: Path
+) -> None:
+    add_rule(
+        session_factory,
+        rules_dir,
+        "agent",
+        "id: agent\ntriggers: [{type: manual}]\n"
+        "execution: {kind: agent-session, provider: openai, model: m, prompt: p}\n",
+    )
+    with pytest.raises(AdmissionError, match="execution kind 'agent-session'"):
+        dispatch(session_factory, sender, "agent", TriggerEvent.manual())
+    assert sender.sent == []

@@ -187,17 +187,24 @@ execution:
     assert (project / "count").read_text() == "x\n"
 
 
-def test_agent_rules_fail_clearly_until_agent_sessions_exist(
+def test_a_rule_edited_into_an_agent_rule_after_dispatch_fails_clearly(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
 ) -> None:
-    run_id = run_rule(
+    header = "id: r\ntriggers: [{type: manual}]\n"
+    add_rule(
         session_factory,
         rules_dir,
-        config,
-        """
-execution: {kind: agent-session, provider: openai, model: gpt-4.1, prompt: review}
-""",
+        "r",
+        header + "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
     )
+    run_id = dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run.id
+    add_rule(
+        session_factory,
+        rules_dir,
+        "r",
+        header + "execution: {kind: agent-session, provider: openai, model: m, prompt: p}\n",
+    )
+    execute_run(session_factory, config, run_id, "test-worker")
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.FAILED
