@@ -68,6 +68,10 @@ def ensure_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
@@ -116,6 +120,9 @@ def run_dev(settings: Settings) -> None:
     )
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
     echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
+    # uvicorn handles SIGINT/SIGTERM, then re-raises the signal it caught once it has stopped; a
+    # TERM (systemd, docker, `kill`) must get the same clean stop as Ctrl-C, not the default death.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.run()
     except KeyboardInterrupt:

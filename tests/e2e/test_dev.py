@@ -175,3 +175,16 @@ def test_dev_refuses_a_taken_port_with_advice(dev: Dev) -> None:
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{dev.port}" in result.stderr and "--port" in result.stderr
     assert not (dev.workdir / ".ade").exists()  # refused before touching anything
+
+
+def test_sigterm_stops_dev_as_cleanly_as_ctrl_c(dev: Dev, workdir: Path) -> None:
+    child = dev.start()
+    dev.cli("run", "slow")
+    pid_file = workdir / "slow.pid"
+    command_pid = wait_until(
+        lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command"
+    )
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.proc.wait(timeout=30) == 0
+    assert "stopped" in child.output()
+    assert not pid_alive(command_pid)
