@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import RuleRow, utcnow
@@ -80,19 +80,18 @@ class RuleSnapshot:
     rule: Rule
 
 
+_SNAPSHOT = text(
+    "SELECT version, enabled, content_hash, document FROM rules WHERE id = :id"
+).columns(document=RuleRow.__table__.c.document.type)
+
+
 def rule_snapshot(session: Session, rule_id: str) -> RuleSnapshot:
-    """Read one rule for dispatch or execution (a single Core SELECT; the parse is cached)."""
-    table = RuleRow.__table__
-    row = session.execute(
-        select(table.c.version, table.c.enabled, table.c.content_hash, table.c.document).where(
-            table.c.id == rule_id
-        )
-    ).first()
+    """Read one rule for dispatch or execution (one prepared SELECT; the parse is cached)."""
+    row = session.execute(_SNAPSHOT, {"id": rule_id}).first()
     if row is None:
         raise rule_not_found(rule_id)
-    return RuleSnapshot(
-        rule_id, row.version, row.enabled, parse_document(row.content_hash, row.document)
-    )
+    rule = parse_document(row.content_hash, row.document)
+    return RuleSnapshot(rule_id, row.version, bool(row.enabled), rule)
 
 
 def sync_file_rules(
