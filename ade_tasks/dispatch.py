@@ -18,7 +18,7 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdmissionError, BrokerUnavailableError
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.models import TriggerType, canonical_trigger_type
+from ade_tasks.rules.models import Rule, TriggerType, canonical_trigger_type
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,21 @@ class DispatchResult:
     send_error: str | None = None
 
 
+def unrunnable_reason(rule: Rule) -> str | None:
+    """Why this version's workers cannot run the rule, or None when they can."""
+    if rule.execution.kind in RUNNABLE_KINDS:
+        return None
+    return (
+        f"rule {rule.id!r} uses execution kind {rule.execution.kind!r}, which this version "
+        "of ADE Tasks cannot run yet; only built-in actions run today"
+    )
+
+
 def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
-    if snapshot.rule.execution.kind not in RUNNABLE_KINDS:
-        raise AdmissionError(
-            f"rule {snapshot.id!r} uses execution kind {snapshot.rule.execution.kind!r}, which "
-            "this version of ADE Tasks cannot run yet; only built-in actions run today"
-        )
+    unrunnable = unrunnable_reason(snapshot.rule)
+    if unrunnable:
+        raise AdmissionError(unrunnable)
     payload = dict(trigger.payload)
     if kind == TriggerType.MANUAL:
         payload["inputs"] = resolve_inputs(snapshot.rule, payload.get("inputs") or {})

@@ -24,6 +24,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.runs import StepRecord
 from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
+from ade_tasks.dispatch import unrunnable_reason
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import Rule, RunCommandAction
 from ade_tasks.settings import Settings
@@ -194,11 +195,10 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
     rule = rules_db.cached_rule(claimed.rule_hash)
     if rule is None:
         rule = rules_db.rule_snapshot(session, claimed.rule_id).rule
-    if rule.execution.kind != "built-in":
-        raise AdeError(
-            f"rule {rule.id!r} uses execution kind {rule.execution.kind!r}, which this "
-            "version of ADE Tasks does not run yet; only built-in actions are available"
-        )
+    unrunnable = unrunnable_reason(rule)  # the rule may have changed since its dispatch
+    if unrunnable:
+        raise AdeError(unrunnable)
+    assert rule.execution.kind == "built-in"  # the only runnable kind today
     return _Plan(
         rule=rule,
         actions=list(rule.execution.actions),
