@@ -1,0 +1,108 @@
+"""Schedule math: the UTC minute slots at which a `schedule` trigger fires.
+
+Cron expressions are evaluated in the trigger's IANA time zone; a slot is identified by its UTC
+minute, so the same occurrence has the same key on every beat.
+
+Daylight-saving changes, defined here and tested for Europe/Berlin and America/New_York:
+
+* **Skipped hour** (spring forward, e.g. 02:00-03:00 does not exist): a schedule whose times fall in
+  the gap fires **once, at the first minute after the gap** (03:00 local), as Vixie cron does.
+  Several gap times of one schedule (`*/20` at 02:00, 02:20, 02:40) collapse into that one fire, and
+  it coincides with a regular 03:00 slot if the schedule has one.
+* **Repeated hour** (fall back, e.g. 02:00-03:00 happens twice): a schedule whose hour field is
+  `*` (it runs every hour) fires in **both** passes, because they are different instants; any
+  other schedule fires **only in the first pass**, so a daily 02:30 job runs once that night.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+from ade_tasks.rules.models import CRON_ALIASES
+
+_ALIAS_EXPANSION = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+assert set(_ALIAS_EXPANSION) == CRON_ALIASES
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One `schedule` trigger of one rule, as the scheduler needs it."""
+
+    rule_id: str
+    trigger_index: int
+    cron: str
+    timezone: str = "UTC"
+    catchup_window: timedelta | None = None
+
+    @property
+    def expression(self) -> str:
+        """The 5-field expression (aliases expanded)."""
+        return _ALIAS_EXPANSION.get(self.cron, self.cron)
+
+    @property
+    def every_hour(self) -> bool:
+        """Does the schedule run in every hour (its hour field is `*`)?"""
+        return self.expression.split()[1] == "*"
+
+
+def minute(moment: datetime) -> datetime:
+    """The UTC minute a moment falls in; naive datetimes are refused."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r}; pass a timezone-aware datetime")
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+class CronCursor:
+    """Walks the fire slots of one schedule forward; kept between ticks, never rebuilt per tick."""
+
+    def __init__(self, spec: ScheduleSpec, after: datetime) -> None:
+        self.spec = spec
+        self._zone = ZoneInfo(spec.timezone)
+        self._iter = croniter(spec.expression, minute(after).astimezone(self._zone))
+        self._next = self._advance()
+
+    def _advance(self) -> datetime:
+        while True:
+            local: datetime = self._iter.get_next(datetime)
+            slot = minute(local)
+            # The second pass of a repeated hour: fire it only for every-hour schedules.
+            if slot.astimezone(self._zone).fold == 1 and not self.spec.every_hour:
+                continue
+            return slot
+
+    def peek(self) -> datetime:
+        """The next slot, without consuming it."""
+        return self._next
+
+    def due(self, until: datetime) -> list[datetime]:
+        """Consume and return every slot at or before `until`."""
+        slots = []
+        limit = minute(until)
+        while self._next <= limit:
+            slots.append(self._next)
+            self._next = self._advance()
+        return slots
+
+
+def next_fire_times(spec: ScheduleSpec, after: datetime, count: int) -> list[datetime]:
+    """The next `count` UTC slots after `after` (for previews)."""
+    cursor = CronCursor(spec, after)
+    return [cursor.due(cursor.peek())[0] for _ in range(count)]
+
+
+def iter_slots(spec: ScheduleSpec, after: datetime, until: datetime) -> Iterator[datetime]:
+    """Every slot in (after, until]."""
+    yield from CronCursor(spec, after).due(until)
