@@ -18,7 +18,7 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdmissionError, BrokerUnavailableError
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.models import Rule, TriggerType, canonical_trigger_type
+from ade_tasks.rules.models import Rule, ScheduleTrigger, TriggerType, canonical_trigger_type
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +89,27 @@ def unrunnable_reason(rule: Rule) -> str | None:
     )
 
 
+def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str, Any]) -> None:
+    """A schedule fires only while the rule still has that trigger with the same cron, so an
+    edit between a beat's tick and its fire never fires the old schedule."""
+    index, cron = payload.get("trigger_index"), payload.get("cron")
+    triggers = snapshot.rule.triggers
+    current = triggers[index] if isinstance(index, int) and 0 <= index < len(triggers) else None
+    if not isinstance(current, ScheduleTrigger) or current.cron != cron:
+        raise AdmissionError(
+            f"rule {snapshot.id!r} no longer has schedule trigger #{index} with cron {cron!r}; "
+            "the schedule was edited or removed after this occurrence was claimed"
+        )
+
+
 def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
     unrunnable = unrunnable_reason(snapshot.rule)
     if unrunnable:
         raise AdmissionError(unrunnable)
     payload = dict(trigger.payload)
+    if kind == TriggerType.SCHEDULE:
+        _check_schedule_unchanged(snapshot, payload)
     if kind == TriggerType.MANUAL:
         payload["inputs"] = resolve_inputs(snapshot.rule, payload.get("inputs") or {})
     elif not snapshot.enabled:

@@ -191,3 +191,36 @@ class RunEventRow(Base):
     kind: Mapped[str] = mapped_column(String(64))
     step_index: Mapped[int | None] = mapped_column(Integer)
     data: Mapped[dict[str, Any]]
+
+
+class OccurrenceOutcome(StrEnum):
+    """What came of a claimed schedule occurrence (wire values)."""
+
+    CLAIMED = "claimed"
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+
+
+class ScheduleOccurrenceRow(Base):
+    """One (rule, trigger, cron, UTC minute) slot, claimed by exactly one beat."""
+
+    __tablename__ = "schedule_occurrences"
+    __table_args__ = (
+        UniqueConstraint(
+            "rule_id", "trigger_index", "cron", "slot", name="uq_schedule_occurrences_key"
+        ),
+        Index("ix_schedule_occurrences_slot", "slot"),
+    )
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    rule_id: Mapped[str] = mapped_column(String(64))
+    trigger_index: Mapped[int] = mapped_column(Integer)
+    cron: Mapped[str] = mapped_column(String(128))
+    slot: Mapped[datetime]
+    claimed_by: Mapped[str] = mapped_column(String(255))
+    claimed_at: Mapped[datetime]
+    outcome: Mapped[str] = mapped_column(String(16))
+    run_id: Mapped[str | None] = mapped_column(String(36))
+    reason: Mapped[str | None] = mapped_column(Text)
+    duplicate_claims: Mapped[int] = mapped_column(Integer, default=0)

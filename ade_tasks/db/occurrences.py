@@ -1,0 +1,136 @@
+"""Query functions for schedule occurrences: claims, outcomes, listing, pruning."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow, utcnow
+
+OCCURRENCES = cast(Table, ScheduleOccurrenceRow.__table__)
+RETENTION = timedelta(days=35)
+CLAIM_BATCH = 500
+
+
+@dataclass(frozen=True, order=True)
+class OccurrenceKey:
+    """What makes an occurrence unique: rule, trigger, cron expression, UTC minute slot."""
+
+    rule_id: str
+    trigger_index: int
+    cron: str
+    slot: datetime
+
+    @property
+    def idempotency_key(self) -> str:
+        """The run's idempotency key: a second dispatch of this occurrence finds the first run."""
+        cron = hashlib.sha256(self.cron.encode()).hexdigest()[:12]
+        return f"schedule:{self.rule_id}:{self.trigger_index}:{cron}:{self.slot:%Y-%m-%dT%H:%MZ}"
+
+
+def _insert(session: Session) -> Any:
+    name = session.get_bind().dialect.name
+    return (postgresql.insert if name == "postgresql" else sqlite.insert)(OCCURRENCES)
+
+
+def claim(
+    session: Session,
+    keys: Sequence[OccurrenceKey],
+    beat_id: str,
+    outcome: OccurrenceOutcome = OccurrenceOutcome.CLAIMED,
+) -> list[OccurrenceKey]:
+    """Claim occurrences; returns the ones this beat won, sorted.
+
+    Each batch is one INSERT ... ON CONFLICT DO UPDATE that counts a lost claim as a duplicate;
+    `duplicate_claims` comes back 0 only for rows the statement inserted, which is how a beat
+    learns what it won (portable to SQLite: no xmax trick). Keys go in sorted order, so two beats
+    claiming overlapping batches lock rows in the same order and never deadlock.
+    """
+    now = utcnow()
+    ordered = sorted(set(keys))
+    won: list[OccurrenceKey] = []
+    for start in range(0, len(ordered), CLAIM_BATCH):
+        rows = [
+            {
+                "rule_id": key.rule_id,
+                "trigger_index": key.trigger_index,
+                "cron": key.cron,
+                "slot": key.slot,
+                "claimed_by": beat_id,
+                "claimed_at": now,
+                "outcome": outcome.value,
+                "duplicate_claims": 0,
+            }
+            for key in ordered[start : start + CLAIM_BATCH]
+        ]
+        stmt = _insert(session).values(rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["rule_id", "trigger_index", "cron", "slot"],
+            set_={"duplicate_claims": OCCURRENCES.c.duplicate_claims + 1},
+        ).returning(
+            OCCURRENCES.c.rule_id,
+            OCCURRENCES.c.trigger_index,
+            OCCURRENCES.c.cron,
+            OCCURRENCES.c.slot,
+            OCCURRENCES.c.duplicate_claims,
+        )
+        won += [OccurrenceKey(*row[:4]) for row in session.execute(stmt) if row[4] == 0]
+    return sorted(won)
+
+
+def record_outcome(
+    session: Session,
+    key: OccurrenceKey,
+    outcome: OccurrenceOutcome,
+    *,
+    run_id: str | None = None,
+    reason: str | None = None,
+) -> None:
+    """What came of a claimed occurrence."""
+    session.execute(
+        update(OCCURRENCES)
+        .where(
+            OCCURRENCES.c.rule_id == key.rule_id,
+            OCCURRENCES.c.trigger_index == key.trigger_index,
+            OCCURRENCES.c.cron == key.cron,
+            OCCURRENCES.c.slot == key.slot,
+        )
+        .values(outcome=outcome.value, run_id=run_id, reason=reason)
+    )
+
+
+def last_slots(session: Session) -> dict[tuple[str, int, str], datetime]:
+    """The newest claimed slot of every (rule, trigger, cron): where a restarted beat resumes."""
+    rows = session.execute(
+        select(
+            OCCURRENCES.c.rule_id,
+            OCCURRENCES.c.trigger_index,
+            OCCURRENCES.c.cron,
+            func.max(OCCURRENCES.c.slot),
+        ).group_by(OCCURRENCES.c.rule_id, OCCURRENCES.c.trigger_index, OCCURRENCES.c.cron)
+    ).all()
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+def list_for_rule(session: Session, rule_id: str, limit: int = 100) -> Sequence[Any]:
+    """A rule's occurrences, newest first."""
+    return session.scalars(
+        select(ScheduleOccurrenceRow)
+        .where(ScheduleOccurrenceRow.rule_id == rule_id)
+        .order_by(ScheduleOccurrenceRow.slot.desc(), ScheduleOccurrenceRow.trigger_index)
+        .limit(limit)
+    ).all()
+
+
+def prune(session: Session, now: datetime | None = None) -> int:
+    """Delete occurrences older than the retention (35 days); returns how many."""
+    cutoff = (now or utcnow()) - RETENTION
+    result = session.execute(delete(OCCURRENCES).where(OCCURRENCES.c.slot < cutoff))
+    return int(getattr(result, "rowcount", 0) or 0)
