@@ -343,11 +343,13 @@ def worker(
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def beat(settings: Settings, celery_args: tuple[str, ...]) -> None:
-    """Celery beat driving the recovery sweep."""
+    """Celery beat: fires rule schedules and housekeeping; run as many as you like."""
     from ade_workers.celery_app import create_celery_app
 
     app = create_celery_app(settings)
-    app.start(["beat", "-S", "celery.beat:Scheduler", "--loglevel", "INFO", *celery_args])
+    app.start(
+        ["beat", "-S", "ade_workers.beat:DatabaseScheduler", "--loglevel", "INFO", *celery_args]
+    )
 
 
 @main.command("api")

@@ -105,7 +105,7 @@ def run_dev(settings: Settings) -> None:
         f"[3/4] starting worker ({settings.worker_concurrency} threads) on {', '.join(all_queues)}"
     )
     worker, worker_thread = start_worker(app, all_queues, settings.worker_concurrency)
-    beat = EmbeddedService(app, thread=True, scheduler_cls="celery.beat:Scheduler")
+    beat = EmbeddedService(app, thread=True, scheduler_cls="ade_workers.beat:DatabaseScheduler")
     beat.start()
     # The in-memory broker starts empty: every queued run lost its message with the last process.
     swept = recover(session_factory, CelerySender(app), requeue_after=timedelta(0))

@@ -90,6 +90,11 @@ class Scheduler:
         self._refresh_every = refresh_every
         self._cursors: dict[SpecKey, CronCursor] = {}
         self._refreshed_at: datetime | None = None
+        self._stale_checked_at: datetime | None = None
+
+    def now(self) -> datetime:
+        """This beat's clock."""
+        return self._clock()
 
     def refresh(self, now: datetime) -> None:
         """Pick up added, edited and removed rules; cursors of unchanged triggers are kept."""
@@ -138,7 +143,9 @@ class Scheduler:
             report.lost = len(fire) + len(missed) - len(won) - len(report.missed)
             for occurrence in sorted(won, key=lambda o: o.slot):  # oldest first
                 self._fire(occurrence, report)
-        self._refire_stale_claims(now, report)
+        if self._stale_checked_at is None or now - self._stale_checked_at >= STALE_CLAIM / 2:
+            self._stale_checked_at = now
+            self._refire_stale_claims(now, report)
         return report
 
     def _fire(self, key: OccurrenceKey, report: TickReport) -> None:

@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=15.0, gt=0)
     requeue_after_seconds: float = Field(default=60.0, ge=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
-    max_attempts: int = Field(default=3, ge=1)
+    run_retention_days: int | None = Field(default=None, ge=1)
     kill_grace_seconds: float = Field(default=3.0, ge=0)
 
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST

@@ -81,13 +81,8 @@ def create_celery_app(
         task_default_queue=BUILTIN_QUEUE,
         task_queues=[_queue(name, settings.broker_url) for name in queues],
         task_routes={RECOVER_TASK: {"queue": CONTROL_QUEUE}},
-        beat_schedule={
-            "ade.recovery-sweep": {
-                "task": RECOVER_TASK,
-                "schedule": settings.recovery_interval_seconds,
-                "options": {"queue": CONTROL_QUEUE, "expires": settings.recovery_interval_seconds},
-            }
-        },
+        # Beat fires schedules and housekeeping from database claims, not from a static table.
+        beat_scheduler="ade_workers.beat:DatabaseScheduler",
         worker_hijack_root_logger=False,
         timezone="UTC",
         enable_utc=True,

@@ -141,7 +141,7 @@ class Cluster:
             "--loglevel=INFO",
         ]
         if beat:
-            argv += ["-B", "--scheduler", "celery.beat:Scheduler"]
+            argv += ["-B", "--scheduler", "ade_workers.beat:DatabaseScheduler"]
         child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"worker-{name}.log", self.tmp)
         self.children.append(child)
         control = self.celery.control

@@ -1,0 +1,99 @@
+"""Housekeeping jobs driven by the beats and claimed like schedule occurrences.
+
+Every beat ticks the same jobs; each job's period slot (e.g. the 30-second window of the recovery
+sweep) is claimed in `schedule_occurrences` under the pseudo-rule `HOUSEKEEPING`, so however many
+beats run, each slot's job runs once. Later features add their sweeps with `job(...)` (the deferred
+lane-cleanup sweep registers itself here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete
+
+from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.occurrences import OccurrenceKey
+from ade_tasks.db.schema import OccurrenceOutcome, RunRow
+from ade_tasks.dispatch import TaskSender
+from ade_tasks.recovery import recover
+from ade_tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HOUSEKEEPING = "__housekeeping__"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A periodic job: its name, its period and what it does."""
+
+    name: str
+    every: timedelta
+    run: Callable[[datetime], object]
+
+    def slot(self, now: datetime) -> datetime:
+        """The start of the period `now` falls in."""
+        period = self.every.total_seconds()
+        return datetime.fromtimestamp(now.timestamp() // period * period, UTC)
+
+
+def standard_jobs(
+    session_factory: SessionFactory, sender: TaskSender, settings: Settings
+) -> list[Job]:
+    """The run path's jobs: the recovery sweep, and retention pruning every hour."""
+
+    def sweep(_now: datetime) -> object:
+        return recover(
+            session_factory,
+            sender,
+            requeue_after=timedelta(seconds=settings.requeue_after_seconds),
+        )
+
+    def prune(now: datetime) -> object:
+        with session_factory.begin() as session:
+            pruned = {"occurrences": occ_db.prune(session, now)}
+            if settings.run_retention_days:
+                cutoff = now - timedelta(days=settings.run_retention_days)
+                result = session.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+                pruned["runs"] = int(getattr(result, "rowcount", 0) or 0)
+        return pruned
+
+    return [
+        Job("recover", timedelta(seconds=settings.recovery_interval_seconds), sweep),
+        Job("prune", timedelta(hours=1), prune),
+    ]
+
+
+class Housekeeping:
+    """Runs each job once per period across all beats."""
+
+    def __init__(self, session_factory: SessionFactory, beat_id: str, jobs: list[Job]) -> None:
+        self._session_factory = session_factory
+        self._beat_id = beat_id
+        self._jobs = jobs
+        self._seen: dict[str, datetime] = {}
+
+    def tick(self, now: datetime) -> dict[str, object]:
+        """Claim the current slot of every job not yet tried in it; run the ones won."""
+        due = {}
+        for job in self._jobs:
+            slot = job.slot(now)
+            if self._seen.get(job.name) != slot:
+                self._seen[job.name] = slot
+                due[OccurrenceKey(HOUSEKEEPING, 0, job.name, slot)] = job
+        if not due:
+            return {}
+        with self._session_factory.begin() as session:
+            won = occ_db.claim(session, list(due), self._beat_id, OccurrenceOutcome.FIRED)
+        results = {}
+        for key in won:
+            try:
+                results[key.cron] = due[key].run(now)
+            except Exception:  # one failing job must not stop the beat or the others
+                log.exception("housekeeping job %s failed", key.cron)
+        return results

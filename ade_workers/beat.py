@@ -1,0 +1,59 @@
+"""The Celery beat scheduler of ADE Tasks: several beats may run at once, all active.
+
+`celery -A ade_workers.celery_app beat -S ade_workers.beat:DatabaseScheduler` (what `ade-tasks
+beat` runs). Each tick fires the rules' schedules and the housekeeping jobs through the claims in
+the database (`ade_tasks.scheduler`, `ade_tasks.housekeeping`); Celery's own schedule entries, if
+any are configured, still run as with the default scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+from celery.beat import Scheduler as CeleryScheduler
+
+from ade_tasks.housekeeping import Housekeeping, standard_jobs
+from ade_tasks.scheduler import Scheduler
+from ade_workers.celery_app import CelerySender
+
+log = logging.getLogger(__name__)
+
+#: How often a beat ticks: a slot fires within about this long after its minute begins.
+TICK_SECONDS = 1.0
+
+
+class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
+    """Fires rule schedules and housekeeping from claims in the database."""
+
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(app, *args, **kwargs)
+        runtime = app.ade_runtime
+        self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        sender = CelerySender(app)
+        self._schedules = Scheduler(runtime.session_factory, sender, self.beat_id)
+        jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
+        self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
+        log.info("beat %s fires schedules claimed in the database", self.beat_id)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        interval = float(super().tick(*args, **kwargs))
+        try:
+            report = self._schedules.tick()
+            if report.fired or report.skipped or report.missed:
+                log.info(
+                    "fired %d, skipped %d, missed %d (%d claimed by other beats)",
+                    len(report.fired),
+                    len(report.skipped),
+                    len(report.missed),
+                    report.lost,
+                )
+            for key, reason in report.skipped.items():
+                log.warning("skipped %s: %s", key, reason)
+            self._housekeeping.tick(self._schedules.now())
+        except Exception:  # the database may be briefly away; the next tick retries
+            log.exception("beat tick failed")
+        return min(interval, TICK_SECONDS)

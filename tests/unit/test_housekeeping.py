@@ -1,0 +1,31 @@
+"""Housekeeping jobs run once per period however many beats tick them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.housekeeping import Housekeeping, Job
+
+
+def test_each_period_runs_once_across_beats(session_factory: SessionFactory) -> None:
+    ran: list[tuple[str, datetime]] = []
+    jobs = [Job("count", timedelta(seconds=30), lambda now: ran.append(("count", now)))]
+    beats = [Housekeeping(session_factory, f"beat-{n}", jobs) for n in range(3)]
+    start = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+    for second in range(0, 120, 5):  # two minutes, every beat ticking every 5 s
+        for beat in beats:
+            beat.tick(start + timedelta(seconds=second))
+    assert [now.strftime("%M:%S") for _, now in ran] == ["00:00", "00:30", "01:00", "01:30"]
+
+
+def test_a_failing_job_does_not_stop_the_others(session_factory: SessionFactory) -> None:
+    def broken(_now: datetime) -> None:
+        raise RuntimeError("boom")
+
+    jobs = [
+        Job("broken", timedelta(minutes=1), broken),
+        Job("fine", timedelta(minutes=1), lambda _now: "done"),
+    ]
+    results = Housekeeping(session_factory, "beat", jobs).tick(datetime(2026, 1, 1, tzinfo=UTC))
+    assert results == {"fine": "done"}
