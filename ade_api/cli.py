@@ -145,6 +145,55 @@ def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
         click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state} {triggers}")
 
 
+@rules.command("next")
+@click.argument("rule_id")
+@click.option("-n", "count", type=click.IntRange(1, 100), default=10, show_default=True)
+@url_option
+@json_option
+@click.pass_obj
+def rules_next(
+    settings: Settings, rule_id: str, count: int, url: str | None, as_json: bool
+) -> None:
+    """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC)."""
+    preview = Api(settings, url).call(
+        "GET", f"/api/v1/rules/{rule_id}/schedule", params={"count": count}
+    )
+    if as_json:
+        click.echo(json.dumps(preview, indent=2))
+        return
+    if not preview["triggers"]:
+        click.echo(f"rule {rule_id} has no schedule triggers")
+    if not preview["enabled"]:
+        click.echo(f"rule {rule_id} is disabled: these times will not fire until it is enabled")
+    for trigger in preview["triggers"]:
+        click.echo(
+            f"trigger #{trigger['trigger_index']}: {trigger['cron']} ({trigger['timezone']})"
+        )
+        for fire in trigger["next"]:
+            click.echo(f"  {fire['local'][:16].replace('T', ' ')} local   {fire['utc'][:16]}Z")
+
+
+@rules.command("occurrences")
+@click.argument("rule_id")
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
+@url_option
+@json_option
+@click.pass_obj
+def rules_occurrences(
+    settings: Settings, rule_id: str, limit: int, url: str | None, as_json: bool
+) -> None:
+    """What came of RULE_ID's past schedule occurrences (fired, skipped, missed)."""
+    items = Api(settings, url).call(
+        "GET", f"/api/v1/rules/{rule_id}/occurrences", params={"limit": limit}
+    )
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    for item in items:
+        detail = item["run_id"] or item["reason"] or ""
+        click.echo(f"{item['slot'][:16]}Z  #{item['trigger_index']}  {item['outcome']:<8} {detail}")
+
+
 def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
     inputs = {}
     for pair in pairs:

@@ -117,3 +117,43 @@ class ManualRunAccepted(BaseModel):
     sent: bool
     message: str
     run_url: str
+
+
+class FireTime(BaseModel):
+    """One upcoming fire of a schedule trigger."""
+
+    utc: datetime
+    local: datetime = Field(description="the same moment in the trigger's time zone")
+
+
+class ScheduleTriggerPreview(BaseModel):
+    """The next fire times of one schedule trigger."""
+
+    trigger_index: int
+    cron: str
+    timezone: str
+    next: list[FireTime]
+
+
+class SchedulePreview(BaseModel):
+    """The next fire times of every schedule trigger of a rule."""
+
+    rule_id: str
+    enabled: bool
+    triggers: list[ScheduleTriggerPreview]
+
+
+class OccurrenceOut(BaseModel):
+    """A claimed schedule occurrence and what came of it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    trigger_index: int
+    cron: str
+    slot: datetime
+    outcome: str = Field(description="claimed | fired | skipped | missed")
+    run_id: str | None
+    reason: str | None
+    claimed_by: str
+    claimed_at: datetime
+    duplicate_claims: int

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo
 
-from fastapi import APIRouter, Header, Request, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import ManualRunAccepted, ManualRunRequest, Problem, RuleOut
+from ade_api.schemas import (
+    FireTime,
+    ManualRunAccepted,
+    ManualRunRequest,
+    OccurrenceOut,
+    Problem,
+    RuleOut,
+    SchedulePreview,
+    ScheduleTriggerPreview,
+)
+from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.rules.models import ScheduleTrigger
+from ade_tasks.scheduling import ScheduleSpec, next_fire_times
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -28,6 +42,41 @@ def list_rules(session: SessionDep) -> list[RuleOut]:
 def get_rule(rule_id: str, session: SessionDep) -> RuleOut:
     """One rule with its validated document."""
     return RuleOut.model_validate(rules_db.get_rule(session, rule_id))
+
+
+@router.get("/{rule_id}/schedule", responses=NOT_FOUND)
+def schedule_preview(
+    rule_id: str, session: SessionDep, count: Annotated[int, Query(ge=1, le=100)] = 10
+) -> SchedulePreview:
+    """The next fire times of the rule's schedule triggers, in UTC and in each trigger's zone."""
+    row = rules_db.get_rule(session, rule_id)
+    rule = rules_db.load_rule(row)
+    now = utcnow()
+    triggers = []
+    for index, trigger in enumerate(rule.triggers):
+        if isinstance(trigger, ScheduleTrigger):
+            spec = ScheduleSpec(rule_id, index, trigger.cron, trigger.timezone)
+            zone = ZoneInfo(trigger.timezone)
+            times = [
+                FireTime(utc=t, local=t.astimezone(zone)) for t in next_fire_times(spec, now, count)
+            ]
+            triggers.append(
+                ScheduleTriggerPreview(
+                    trigger_index=index, cron=trigger.cron, timezone=trigger.timezone, next=times
+                )
+            )
+    return SchedulePreview(rule_id=rule_id, enabled=row.enabled, triggers=triggers)
+
+
+@router.get("/{rule_id}/occurrences", responses=NOT_FOUND)
+def occurrences(
+    rule_id: str, session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] = 100
+) -> list[OccurrenceOut]:
+    """Past schedule occurrences of the rule, newest first: fired (with the run), skipped (with
+    the reason) or missed. Answers "did the 03:00 run happen, and if not, why?"."""
+    rules_db.get_rule(session, rule_id)
+    rows = occ_db.list_for_rule(session, rule_id, limit)
+    return [OccurrenceOut.model_validate(row) for row in rows]
 
 
 @router.post(

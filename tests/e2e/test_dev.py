@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -188,3 +189,25 @@ def test_sigterm_stops_dev_as_cleanly_as_ctrl_c(dev: Dev, workdir: Path) -> None
     assert child.proc.wait(timeout=30) == 0
     assert "stopped" in child.output()
     assert not pid_alive(command_pid)
+
+
+def test_schedule_preview_and_occurrences_from_the_cli(dev: Dev) -> None:
+    dev.start()
+    preview = dev.cli("rules", "next", "nightly-disk-report", "-n", "3")
+    assert preview.returncode == 0, preview.stderr
+    assert "trigger #0: 0 3 * * 1-5 (Europe/Berlin)" in preview.stdout
+    local_times = [line.split()[1] for line in preview.stdout.splitlines() if "local" in line]
+    assert local_times == ["03:00", "03:00", "03:00"]
+    as_json = httpx.get(
+        f"{dev.url}/api/v1/rules/nightly-disk-report/schedule", params={"count": 2}
+    ).json()
+    (trigger,) = as_json["triggers"]
+    assert len(trigger["next"]) == 2
+    first = datetime.fromisoformat(trigger["next"][0]["utc"].replace("Z", "+00:00"))
+    assert first.utcoffset() == timedelta(0) and first.hour in (1, 2)  # 03:00 in Berlin
+    none = dev.cli("rules", "next", "hello")
+    assert none.returncode == 0 and "has no schedule triggers" in none.stdout
+    history = dev.cli("rules", "occurrences", "nightly-disk-report")
+    assert history.returncode == 0 and history.stdout == ""
+    missing = dev.cli("rules", "next", "nope")
+    assert missing.returncode == 1 and "rule 'nope' does not exist" in missing.stderr
