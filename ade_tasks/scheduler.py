@@ -134,15 +134,27 @@ class Scheduler:
                 else:
                     overdue.append(occurrence)
             missed += overdue[-MISSED_RECORDED:]
-        if fire or missed:
+        if missed:
             with self._session_factory.begin() as session:
-                won = occ_db.claim(session, fire, self.beat_id)
                 report.missed = occ_db.claim(
                     session, missed, self.beat_id, OccurrenceOutcome.MISSED
                 )
-            report.lost = len(fire) + len(missed) - len(won) - len(report.missed)
-            for occurrence in sorted(won, key=lambda o: o.slot):  # oldest first
+        # Claim and fire batch by batch, each claim committed on its own: beats that tick
+        # together then share the work (one fires a batch while the others claim the next)
+        # instead of the first claimant owning every slot of the minute.
+        ordered = sorted(
+            fire
+        )  # by rule and trigger, then slot: a trigger's catch-up is oldest first
+        won_total = 0
+        for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
+            with self._session_factory.begin() as session:
+                won = occ_db.claim(
+                    session, ordered[start : start + occ_db.CLAIM_BATCH], self.beat_id
+                )
+            won_total += len(won)
+            for occurrence in won:
                 self._fire(occurrence, report)
+        report.lost = len(fire) + len(missed) - won_total - len(report.missed)
         if self._stale_checked_at is None or now - self._stale_checked_at >= STALE_CLAIM / 2:
             self._stale_checked_at = now
             self._refire_stale_claims(now, report)
