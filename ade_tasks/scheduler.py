@@ -142,15 +142,13 @@ class Scheduler:
         # Claim and fire batch by batch, each claim committed on its own: beats that tick
         # together then share the work (one fires a batch while the others claim the next)
         # instead of the first claimant owning every slot of the minute.
-        ordered = sorted(
-            fire
-        )  # by rule and trigger, then slot: a trigger's catch-up is oldest first
+        # Sorted by rule and trigger, then slot, so a trigger's catch-up fires oldest first.
+        ordered = sorted(fire)
         won_total = 0
         for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
+            batch = ordered[start : start + occ_db.CLAIM_BATCH]
             with self._session_factory.begin() as session:
-                won = occ_db.claim(
-                    session, ordered[start : start + occ_db.CLAIM_BATCH], self.beat_id
-                )
+                won = occ_db.claim(session, batch, self.beat_id)
             won_total += len(won)
             for occurrence in won:
                 self._fire(occurrence, report)
