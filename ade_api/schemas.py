@@ -56,6 +56,7 @@ class RunOut(BaseModel):
     queue: str
     worker: str | None
     attempt: int
+    buffered: bool = Field(description="held back by the rule's overlap policy")
     queued_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -12,13 +12,21 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sqlalchemy.orm import Session
+
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdmissionError, BrokerUnavailableError
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.models import Rule, ScheduleTrigger, TriggerType, canonical_trigger_type
+from ade_tasks.rules.models import (
+    OverlapPolicy,
+    Rule,
+    ScheduleTrigger,
+    TriggerType,
+    canonical_trigger_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +134,16 @@ def dispatch(
     """Admit a trigger for a rule, record its run, and send it to the rule's queue.
 
     Admission: the rule must exist; automatic triggers need it enabled (a manual run is
-    allowed on a disabled rule: the operator asked for it). A trigger whose idempotency key
-    was seen before returns the existing run and sends nothing.
+    allowed on a disabled rule: the operator asked for it); a schedule fires only while the
+    rule still has that schedule. A trigger whose idempotency key was seen before returns the
+    existing run and sends nothing. Then the rule's overlap policy decides, for every trigger
+    type, whether the run starts, waits in a buffer, is skipped (recorded as `skipped` with the
+    reason), or cancels the runs in its way.
     """
     kind = canonical_trigger_type(str(trigger.type))
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
-    # One atomic INSERT is the transaction: no BEGIN/COMMIT round trips (see db.engine.autocommit).
-    with autocommit(session_factory).begin() as session:
+    sessions = autocommit(session_factory)
+    with sessions.begin() as session:
         snapshot = rules_db.rule_snapshot(session, rule_id)
         try:
             payload = _admit(snapshot, kind, trigger)
@@ -142,31 +153,45 @@ def dispatch(
             if existing is None:
                 raise
             return DispatchResult(existing, created=False, sent=False)
-        now = utcnow()
-        values = {
-            "id": str(uuid.uuid4()),
-            "rule_id": rule_id,
-            "rule_version": snapshot.version,
-            "trigger_type": kind,
-            "trigger_summary": trigger.summary[:500],
-            "trigger": payload,
-            "idempotency_key": key,
-            "status": RunStatus.QUEUED,
-            "billing_code": snapshot.rule.billing_code,
-            "usage": {},
-            "queue": snapshot.rule.effective_queue,
-            "attempt": 0,
-            "send_count": 1,
-            "sent_at": now,
-            "queued_at": now,
-        }
-        if not runs_db.insert_run_once(session, values):
-            # The key was seen before (a retry, a redelivery, or a racing twin): that run stands.
-            existing = runs_db.get_run_by_key(session, key)
-            assert existing is not None
-            return DispatchResult(existing, created=False, sent=False)
+    guardrails = snapshot.rule.guardrails
+    policy = guardrails.overlap_for(kind)
+    limit = guardrails.concurrency_limit(policy)
+    now = utcnow()
+    values: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "rule_id": rule_id,
+        "rule_version": snapshot.version,
+        "trigger_type": kind,
+        "trigger_summary": trigger.summary[:500],
+        "trigger": payload,
+        "idempotency_key": key,
+        "status": RunStatus.QUEUED,
+        "billing_code": snapshot.rule.billing_code,
+        "usage": {},
+        "queue": snapshot.rule.effective_queue,
+        "attempt": 0,
+        "buffered": False,
+        "send_count": 1,
+        "sent_at": now,
+        "queued_at": now,
+        "finished_at": None,
+        "error": None,
+    }
+    if limit is None:
+        # No concurrency limit: one atomic INSERT is the whole transaction, with no BEGIN/COMMIT
+        # round trips (see db.engine.autocommit).
+        with sessions.begin() as session:
+            existing = _insert_or_existing(session, values)
+    else:
+        with session_factory.begin() as session:
+            runs_db.lock_rule(session, rule_id)
+            _apply_overlap(session, rule_id, policy, limit, values)
+            existing = _insert_or_existing(session, values)
+    if existing is not None:
+        return DispatchResult(existing, created=False, sent=False)
     run = RunRow(**values)
-
+    if run.status != RunStatus.QUEUED or run.buffered:
+        return DispatchResult(run, created=True, sent=False)
     try:
         sender.send_run(run.id, queue=run.queue, rule_id=rule_id)
     except BrokerUnavailableError as exc:
@@ -175,3 +200,54 @@ def dispatch(
         )
         return DispatchResult(run, created=True, sent=False, send_error=exc.message)
     return DispatchResult(run, created=True, sent=True)
+
+
+def _insert_or_existing(session: Session, values: dict[str, Any]) -> RunRow | None:
+    """Insert the run; if its idempotency key was seen (a retry, a redelivery, a racing twin),
+    return the run that has it instead."""
+    if runs_db.insert_run_once(session, values):
+        return None
+    existing = runs_db.get_run_by_key(session, values["idempotency_key"])
+    assert existing is not None
+    return existing
+
+
+def _apply_overlap(
+    session: Session, rule_id: str, policy: OverlapPolicy, limit: int, values: dict[str, Any]
+) -> None:
+    """Decide, under the rule's lock, what the new run does when the rule is busy."""
+    active = runs_db.count_active(session, rule_id)
+    if active < limit:
+        return
+    busy = f"{active} run(s) of rule {rule_id!r} are active (limit {limit})"
+    if policy is OverlapPolicy.CANCEL_OTHER:
+        reason = "cancelled by a newer trigger: the rule's overlap policy is cancel-other"
+        cancelled = runs_db.cancel_active(session, rule_id, reason)
+        log.info("overlap cancel-other: cancelled %s for a new run of %s", cancelled, rule_id)
+        return
+    if policy is OverlapPolicy.SKIP:
+        _skip(values, f"skipped by the overlap policy skip: {busy}")
+    elif policy is OverlapPolicy.BUFFER_ONE and runs_db.has_buffered(session, rule_id):
+        _skip(values, f"skipped by the overlap policy buffer-one: {busy} and one is buffered")
+    else:  # buffer-one with an empty buffer, buffer-all, allow-all above max_concurrent
+        values.update(buffered=True, send_count=0, sent_at=None)
+
+
+def _skip(values: dict[str, Any], reason: str) -> None:
+    values.update(status=RunStatus.SKIPPED, error=reason, finished_at=values["queued_at"])
+    values.update(send_count=0, sent_at=None)
+
+
+def release_buffered(
+    session_factory: SessionFactory, sender: TaskSender, rule_id: str, limit: int
+) -> list[str]:
+    """Start the rule's buffered runs that now have a free slot; returns their ids."""
+    with session_factory.begin() as session:
+        runs_db.lock_rule(session, rule_id)
+        released = runs_db.release_buffered(session, rule_id, limit)
+    for run in released:
+        try:
+            sender.send_run(run.id, queue=run.queue, rule_id=rule_id)
+        except BrokerUnavailableError as exc:  # queued and unbuffered: the sweep re-sends it
+            log.warning("released run %s not sent yet: %s", run.id, exc)
+    return [run.id for run in released]

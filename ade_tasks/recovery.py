@@ -6,10 +6,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import TaskSender
-from ade_tasks.errors import BrokerUnavailableError
+from ade_tasks.dispatch import TaskSender, release_buffered
+from ade_tasks.errors import BrokerUnavailableError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ class RecoveryReport:
     failed: list[str] = field(default_factory=list)
     resent: list[str] = field(default_factory=list)
     unsent: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
 
 
 def recover(
@@ -44,6 +46,24 @@ def recover(
         except BrokerUnavailableError as exc:
             log.warning("could not re-send run %s: %s", run.id, exc)
             report.unsent.append(run.id)
-    if report.failed or report.resent:
-        log.info("recovery: failed %s (worker lost), re-sent %s", report.failed, report.resent)
+    # Buffered runs are normally released by the worker that ends a run of the same rule; a
+    # worker that died (or a rule whose limit was raised) leaves them for this sweep.
+    with session_factory() as session:
+        buffering = runs_db.rules_with_buffered_runs(session)
+        limits = {}
+        for rule_id in buffering:
+            try:
+                limits[rule_id] = rules_db.rule_snapshot(session, rule_id).rule.guardrails
+            except NotFoundError:
+                continue
+    for rule_id, guardrails in limits.items():
+        limit = guardrails.buffer_limit() or guardrails.max_concurrent or 1
+        report.released += release_buffered(session_factory, sender, rule_id, limit)
+    if report.failed or report.resent or report.released:
+        log.info(
+            "recovery: failed %s (worker lost), re-sent %s, released %s",
+            report.failed,
+            report.resent,
+            report.released,
+        )
     return report

@@ -27,7 +27,13 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, RuleRow, ScheduleOccurrenceRow, utcnow
+from ade_tasks.db.schema import (
+    OccurrenceOutcome,
+    RuleRow,
+    RunStatus,
+    ScheduleOccurrenceRow,
+    utcnow,
+)
 from ade_tasks.dispatch import TaskSender, TriggerEvent, dispatch
 from ade_tasks.errors import AdmissionError, NotFoundError
 from ade_tasks.rules.models import ScheduleTrigger
@@ -177,8 +183,13 @@ class Scheduler:
             outcome, reason = OccurrenceOutcome.SKIPPED, exc.message
             report.skipped[key] = reason
         else:
-            outcome, run_id = OccurrenceOutcome.FIRED, result.run.id
-            report.fired[key] = run_id
+            run_id = result.run.id
+            if result.run.status == RunStatus.SKIPPED:  # the overlap policy said no
+                outcome, reason = OccurrenceOutcome.SKIPPED, result.run.error
+                report.skipped[key] = reason or ""
+            else:
+                outcome = OccurrenceOutcome.FIRED
+                report.fired[key] = run_id
         with self._session_factory.begin() as session:
             occ_db.record_outcome(session, key, outcome, run_id=run_id, reason=reason)
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from celery import Celery
 from kombu.entity import Queue
-from kombu.exceptions import OperationalError
 
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.settings import Settings, get_settings
+from ade_workers.sender import EXECUTE_TASK, CelerySender
+
+__all__ = ["EXECUTE_TASK", "CelerySender", "broker_reachable", "create_celery_app"]
 
 log = logging.getLogger(__name__)
 app: Celery  # built on first access by __getattr__ below
@@ -24,7 +25,6 @@ BUILTIN_QUEUE = "ade.builtin"
 AGENT_QUEUE = "ade.agent"
 CONTROL_QUEUE = "ade.control"
 DEFAULT_QUEUES = (BUILTIN_QUEUE, AGENT_QUEUE, CONTROL_QUEUE)
-EXECUTE_TASK = "ade.runs.execute"
 RECOVER_TASK = "ade.control.recover"
 
 # A rule may run up to 12 h (max_duration_min 720); an unacked message must not be redelivered
@@ -91,28 +91,6 @@ def create_celery_app(
 
     register_tasks(app, settings, session_factory)
     return app
-
-
-class CelerySender:
-    """Publishes run ids with Celery; the run's task shows the rule id as its name (shadow)."""
-
-    def __init__(self, app: Celery) -> None:
-        self.app = app
-
-    def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
-        try:
-            self.app.send_task(EXECUTE_TASK, args=[run_id], queue=queue, shadow=rule_id, retry=True)
-        except (TimeoutError, OperationalError, OSError) as exc:
-            raise BrokerUnavailableError(
-                f"the broker at {_redacted(self.app.conf.broker_url)} is unreachable ({exc}); "
-                "the run stays queued and is sent when the broker is back"
-            ) from exc
-
-
-def _redacted(url: str | None) -> str:
-    from kombu.utils.url import maybe_sanitize_url
-
-    return str(maybe_sanitize_url(url or ""))
 
 
 def broker_reachable(app: Celery, timeout: float = 2.0) -> str | None:

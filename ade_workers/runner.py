@@ -24,7 +24,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.runs import StepRecord
 from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
-from ade_tasks.dispatch import unrunnable_reason
+from ade_tasks.dispatch import TaskSender, release_buffered, unrunnable_reason
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import Rule, RunCommandAction
 from ade_tasks.settings import Settings
@@ -145,10 +145,11 @@ class RunnerConfig:
     executors: Mapping[str, ActionExecutor]
     base_env: Mapping[str, str]
     monitor: RunMonitor = field(default_factory=RunMonitor)
+    sender: TaskSender | None = None  # releases runs buffered by an overlap policy
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RunnerConfig:
-        return cls(settings, registry(), dict(os.environ))
+    def from_settings(cls, settings: Settings, sender: TaskSender | None = None) -> RunnerConfig:
+        return cls(settings, registry(), dict(os.environ), sender=sender)
 
 
 @dataclass(frozen=True)
@@ -181,12 +182,16 @@ def execute_run(
     deadline = time.monotonic() + plan.rule.guardrails.max_duration_min * 60
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            return _run_steps(sessions, config, run_id, worker, plan, deadline, monitor)
+            status = _run_steps(sessions, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
             with sessions.begin() as session:
-                return _end(session, run_id, worker, RunStatus.FAILED, error)
+                status = _end(session, run_id, worker, RunStatus.FAILED, error)
+    limit = plan.rule.guardrails.buffer_limit()
+    if limit is not None and config.sender is not None:
+        release_buffered(session_factory, config.sender, plan.rule.id, limit)
+    return status
 
 
 def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _Plan:

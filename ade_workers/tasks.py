@@ -11,9 +11,11 @@ from typing import Any
 from celery import Celery, Task
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.dispatch import TaskSender
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
 from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.sender import CelerySender
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ class WorkerRuntime:
         self._pid: int | None = None
         self._session_factory: SessionFactory | None = None
         self._runner: RunnerConfig | None = None
+        self.sender: TaskSender | None = None
 
     @property
     def session_factory(self) -> SessionFactory:
@@ -44,7 +47,7 @@ class WorkerRuntime:
     @property
     def runner(self) -> RunnerConfig:
         if self._runner is None:
-            self._runner = RunnerConfig.from_settings(self.settings)
+            self._runner = RunnerConfig.from_settings(self.settings, self.sender)
         return self._runner
 
 
@@ -53,6 +56,7 @@ def register_tasks(
 ) -> WorkerRuntime:
     """Define the ADE tasks on `app`; returns the runtime they share."""
     runtime = WorkerRuntime(settings, session_factory)
+    runtime.sender = CelerySender(app)
     # shared=False: Celery would otherwise hand these closures to every app created later,
     # and a second app (tests, embedded mode) would run with the first one's settings.
     app.ade_runtime = runtime
@@ -65,11 +69,10 @@ def register_tasks(
 
     @app.task(name="ade.control.recover", ignore_result=True, shared=False)
     def recover_runs() -> dict[str, list[str]]:
-        from ade_workers.celery_app import CelerySender
-
+        assert runtime.sender is not None
         report = recover(
             runtime.session_factory,
-            CelerySender(app),
+            runtime.sender,
             requeue_after=timedelta(seconds=settings.requeue_after_seconds),
         )
         return {"failed": report.failed, "resent": report.resent, "unsent": report.unsent}

@@ -28,7 +28,11 @@ class FakeClock:
 def write_minutely_rules(
     session_factory: SessionFactory, rules_dir: Path, count: int, extra: str = ""
 ) -> list[str]:
-    """`count` enabled rules firing every minute, synced; returns their ids."""
+    """`count` enabled rules firing every minute, synced; returns their ids.
+
+    Their overlap policy is allow-all: nothing executes the runs in these tests, so under the
+    schedule default (skip) every slot after the first would be skipped.
+    """
     rules_dir.mkdir(parents=True, exist_ok=True)
     documents = []
     for n in range(count):
@@ -36,6 +40,7 @@ def write_minutely_rules(
             f"- id: every-minute-{n:04d}\n"
             "  triggers: [{type: schedule, cron: '* * * * *'" + extra + "}]\n"
             "  execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
+            "  guardrails: {overlap: allow-all}\n"
         )
     (rules_dir / "minutely.yaml").write_text("".join(documents))
     loaded, _ = sync_rules_dir(session_factory, rules_dir)

@@ -106,6 +106,10 @@ async def start_manual_run(
     response.headers["Location"] = run_url
     if not result.created:
         message = "a run with this Idempotency-Key already exists; returning it"
+    elif result.run.status == "skipped":
+        message = result.run.error or "skipped"
+    elif result.run.buffered:
+        message = "buffered by the rule's overlap policy: it starts when an active run ends"
     elif result.sent:
         message = "queued"
     else:

@@ -66,8 +66,8 @@ def _sql(sql: str, table: Table, *columns: str, **types: Any) -> TextClause:
 
 RUN_INSERT_COLUMNS = (
     "id", "rule_id", "rule_version", "trigger_type", "trigger_summary", "trigger",
-    "idempotency_key", "status", "billing_code", "usage", "queue", "attempt", "send_count",
-    "sent_at", "queued_at",
+    "idempotency_key", "status", "billing_code", "usage", "queue", "attempt", "buffered",
+    "send_count", "sent_at", "queued_at", "finished_at", "error",
 )  # fmt: skip
 _INSERT_RUN = _sql(
     f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) "
@@ -337,6 +337,7 @@ def take_unsent_runs(session: Session, older_than: timedelta, limit: int = 500) 
         select(RunRow.id)
         .where(
             RunRow.status == RunStatus.QUEUED,
+            RunRow.buffered.is_(False),
             func.coalesce(RunRow.sent_at, RunRow.queued_at) <= cutoff,
         )
         .order_by(RunRow.queued_at)
@@ -396,3 +397,101 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> list[s
             append_event(session, run_id, "run.worker_lost", {"worker_lease_expired": True})
             failed.append(run_id)
     return failed
+
+
+# --- overlap policy ---------------------------------------------------------------------------
+
+ACTIVE = (RunStatus.RUNNING, RunStatus.WAITING)
+
+
+def _active(rule_id: str) -> Any:
+    """Runs holding one of the rule's concurrency slots: running, waiting, or queued and sent."""
+    return and_(
+        RunRow.rule_id == rule_id,
+        or_(
+            RunRow.status.in_(ACTIVE),
+            and_(RunRow.status == RunStatus.QUEUED, RunRow.buffered.is_(False)),
+        ),
+    )
+
+
+def lock_rule(session: Session, rule_id: str) -> None:
+    """Serialize overlap decisions for one rule until the transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock on the rule id. SQLite: its transactions
+    already take the write lock up front (BEGIN IMMEDIATE), so there is nothing to add.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:id))"), {"id": rule_id})
+
+
+def count_active(session: Session, rule_id: str) -> int:
+    """How many of the rule's concurrency slots are taken."""
+    return int(session.scalar(select(func.count()).where(_active(rule_id))) or 0)
+
+
+def has_buffered(session: Session, rule_id: str) -> bool:
+    """Is a run of the rule waiting in the overlap buffer?"""
+    found = session.scalar(
+        select(RunRow.id)
+        .where(RunRow.rule_id == rule_id, RunRow.buffered.is_(True))
+        .where(RunRow.status == RunStatus.QUEUED)
+        .limit(1)
+    )
+    return found is not None
+
+
+def cancel_active(session: Session, rule_id: str, reason: str) -> list[str]:
+    """Cancel the rule's active and buffered runs; a running one's worker notices at its next
+    heartbeat (its lease can no longer be renewed) and kills the step's process group."""
+    result = session.execute(
+        update(RUNS)
+        .where(
+            RUNS.c.rule_id == rule_id,
+            RUNS.c.status.in_((*ACTIVE, RunStatus.QUEUED)),
+        )
+        .values(
+            status=RunStatus.CANCELLED,
+            error=reason,
+            finished_at=utcnow(),
+            lease_expires_at=None,
+            buffered=False,
+        )
+        .returning(RUNS.c.id)
+    )
+    return list(result.scalars())
+
+
+def release_buffered(session: Session, rule_id: str, limit: int) -> list[RunRow]:
+    """Take runs out of the rule's buffer, oldest first, while it has free slots; the caller
+    sends them. Call under `lock_rule`."""
+    free = limit - count_active(session, rule_id)
+    if free <= 0:
+        return []
+    ids = session.scalars(
+        select(RunRow.id)
+        .where(RunRow.rule_id == rule_id, RunRow.buffered.is_(True))
+        .where(RunRow.status == RunStatus.QUEUED)
+        .order_by(RunRow.queued_at, RunRow.id)
+        .limit(free)
+    ).all()
+    if not ids:
+        return []
+    session.execute(
+        update(RUNS)
+        .where(RUNS.c.id.in_(ids))
+        .values(buffered=False, sent_at=utcnow(), send_count=RUNS.c.send_count + 1)
+    )
+    session.expire_all()
+    return [get_run(session, run_id) for run_id in ids]
+
+
+def rules_with_buffered_runs(session: Session) -> list[str]:
+    """Rules that have runs waiting in their overlap buffer."""
+    return list(
+        session.scalars(
+            select(RunRow.rule_id)
+            .where(RunRow.buffered.is_(True), RunRow.status == RunStatus.QUEUED)
+            .distinct()
+        )
+    )

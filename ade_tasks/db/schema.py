@@ -133,6 +133,7 @@ class RunRow(Base):
         Index("ix_runs_queued_at_id", "queued_at", "id"),
         Index("ix_runs_rule_id_queued_at", "rule_id", "queued_at"),
         Index("ix_runs_status_queued_at", "status", "queued_at"),
+        Index("ix_runs_rule_id_status", "rule_id", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -151,6 +152,8 @@ class RunRow(Base):
     worker: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None]
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Held back by the overlap policy until an active run of the rule ends; never sent meanwhile.
+    buffered: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     send_count: Mapped[int] = mapped_column(Integer, default=0)
     sent_at: Mapped[datetime | None]
     queued_at: Mapped[datetime]

@@ -378,6 +378,29 @@ class Guardrails(_Document):
     require_human: bool = False
     verify_before_publish: bool = False
 
+    def overlap_for(self, trigger_type: str) -> OverlapPolicy:
+        """The overlap policy for a trigger: the rule's, else `skip` for schedules and
+        `allow-all` for everything else."""
+        if self.overlap is not None:
+            return self.overlap
+        return OverlapPolicy.SKIP if trigger_type == "schedule" else OverlapPolicy.ALLOW_ALL
+
+    def concurrency_limit(self, policy: OverlapPolicy) -> int | None:
+        """How many runs may be active at once under `policy` (None: no limit).
+
+        `allow-all` is unlimited unless `max_concurrent` is set (then excess runs wait in a
+        buffer); every other policy allows `max_concurrent` runs, one by default.
+        """
+        if policy is OverlapPolicy.ALLOW_ALL:
+            return self.max_concurrent
+        return self.max_concurrent or 1
+
+    def buffer_limit(self) -> int | None:
+        """The limit under which buffered runs are released (None: this rule never buffers)."""
+        if self.overlap in (OverlapPolicy.SKIP, OverlapPolicy.CANCEL_OTHER):
+            return None
+        return self.concurrency_limit(self.overlap or OverlapPolicy.ALLOW_ALL)
+
 
 class Disposition(StrEnum):
     """Where a finished run's result goes."""

@@ -256,3 +256,32 @@ def test_run_history_filters_and_pages(cluster: Cluster) -> None:
     ) == 3
     future = api.get("/api/v1/runs", params={"since": "2999-01-01T00:00:00Z"}).json()
     assert future["items"] == []
+
+
+def test_cancel_other_stops_the_running_command_and_starts_the_new_run(
+    cluster: Cluster, project: Path
+) -> None:
+    add_rule(
+        cluster,
+        "redeploy",
+        '            - {id: s, type: run-command, command: "echo $$ >> pids; exec sleep 60"}',
+        extra="guardrails: {overlap: cancel-other}",
+    )
+    cluster.worker(concurrency=2)
+    sender = cluster.sender()
+    first = dispatch(cluster.session_factory, sender, "redeploy", TriggerEvent.manual()).run.id
+    pids = project / "pids"
+    old_pid = wait_until(lambda: pids.exists() and int(pids.read_text().split()[0]), 20, "run 1")
+
+    second = dispatch(cluster.session_factory, sender, "redeploy", TriggerEvent.manual()).run.id
+    row = run_row(cluster, first)
+    assert row.status == "cancelled" and "cancel-other" in (row.error or "")
+    wait_until(lambda: not pid_alive(old_pid), 15, "the cancelled run's command to be killed")
+    wait_until(lambda: run_row(cluster, second).status == "running", 20, "run 2 to start")
+    new_pid = wait_until(
+        lambda: len(pids.read_text().split()) == 2 and int(pids.read_text().split()[1]),
+        20,
+        "run 2's command",
+    )
+    os.kill(new_pid, signal.SIGKILL)  # end the test's long command
+    assert finished(cluster, second).status == "failed"
