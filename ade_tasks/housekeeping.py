@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete
+from sqlalchemy.exc import OperationalError
 
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
@@ -26,6 +27,7 @@ from ade_tasks.settings import Settings
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING = "__housekeeping__"
+LOCK_TIMEOUT = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,16 @@ class Housekeeping:
                 due[OccurrenceKey(HOUSEKEEPING, 0, job.name, slot)] = job
         if not due:
             return {}
-        with self._session_factory.begin() as session:
-            won = occ_db.claim(session, list(due), self._beat_id, OccurrenceOutcome.FIRED)
+        try:
+            with self._session_factory.begin() as session:
+                occ_db.limit_lock_wait(session, LOCK_TIMEOUT)
+                won = occ_db.claim(session, list(due), self._beat_id, OccurrenceOutcome.FIRED)
+        except OperationalError as exc:
+            if not occ_db.is_lock_timeout(exc):
+                raise
+            for key in due:  # another beat holds these slots mid-claim; ask again next tick
+                self._seen.pop(key.cron, None)
+            return {}
         results = {}
         for key in won:
             try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
@@ -41,8 +42,21 @@ from ade_tasks.scheduling import CronCursor, ScheduleSpec
 
 log = logging.getLogger(__name__)
 
+
+def simulated_clock(origin: datetime, speed: float, started: datetime | None = None) -> Clock:
+    """A clock that starts at `origin` now and runs `speed` times as fast (tests drive real
+    beat processes through simulated hours with it; production uses the real clock)."""
+    real_start = started or utcnow()
+
+    def now() -> datetime:
+        return origin + (utcnow() - real_start) * speed
+
+    return now
+
+
 LATE_TOLERANCE = timedelta(minutes=1)
 STALE_CLAIM = timedelta(minutes=1)
+LOCK_TIMEOUT = timedelta(seconds=2)
 MISSED_RECORDED = 1000
 Clock = Callable[[], datetime]
 SpecKey = tuple[str, int, str]
@@ -88,6 +102,8 @@ class Scheduler:
         *,
         clock: Clock = utcnow,
         refresh_every: timedelta = timedelta(seconds=5),
+        stale_after: timedelta = STALE_CLAIM,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
     ) -> None:
         self._session_factory = session_factory
         self._sender = sender
@@ -97,6 +113,10 @@ class Scheduler:
         self._cursors: dict[SpecKey, CronCursor] = {}
         self._refreshed_at: datetime | None = None
         self._stale_checked_at: datetime | None = None
+        self._stale_after = stale_after
+        self._lock_timeout = lock_timeout
+        self._backlog_fire: list[OccurrenceKey] = []
+        self._backlog_missed: list[OccurrenceKey] = []
 
     def now(self) -> datetime:
         """This beat's clock."""
@@ -127,44 +147,91 @@ class Scheduler:
         if self._refreshed_at is None or now - self._refreshed_at >= self._refresh_every:
             self.refresh(now)
         report = TickReport()
+        fire, missed = self._due(now)
+        # Slots whose claim waited too long on another beat's locks (say, a beat frozen in the
+        # middle of its claim) are retried on the next tick with the class they had when due,
+        # so a blocked beat neither loses them nor misfiles them as missed.
+        self._backlog_fire += fire
+        self._backlog_missed += missed
+        missed, self._backlog_missed = self._backlog_missed, []
+        if missed:
+            won_missed = self._claim(missed, OccurrenceOutcome.MISSED)
+            if won_missed is None:
+                self._backlog_missed = missed
+            else:
+                report.missed = won_missed
+                report.lost += len(missed) - len(won_missed)
+        # Claim and fire batch by batch, each claim committed on its own: beats that tick
+        # together then share the work (one fires a batch while the others claim the next)
+        # instead of the first claimant owning every slot of the minute.
+        # Sorted by rule and trigger, then slot, so a trigger's catch-up fires oldest first.
+        ordered, self._backlog_fire = sorted(self._backlog_fire), []
+        for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
+            batch = ordered[start : start + occ_db.CLAIM_BATCH]
+            won = self._claim(batch, OccurrenceOutcome.CLAIMED)
+            if won is None:
+                self._backlog_fire += batch
+                continue
+            report.lost += len(batch) - len(won)
+            self._fire_all(won, report)
+        # Staleness is real elapsed time since the claim (claimed_at is the real clock), even
+        # when a test drives this beat with a simulated one.
+        real_now = utcnow()
+        if (
+            self._stale_checked_at is None
+            or real_now - self._stale_checked_at >= self._stale_after / 2
+        ):
+            self._stale_checked_at = real_now
+            self._refire_stale_claims(real_now, report)
+        return report
+
+    def _due(self, now: datetime) -> tuple[list[OccurrenceKey], list[OccurrenceKey]]:
+        """The slots that came due since the last tick: to fire, and to record as missed."""
         fire: list[OccurrenceKey] = []
         missed: list[OccurrenceKey] = []
         for key, cursor in self._cursors.items():
             overdue: list[OccurrenceKey] = []
+            window = cursor.spec.catchup_window or timedelta(0)
             for slot in cursor.due(now):
                 occurrence = OccurrenceKey(key[0], key[1], key[2], slot)
                 late = now - slot
-                window = cursor.spec.catchup_window or timedelta(0)
                 if late <= LATE_TOLERANCE or late <= window:
                     fire.append(occurrence)
                 else:
                     overdue.append(occurrence)
             missed += overdue[-MISSED_RECORDED:]
-        if missed:
-            with self._session_factory.begin() as session:
-                report.missed = occ_db.claim(
-                    session, missed, self.beat_id, OccurrenceOutcome.MISSED
-                )
-        # Claim and fire batch by batch, each claim committed on its own: beats that tick
-        # together then share the work (one fires a batch while the others claim the next)
-        # instead of the first claimant owning every slot of the minute.
-        # Sorted by rule and trigger, then slot, so a trigger's catch-up fires oldest first.
-        ordered = sorted(fire)
-        won_total = 0
-        for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
-            batch = ordered[start : start + occ_db.CLAIM_BATCH]
-            with self._session_factory.begin() as session:
-                won = occ_db.claim(session, batch, self.beat_id)
-            won_total += len(won)
-            for occurrence in won:
-                self._fire(occurrence, report)
-        report.lost = len(fire) + len(missed) - won_total - len(report.missed)
-        if self._stale_checked_at is None or now - self._stale_checked_at >= STALE_CLAIM / 2:
-            self._stale_checked_at = now
-            self._refire_stale_claims(now, report)
-        return report
+        return fire, missed
 
-    def _fire(self, key: OccurrenceKey, report: TickReport) -> None:
+    def _claim(
+        self, keys: list[OccurrenceKey], outcome: OccurrenceOutcome
+    ) -> list[OccurrenceKey] | None:
+        """Claim `keys`; None when another beat's locks held them past the lock timeout."""
+        try:
+            with self._session_factory.begin() as session:
+                occ_db.limit_lock_wait(session, self._lock_timeout)
+                return occ_db.claim(session, keys, self.beat_id, outcome)
+        except OperationalError as exc:
+            if not occ_db.is_lock_timeout(exc):
+                raise
+            log.warning(
+                "claiming %d slots waited over %s on another beat's locks; retrying next tick",
+                len(keys),
+                self._lock_timeout,
+            )
+            return None
+
+    def _fire_all(self, keys: list[OccurrenceKey], report: TickReport) -> None:
+        """Dispatch each occurrence, then record what came of them in one transaction (a crash
+        in between leaves claims that are re-fired, and their idempotency keys find the runs)."""
+        outcomes = [self._fire(key, report) for key in keys]
+        if outcomes:
+            with self._session_factory.begin() as session:
+                for key, outcome, run_id, reason in outcomes:
+                    occ_db.record_outcome(session, key, outcome, run_id=run_id, reason=reason)
+
+    def _fire(
+        self, key: OccurrenceKey, report: TickReport
+    ) -> tuple[OccurrenceKey, OccurrenceOutcome, str | None, str | None]:
         trigger = TriggerEvent(
             type="schedule",
             summary=f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
@@ -190,8 +257,7 @@ class Scheduler:
             else:
                 outcome = OccurrenceOutcome.FIRED
                 report.fired[key] = run_id
-        with self._session_factory.begin() as session:
-            occ_db.record_outcome(session, key, outcome, run_id=run_id, reason=reason)
+        return key, outcome, run_id, reason
 
     def _refire_stale_claims(self, now: datetime, report: TickReport) -> None:
         with self._session_factory() as session:
@@ -199,12 +265,12 @@ class Scheduler:
                 select(ScheduleOccurrenceRow)
                 .where(
                     ScheduleOccurrenceRow.outcome == OccurrenceOutcome.CLAIMED.value,
-                    ScheduleOccurrenceRow.claimed_at < now - STALE_CLAIM,
+                    ScheduleOccurrenceRow.claimed_at < now - self._stale_after,
                 )
                 .order_by(ScheduleOccurrenceRow.slot)
                 .limit(100)
             ).all()
             keys = [OccurrenceKey(r.rule_id, r.trigger_index, r.cron, r.slot) for r in stale]
-        for key in keys:
-            log.warning("re-firing %s: its claimant did not record an outcome", key)
-            self._fire(key, report)
+        if keys:
+            log.warning("re-firing %d claims whose claimant recorded no outcome", len(keys))
+        self._fire_all(keys, report)

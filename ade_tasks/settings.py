@@ -7,6 +7,7 @@ Defaults give the embedded mode (SQLite under ./.ade/, Celery's in-memory broker
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -81,6 +82,15 @@ class Settings(BaseSettings):
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
     run_retention_days: int | None = Field(default=None, ge=1)
     kill_grace_seconds: float = Field(default=3.0, ge=0)
+
+    # A simulated clock for the beats, for tests only: simulated time is `beat_clock_origin` at
+    # the real moment `beat_clock_anchor` (default: process start) and runs `beat_clock_speed`
+    # times as fast, so several beat processes share one simulated timeline.
+    beat_clock_origin: datetime | None = None
+    beat_clock_anchor: datetime | None = None
+    beat_clock_speed: float = Field(default=1.0, gt=0)
+    # A claim with no outcome after this long is re-fired by another beat (its claimant died).
+    beat_stale_claim_seconds: float = Field(default=60.0, gt=0)
 
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     worker_concurrency: int = Field(default=2, ge=1)

@@ -12,12 +12,14 @@ import logging
 import os
 import socket
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from celery.beat import Scheduler as CeleryScheduler
 
+from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
-from ade_tasks.scheduler import Scheduler
+from ade_tasks.scheduler import Scheduler, simulated_clock
 from ade_workers.celery_app import CelerySender
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,20 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         runtime = app.ade_runtime
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         sender = CelerySender(app)
-        self._schedules = Scheduler(runtime.session_factory, sender, self.beat_id)
+        settings = runtime.settings
+        clock = utcnow
+        if settings.beat_clock_origin is not None:
+            clock = simulated_clock(
+                settings.beat_clock_origin, settings.beat_clock_speed, settings.beat_clock_anchor
+            )
+            log.warning("beat %s runs on a simulated clock (tests only)", self.beat_id)
+        self._schedules = Scheduler(
+            runtime.session_factory,
+            sender,
+            self.beat_id,
+            clock=clock,
+            stale_after=timedelta(seconds=settings.beat_stale_claim_seconds),
+        )
         jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         log.info("beat %s fires schedules claimed in the database", self.beat_id)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow, utcnow
@@ -83,6 +84,19 @@ def claim(
         )
         won += [OccurrenceKey(*row[:4]) for row in session.execute(stmt) if row[4] == 0]
     return sorted(won)
+
+
+def limit_lock_wait(session: Session, timeout: timedelta) -> None:
+    """Make this transaction give up waiting on another transaction's row locks after `timeout`
+    (PostgreSQL; SQLite writers are serialized by its busy timeout instead)."""
+    if session.get_bind().dialect.name == "postgresql":
+        milliseconds = int(timeout.total_seconds() * 1000)
+        session.execute(text(f"SET LOCAL lock_timeout = {milliseconds}"))
+
+
+def is_lock_timeout(exc: OperationalError) -> bool:
+    """Did the statement give up on a lock (PostgreSQL SQLSTATE 55P03, lock_not_available)?"""
+    return getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
 def record_outcome(

@@ -154,7 +154,8 @@ class Cluster:
 
     def beat(self) -> Child:
         """A real `ade-tasks beat` process (it drives the recovery sweep)."""
-        child = Child([str(BIN / "ade-tasks"), "beat"], self.env, self.tmp / "beat.log", self.tmp)
+        log = self.tmp / f"beat-{len(self.children)}.log"
+        child = Child([str(BIN / "ade-tasks"), "beat"], self.env, log, self.tmp)
         self.children.append(child)
         wait_until(lambda: "beat: Starting" in child.output(), 30, f"beat to start ({child.log})")
         return child

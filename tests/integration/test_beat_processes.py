@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import random
+import signal
+from datetime import UTC, datetime, timedelta
+
 from sqlalchemy import select
 
-from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow, utcnow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import finished
+from tests.scheduler_support import write_minutely_rules
 from tests.support import wait_until
 
 
@@ -25,16 +30,20 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
     cluster.worker()
     cluster.beat()
     cluster.beat()
+    # A trigger a beat sees for the first time starts at its next slot: count from the first
+    # boundary after both beats have surely loaded the rule (they refresh every 5 s).
+    both_ready = utcnow() + timedelta(seconds=6)
 
     def first_occurrence() -> ScheduleOccurrenceRow | None:
         with cluster.session_factory() as session:
             return session.scalars(
                 select(ScheduleOccurrenceRow)
                 .where(ScheduleOccurrenceRow.rule_id == "tick")
+                .where(ScheduleOccurrenceRow.slot > both_ready)
                 .order_by(ScheduleOccurrenceRow.slot)
             ).first()
 
-    occurrence = wait_until(first_occurrence, 75, "a minute boundary to be claimed")
+    occurrence = wait_until(first_occurrence, 80, "a minute boundary to be claimed")
     # Both beats claim the slot; exactly one wins, the other's claim is counted as a duplicate.
     wait_until(
         lambda: (row := first_occurrence()) is not None and row.duplicate_claims == 1,
@@ -49,3 +58,60 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
         ).all()
     assert [r.id for r in runs] == [row.run_id]
     assert finished(cluster, row.run_id).status == "succeeded"
+
+
+def test_three_beat_processes_with_faults_fire_every_slot_exactly_once(cluster: Cluster) -> None:
+    """200 rules every minute through ten simulated minutes (20x real time), with one beat
+    SIGKILLed at a random moment and another SIGSTOPped past several ticks, then resumed."""
+    write_minutely_rules(cluster.session_factory, cluster.tmp / "rules", 200)
+    anchor = utcnow() + timedelta(seconds=2)
+    origin = datetime(2026, 11, 30, 9, 59, 0, tzinfo=UTC)
+    speed = 12.0  # a simulated minute of lateness tolerance is 5 s of real time
+    clock = {
+        "ADE_BEAT_CLOCK_ORIGIN": origin.isoformat(),
+        "ADE_BEAT_CLOCK_ANCHOR": anchor.isoformat(),
+        "ADE_BEAT_CLOCK_SPEED": str(speed),
+        "ADE_BEAT_STALE_CLAIM_SECONDS": "3",  # the killed beat's orphaned claims, re-fired soon
+        # No worker runs these 2,000 runs: keep the recovery sweep from re-sending them all.
+        "ADE_REQUEUE_AFTER_SECONDS": "3600",
+    }
+    cluster.env.update(clock)
+    survivor, killed, stopped = cluster.beat(), cluster.beat(), cluster.beat()
+
+    def simulated_now() -> datetime:
+        return origin + (utcnow() - anchor) * speed
+
+    def at(simulated: datetime) -> None:
+        wait_until(lambda: simulated_now() >= simulated, 120, f"simulated {simulated:%H:%M:%S}")
+
+    rng = random.Random()
+    kill_at = origin + timedelta(seconds=rng.uniform(150, 400))
+    at(origin + timedelta(minutes=3))
+    stopped.signal(signal.SIGSTOP)
+    at(kill_at if kill_at > simulated_now() else simulated_now())
+    killed.signal(signal.SIGKILL)
+    at(origin + timedelta(minutes=6))
+    stopped.signal(signal.SIGCONT)  # resumes with three simulated minutes of slots behind it
+    last_slot = datetime(2026, 11, 30, 10, 10, tzinfo=UTC)
+    at(last_slot + timedelta(seconds=40))
+
+    first_slot = datetime(2026, 11, 30, 10, 1, tzinfo=UTC)
+    with cluster.session_factory() as session:
+        rows = session.execute(
+            select(
+                ScheduleOccurrenceRow.rule_id,
+                ScheduleOccurrenceRow.slot,
+                ScheduleOccurrenceRow.outcome,
+            )
+            .where(ScheduleOccurrenceRow.slot.between(first_slot, last_slot))
+            .where(ScheduleOccurrenceRow.rule_id.like("every-minute-%"))
+        ).all()
+        runs = session.execute(select(RunRow.rule_id, RunRow.trigger)).all()
+    in_window = [
+        (rule_id, trigger["slot"])
+        for rule_id, trigger in runs
+        if first_slot.isoformat() <= trigger["slot"] <= last_slot.isoformat()
+    ]
+    assert survivor.proc.poll() is None
+    assert len(rows) == 2000 and {outcome for _, _, outcome in rows} == {"fired"}
+    assert len(in_window) == 2000 and len(set(in_window)) == 2000

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import OccurrenceOutcome, RunRow, ScheduleOccurrenceRow, utcnow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.scheduler import Scheduler
 from tests.conftest import write_rule
@@ -153,6 +153,10 @@ def test_a_claim_left_by_a_crashed_beat_is_fired_once_by_another(
     key = OccurrenceKey("every-minute-0000", 0, "* * * * *", slot)
     with session_factory.begin() as session:
         assert occ_db.claim(session, [key], "crashed-beat") == [key]
+        # ... two real minutes ago, and the beat died before recording what came of it.
+        session.execute(
+            update(ScheduleOccurrenceRow).values(claimed_at=utcnow() - timedelta(minutes=2))
+        )
     clock = FakeClock(slot + timedelta(minutes=2))
     survivor = Scheduler(session_factory, InMemorySender(), "survivor", clock=clock)
     assert key in survivor.tick().fired  # with 10:01 and 10:02, which are still on time
