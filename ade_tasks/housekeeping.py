@@ -44,10 +44,20 @@ class Job:
         return datetime.fromtimestamp(now.timestamp() // period * period, UTC)
 
 
+JobFactory = Callable[[SessionFactory, TaskSender, Settings], Job]
+_REGISTERED: list[JobFactory] = []
+
+
+def register(factory: JobFactory) -> JobFactory:
+    """Add a job to every beat's housekeeping (for features that own a sweep of their own)."""
+    _REGISTERED.append(factory)
+    return factory
+
+
 def standard_jobs(
     session_factory: SessionFactory, sender: TaskSender, settings: Settings
 ) -> list[Job]:
-    """The run path's jobs: the recovery sweep, and retention pruning every hour."""
+    """The recovery sweep, retention pruning every hour, and every registered job."""
 
     def sweep(_now: datetime) -> object:
         return recover(
@@ -68,6 +78,7 @@ def standard_jobs(
     return [
         Job("recover", timedelta(seconds=settings.recovery_interval_seconds), sweep),
         Job("prune", timedelta(hours=1), prune),
+        *(factory(session_factory, sender, settings) for factory in _REGISTERED),
     ]
 
 

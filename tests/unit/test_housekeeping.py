@@ -29,3 +29,21 @@ def test_a_failing_job_does_not_stop_the_others(session_factory: SessionFactory)
     ]
     results = Housekeeping(session_factory, "beat", jobs).tick(datetime(2026, 1, 1, tzinfo=UTC))
     assert results == {"fine": "done"}
+
+
+def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory) -> None:
+    from ade_tasks import housekeeping
+    from ade_tasks.dispatch import InMemorySender
+    from ade_tasks.settings import Settings
+
+    def sweep_factory(*_args: object) -> Job:
+        return Job("cleanups", timedelta(seconds=60), lambda _now: "swept")
+
+    housekeeping.register(sweep_factory)
+    try:
+        jobs = housekeeping.standard_jobs(session_factory, InMemorySender(), Settings())
+    finally:
+        housekeeping._REGISTERED.remove(sweep_factory)
+    assert [job.name for job in jobs] == ["recover", "prune", "cleanups"]
+    results = Housekeeping(session_factory, "beat", jobs[2:]).tick(datetime(2026, 1, 1, tzinfo=UTC))
+    assert results == {"cleanups": "swept"}

@@ -183,3 +183,24 @@ def test_a_new_rule_starts_at_its_next_slot(
     assert beat.tick().fired == {}
     clock.advance(55)
     assert [k.slot.strftime("%H:%M") for k in beat.tick().fired] == ["10:01"]
+
+
+def test_a_rule_disabled_between_claim_and_fire_does_not_run(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    header = (
+        "id: flip\nexecution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
+    )
+    cron = "triggers: [{type: schedule, cron: '* * * * *'}]\n"
+    add_rule(session_factory, rules_dir, "flip", header + cron)
+    clock = FakeClock()
+    beat = Scheduler(
+        session_factory, InMemorySender(), "beat", clock=clock, refresh_every=timedelta(hours=1)
+    )
+    beat.tick()
+    add_rule(session_factory, rules_dir, "flip", header + "enabled: false\n" + cron)
+    clock.advance(60)
+    report = beat.tick()  # its cached view still says enabled; the fire re-checks
+    assert report.fired == {}
+    assert "rule 'flip' is disabled" in next(iter(report.skipped.values()))
+    assert runs_by_rule_and_slot(session_factory) == []
