@@ -31,6 +31,15 @@ fails, a deadline passes); a missed target is reported as MISS, not as an error.
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+if __package__ in (
+    None,
+    "",
+):  # run as `python bench/dispatch.py`: import `bench.*` from the repository
+    _sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))
+
 import argparse
 import contextlib
 import math
@@ -47,11 +56,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 from celery import Celery
-from sqlalchemy import Engine, bindparam, make_url, text
+from sqlalchemy import Engine, bindparam, text
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
@@ -59,11 +67,19 @@ from ade_tasks.dispatch import TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings, get_settings
 from ade_workers.celery_app import BUILTIN_QUEUE, CelerySender, create_celery_app
+from bench.common import (
+    BenchError,
+    exit_on_sigterm,
+    machine_idle_seconds,
+    percentile,
+    require_loopback,
+    scratch_database,
+    tail,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 NOOP_TASK = "bench.noop"
 TRUE_TASK = "bench.true_subprocess"
@@ -88,10 +104,6 @@ ADE_LATENCY_POLL_SECONDS = 0.005
 ADE_BATCH_POLL_SECONDS = 0.05
 TARGET_THROUGHPUT_RATIO = 0.5
 TARGET_P50_RATIO = 3.0
-
-
-class BenchError(Exception):
-    """Something broke; the benchmark cannot produce figures."""
 
 
 # --- the raw-Celery baseline, importable by `celery -A bench.dispatch worker` -----------------
@@ -146,17 +158,6 @@ def __getattr__(name: str) -> Celery:
 # --- statistics and results -------------------------------------------------------------------
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 @dataclass
 class Result:
     """One side of the comparison: burst throughput and sequential latencies (seconds)."""
@@ -188,26 +189,19 @@ def _ms(seconds: float) -> str:
 # --- workers ----------------------------------------------------------------------------------
 
 
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _wait_ready(control: Celery, name: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
     deadline = time.monotonic() + WORKER_START_SECONDS
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchError(
                 f"worker {name} exited with status {proc.returncode}; its log ends with:\n"
-                + _tail(log_path)
+                + tail(log_path)
             )
         if control.control.ping(destination=[name], timeout=1):
             return
     raise BenchError(
         f"worker {name} did not answer a ping within {WORKER_START_SECONDS:g}s; "
-        f"its log ends with:\n{_tail(log_path)}"
+        f"its log ends with:\n{tail(log_path)}"
     )
 
 
@@ -226,13 +220,6 @@ def _group_cpu_seconds(pgid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _machine_idle_seconds() -> float:
-    """Idle + iowait time of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat") as stat:
-        fields = stat.readline().split()
-    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class CpuMeter:
     """Where the CPU went during a burst: this process, the worker's process group, the rest.
@@ -248,7 +235,7 @@ class CpuMeter:
             time.monotonic(),
             time.process_time(),
             _group_cpu_seconds(self.worker_pgid),
-            _machine_idle_seconds(),
+            machine_idle_seconds(),
         )
 
     def start(self) -> None:
@@ -320,7 +307,7 @@ def running_worker(
         _wait_ready(control, name, proc, log_path)
         yield proc.pid
         if proc.poll() is not None:
-            raise BenchError(f"worker {name} died during the benchmark:\n{_tail(log_path)}")
+            raise BenchError(f"worker {name} died during the benchmark:\n{tail(log_path)}")
     finally:
         _stop(proc)
 
@@ -526,39 +513,9 @@ def bench_ade(
 # --- setup, report, main ----------------------------------------------------------------------
 
 
-def _require_loopback(url: str, what: str) -> None:
-    host = urlsplit(url).hostname or ""
-    if host not in LOOPBACK_HOSTS:
-        raise BenchError(
-            f"{what} {url!r} is not on a loopback address; the bench only runs locally"
-        )
-
-
-@contextlib.contextmanager
-def scratch_database(admin_url: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for this run, dropped afterwards; yields its URL."""
-    name = f"ade_bench_{os.getpid()}"
-    admin = create_db_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        raise BenchError(f"cannot create database {name} via {admin_url}: {exc}") from exc
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        try:
-            with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        finally:
-            admin.dispose()
-
-
 def run(args: argparse.Namespace) -> tuple[Result, Result, Result]:
-    _require_loopback(args.admin_url, "--admin-url")
-    _require_loopback(args.redis_url, "--redis-url")
+    require_loopback(args.admin_url, "--admin-url")
+    require_loopback(args.redis_url, "--redis-url")
     store = redis.Redis.from_url(args.redis_url)
     try:
         store.flushdb()
@@ -568,7 +525,7 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result]:
     try:
         with (
             tempfile.TemporaryDirectory(prefix="ade-bench-") as tmp,
-            scratch_database(args.admin_url) as database_url,
+            scratch_database(args.admin_url, "ade_bench") as database_url,
         ):
             work = Path(tmp)
             (work / "rules").mkdir()
@@ -658,13 +615,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds the finally blocks: workers stopped, database dropped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         noop, true, ade = run(args)
     except BenchError as exc:

@@ -47,7 +47,7 @@ def list_rules(session: Session) -> Sequence[RuleRow]:
 
 
 _PARSED: dict[str, Rule] = {}
-_PARSED_MAX = 2048
+_PARSED_MAX = 50_000  # above the rule count of a large cluster, or refreshes re-parse everything
 
 
 def load_rule(row: RuleRow) -> Rule:
