@@ -144,7 +144,7 @@ class Scheduler:
         resume: dict[SpecKey, datetime] = {}
         if new:
             with self._session_factory() as session:
-                resume = occ_db.last_slots(session)
+                resume = occ_db.last_slots(session, new)
         cursors = {}
         for key, spec in specs.items():
             cursor = self._cursors.get(key)

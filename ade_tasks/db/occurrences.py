@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, select, text, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -120,17 +120,26 @@ def record_outcome(
     )
 
 
-def last_slots(session: Session) -> dict[tuple[str, int, str], datetime]:
-    """The newest claimed slot of every (rule, trigger, cron): where a restarted beat resumes."""
-    rows = session.execute(
-        select(
-            OCCURRENCES.c.rule_id,
-            OCCURRENCES.c.trigger_index,
-            OCCURRENCES.c.cron,
-            func.max(OCCURRENCES.c.slot),
-        ).group_by(OCCURRENCES.c.rule_id, OCCURRENCES.c.trigger_index, OCCURRENCES.c.cron)
-    ).all()
-    return {(r[0], r[1], r[2]): r[3] for r in rows}
+def last_slots(
+    session: Session, keys: Sequence[tuple[str, int, str]]
+) -> dict[tuple[str, int, str], datetime]:
+    """The newest claimed slot of each (rule, trigger, cron): where a restarted beat resumes.
+
+    One indexed max() per key (the unique index leads with the key's columns), so the cost
+    grows with the number of triggers, not with the 35 days of occurrences kept for them.
+    """
+    found: dict[tuple[str, int, str], datetime] = {}
+    newest = select(func.max(OCCURRENCES.c.slot)).where(
+        OCCURRENCES.c.rule_id == bindparam("rule_id"),
+        OCCURRENCES.c.trigger_index == bindparam("trigger_index"),
+        OCCURRENCES.c.cron == bindparam("cron"),
+    )
+    for rule_id, trigger_index, cron in keys:
+        params = {"rule_id": rule_id, "trigger_index": trigger_index, "cron": cron}
+        slot = session.execute(newest, params).scalar_one_or_none()
+        if slot is not None:
+            found[(rule_id, trigger_index, cron)] = slot
+    return found
 
 
 def list_for_rule(session: Session, rule_id: str, limit: int = 100) -> Sequence[Any]:
