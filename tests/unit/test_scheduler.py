@@ -30,6 +30,20 @@ def beats(session_factory: SessionFactory, clock: FakeClock, count: int) -> list
     ]
 
 
+def schedule_rule(
+    session_factory: SessionFactory, rules_dir: Path, rule_id: str, cron: str, enabled: bool = True
+) -> None:
+    """(Re)write and sync a one-trigger schedule rule."""
+    add_rule(
+        session_factory,
+        rules_dir,
+        rule_id,
+        f"id: {rule_id}\nenabled: {str(enabled).lower()}\n"
+        f"triggers: [{{type: schedule, cron: '{cron}'}}]\n"
+        "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
+    )
+
+
 def test_two_beats_fire_each_minute_once(session_factory: SessionFactory, rules_dir: Path) -> None:
     write_minutely_rules(session_factory, rules_dir, 3)
     clock = FakeClock()
@@ -50,26 +64,13 @@ def test_two_beats_fire_each_minute_once(session_factory: SessionFactory, rules_
 def test_rule_edits_and_disabling_are_picked_up_without_a_restart(
     session_factory: SessionFactory, rules_dir: Path
 ) -> None:
-    header = (
-        "id: edited\nexecution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
-    )
-    add_rule(
-        session_factory,
-        rules_dir,
-        "edited",
-        header + "triggers: [{type: schedule, cron: '*/2 * * * *'}]\n",
-    )
+    schedule_rule(session_factory, rules_dir, "edited", "*/2 * * * *")
     clock = FakeClock()
     beat = Scheduler(session_factory, InMemorySender(), "beat", clock=clock)
     beat.tick()
     clock.advance(120)
     assert len(beat.tick().fired) == 1
-    add_rule(
-        session_factory,
-        rules_dir,
-        "edited",
-        header + "enabled: false\ntriggers: [{type: schedule, cron: '*/2 * * * *'}]\n",
-    )
+    schedule_rule(session_factory, rules_dir, "edited", "*/2 * * * *", enabled=False)
     clock.advance(120)
     report = beat.tick()
     assert report.fired == {} and report.skipped == {}
@@ -78,27 +79,14 @@ def test_rule_edits_and_disabling_are_picked_up_without_a_restart(
 def test_an_edit_between_claim_and_fire_does_not_fire_the_old_schedule(
     session_factory: SessionFactory, rules_dir: Path
 ) -> None:
-    header = (
-        "id: edited\nexecution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
-    )
-    add_rule(
-        session_factory,
-        rules_dir,
-        "edited",
-        header + "triggers: [{type: schedule, cron: '* * * * *'}]\n",
-    )
+    schedule_rule(session_factory, rules_dir, "edited", "* * * * *")
     clock = FakeClock()
     beat = Scheduler(
         session_factory, InMemorySender(), "beat", clock=clock, refresh_every=timedelta(hours=1)
     )
     beat.tick()
     # The rule changes after this beat read it; its next tick still holds the old cron.
-    add_rule(
-        session_factory,
-        rules_dir,
-        "edited",
-        header + "triggers: [{type: schedule, cron: '0 3 * * *'}]\n",
-    )
+    schedule_rule(session_factory, rules_dir, "edited", "0 3 * * *")
     clock.advance(60)
     report = beat.tick()
     assert report.fired == {}
@@ -188,17 +176,13 @@ def test_a_new_rule_starts_at_its_next_slot(
 def test_a_rule_disabled_between_claim_and_fire_does_not_run(
     session_factory: SessionFactory, rules_dir: Path
 ) -> None:
-    header = (
-        "id: flip\nexecution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
-    )
-    cron = "triggers: [{type: schedule, cron: '* * * * *'}]\n"
-    add_rule(session_factory, rules_dir, "flip", header + cron)
+    schedule_rule(session_factory, rules_dir, "flip", "* * * * *")
     clock = FakeClock()
     beat = Scheduler(
         session_factory, InMemorySender(), "beat", clock=clock, refresh_every=timedelta(hours=1)
     )
     beat.tick()
-    add_rule(session_factory, rules_dir, "flip", header + "enabled: false\n" + cron)
+    schedule_rule(session_factory, rules_dir, "flip", "* * * * *", enabled=False)
     clock.advance(60)
     report = beat.tick()  # its cached view still says enabled; the fire re-checks
     assert report.fired == {}
