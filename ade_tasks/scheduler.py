@@ -241,12 +241,9 @@ class Scheduler:
         outcomes = [self._fire(key, report) for key in keys]
         if outcomes:
             with self._session_factory.begin() as session:
-                for key, outcome, run_id, reason in outcomes:
-                    occ_db.record_outcome(session, key, outcome, run_id=run_id, reason=reason)
+                occ_db.record_outcomes(session, outcomes)
 
-    def _fire(
-        self, key: OccurrenceKey, report: TickReport
-    ) -> tuple[OccurrenceKey, OccurrenceOutcome, str | None, str | None]:
+    def _fire(self, key: OccurrenceKey, report: TickReport) -> occ_db.Outcome:
         trigger = TriggerEvent(
             type="schedule",
             summary=f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
@@ -272,7 +269,7 @@ class Scheduler:
             else:
                 outcome = OccurrenceOutcome.FIRED
                 report.fired[key] = run_id
-        return key, outcome, run_id, reason
+        return occ_db.Outcome(key, outcome, run_id, reason)
 
     def _refire_stale_claims(self, now: datetime, report: TickReport) -> None:
         with self._session_factory() as session:

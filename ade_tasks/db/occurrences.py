@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy import Table, bindparam, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -99,25 +99,41 @@ def is_lock_timeout(exc: OperationalError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
-def record_outcome(
-    session: Session,
-    key: OccurrenceKey,
-    outcome: OccurrenceOutcome,
-    *,
-    run_id: str | None = None,
-    reason: str | None = None,
-) -> None:
-    """What came of a claimed occurrence."""
-    session.execute(
-        update(OCCURRENCES)
-        .where(
-            OCCURRENCES.c.rule_id == key.rule_id,
-            OCCURRENCES.c.trigger_index == key.trigger_index,
-            OCCURRENCES.c.cron == key.cron,
-            OCCURRENCES.c.slot == key.slot,
+_RECORD_OUTCOME = text(
+    "UPDATE schedule_occurrences SET outcome = :outcome, run_id = :run_id, reason = :reason "
+    "WHERE rule_id = :rule_id AND trigger_index = :trigger_index AND cron = :cron "
+    "AND slot = :slot"
+).bindparams(bindparam("slot", type_=OCCURRENCES.c.slot.type))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came of one claimed occurrence."""
+
+    key: OccurrenceKey
+    outcome: OccurrenceOutcome
+    run_id: str | None = None
+    reason: str | None = None
+
+
+def record_outcomes(session: Session, outcomes: Sequence[Outcome]) -> None:
+    """Record what came of claimed occurrences (one executemany for a whole batch)."""
+    if outcomes:
+        session.execute(
+            _RECORD_OUTCOME,
+            [
+                {
+                    "rule_id": o.key.rule_id,
+                    "trigger_index": o.key.trigger_index,
+                    "cron": o.key.cron,
+                    "slot": o.key.slot,
+                    "outcome": o.outcome.value,
+                    "run_id": o.run_id,
+                    "reason": o.reason,
+                }
+                for o in outcomes
+            ],
         )
-        .values(outcome=outcome.value, run_id=run_id, reason=reason)
-    )
 
 
 def last_slots(

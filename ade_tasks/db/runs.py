@@ -404,15 +404,12 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> list[s
 ACTIVE = (RunStatus.RUNNING, RunStatus.WAITING)
 
 
-def _active(rule_id: str) -> Any:
-    """Runs holding one of the rule's concurrency slots: running, waiting, or queued and sent."""
-    return and_(
-        RunRow.rule_id == rule_id,
-        or_(
-            RunRow.status.in_(ACTIVE),
-            and_(RunRow.status == RunStatus.QUEUED, RunRow.buffered.is_(False)),
-        ),
-    )
+# The rule's concurrency slots in use: running, waiting, or queued and sent (not buffered).
+_COUNT_ACTIVE = text(
+    "SELECT count(*) FROM runs WHERE rule_id = :rule_id AND (status IN ('running', 'waiting') "
+    "OR (status = 'queued' AND NOT buffered))"
+)
+_LOCK_RULE = text("SELECT pg_advisory_xact_lock(hashtext(:rule_id))")
 
 
 def lock_rule(session: Session, rule_id: str) -> None:
@@ -422,12 +419,12 @@ def lock_rule(session: Session, rule_id: str) -> None:
     already take the write lock up front (BEGIN IMMEDIATE), so there is nothing to add.
     """
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:id))"), {"id": rule_id})
+        session.execute(_LOCK_RULE, {"rule_id": rule_id})
 
 
 def count_active(session: Session, rule_id: str) -> int:
     """How many of the rule's concurrency slots are taken."""
-    return int(session.scalar(select(func.count()).where(_active(rule_id))) or 0)
+    return int(session.execute(_COUNT_ACTIVE, {"rule_id": rule_id}).scalar_one())
 
 
 def has_buffered(session: Session, rule_id: str) -> bool:
