@@ -22,24 +22,12 @@ class NotFoundError(AdeError):
     """The requested object does not exist."""
 
 
-class InvalidRuleError(AdeError):
-    """A rule document is invalid."""
-
-    def __init__(self, problems: list[RuleProblem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
-
-
 class InvalidInputError(AdeError):
     """A request parameter is invalid."""
 
 
 class AdmissionError(AdeError):
     """The trigger was not admitted: the rule may not run now."""
-
-
-class InvalidTransitionError(AdeError):
-    """The run is not in a state that allows this change."""
 
 
 class PolicyViolationError(AdeError):

@@ -121,7 +121,8 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Does any process of the group still exist?"""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
@@ -134,7 +135,7 @@ def kill_group(pgid: int, grace: float) -> None:
     if not _signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _group_alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.05)
     _signal_group(pgid, signal.SIGKILL)
 

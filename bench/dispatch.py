@@ -67,6 +67,7 @@ from ade_tasks.dispatch import TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings, get_settings
 from ade_workers.celery_app import BUILTIN_QUEUE, CelerySender, create_celery_app
+from ade_workers.process import group_alive
 from bench.common import (
     BenchError,
     exit_on_sigterm,
@@ -253,14 +254,6 @@ class CpuMeter:
         )
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM (warm shutdown), then SIGKILL the worker's own process group after a deadline."""
     if proc.poll() is None:
@@ -271,7 +264,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             print(f"worker {proc.pid} ignored SIGTERM for {WORKER_STOP_SECONDS:g}s; killing it")
     # The worker was started in its own session, so its pgid is its pid: this reaches the pool
     # processes it forked and nothing else.
-    if _group_alive(proc.pid):
+    if group_alive(proc.pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

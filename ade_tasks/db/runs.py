@@ -252,13 +252,6 @@ def append_event(
     )
 
 
-def list_events(session: Session, run_id: str) -> Sequence[RunEventRow]:
-    """The run's transcript in order."""
-    return session.scalars(
-        select(RunEventRow).where(RunEventRow.run_id == run_id).order_by(RunEventRow.id)
-    ).all()
-
-
 # --- listing with cursor pagination ---------------------------------------------------------
 
 

@@ -74,21 +74,6 @@ class RunStatus(StrEnum):
     TIMED_OUT = "timed_out"
     SKIPPED = "skipped"
 
-    @property
-    def finished(self) -> bool:
-        return self in FINISHED_STATUSES
-
-
-FINISHED_STATUSES = frozenset(
-    {
-        RunStatus.SUCCEEDED,
-        RunStatus.FAILED,
-        RunStatus.CANCELLED,
-        RunStatus.TIMED_OUT,
-        RunStatus.SKIPPED,
-    }
-)
-
 
 class StepStatus(StrEnum):
     """Where a step is in its life (wire values)."""
