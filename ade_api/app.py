@@ -10,13 +10,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ade_api.deps import Services
-from ade_api.routes import health, rules, runs
+from ade_api.routes import health, operations, rules, runs
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import (
     AdeError,
     AdmissionError,
     BrokerUnavailableError,
+    ConflictError,
     InvalidInputError,
     NotFoundError,
     PolicyViolationError,
@@ -31,6 +32,7 @@ STATUS_OF: list[tuple[type[AdeError], int, str]] = [
     (NotFoundError, 404, "Not Found"),
     (InvalidInputError, 422, "Invalid Request"),
     (AdmissionError, 409, "Not Admitted"),
+    (ConflictError, 409, "Conflict"),
     (PolicyViolationError, 403, "Policy Violation"),
     (BrokerUnavailableError, 503, "Broker Unavailable"),
 ]
@@ -82,4 +84,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(runs.router)
+    app.include_router(operations.router)
     return app

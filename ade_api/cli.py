@@ -347,6 +347,15 @@ def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -
     )
     if item["error"]:
         click.echo(f"  error: {item['error']}")
+    if item["queue_status"]:
+        click.echo(f"  review {item['queue_status']}  confidence {item['confidence']}")
+    for approval in item["approvals"]:
+        decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
+        click.echo(f"  approval before step {approval['step_index'] + 1}: "
+                   f"{approval['status']}{decided}")  # fmt: skip
+    for finding in (item["findings"] or [])[:20]:
+        where = finding.get("path") or finding.get("test_id") or ""
+        click.echo(f"  finding {finding.get('severity')}: {where} {finding.get('message')}")
     for step in item["steps"]:
         click.echo(
             f"  step {step['index'] + 1} {step['step_id']} ({step['action_type']}): "
@@ -437,3 +446,8 @@ def dev(settings: Settings, port: int | None) -> None:
     if port is not None:
         settings = settings.model_copy(update={"api_port": port})
     run_dev(settings)
+
+
+# Operator commands (approvals, review queue, lanes, cleanups) live in their own module and
+# attach themselves to the groups above.
+from ade_api import cli_operations  # noqa: E402, F401

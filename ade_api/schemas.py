@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ade_tasks.db.schema import RunRow, RunStepRow
+from ade_tasks.db.schema import ApprovalRow, RunRow, RunStepRow
 
 
 class Problem(BaseModel):
@@ -61,20 +61,95 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
+    findings: list[dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, row: RunRow) -> RunOut:
         return cls.model_validate(row)
 
 
+class ApprovalOut(BaseModel):
+    """A run's request for a human decision, and the decision once made."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    run_id: str
+    step_index: int
+    reason: str
+    status: str = Field(description="pending | approved | rejected")
+    requested_at: datetime
+    decided_at: datetime | None
+    decided_by: str | None
+    note: str | None
+
+
 class RunDetail(RunOut):
-    """A run with its steps."""
+    """A run with its steps and approvals."""
 
     steps: list[StepOut]
+    approvals: list[ApprovalOut] = Field(default_factory=list)
 
     @classmethod
-    def with_steps(cls, row: RunRow, steps: list[RunStepRow]) -> RunDetail:
-        return cls(**RunOut.of(row).model_dump(), steps=[StepOut.model_validate(s) for s in steps])
+    def with_steps(
+        cls, row: RunRow, steps: list[RunStepRow], approvals: list[ApprovalRow] | None = None
+    ) -> RunDetail:
+        return cls(
+            **RunOut.of(row).model_dump(),
+            steps=[StepOut.model_validate(s) for s in steps],
+            approvals=[ApprovalOut.model_validate(a) for a in approvals or []],
+        )
+
+
+class Decision(BaseModel):
+    """An operator's approval or rejection of a waiting run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field(default="api", max_length=255, description="who decided (until tokens exist)")
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class ReviewMove(BaseModel):
+    """Move a run in the review queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: str = Field(description="ignore | archive | approve")
+
+
+class LaneOut(BaseModel):
+    """A lane (git worktree on its own branch)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    project: str
+    name: str
+    branch: str
+    path: str
+    base_ref: str
+    base_sha: str
+    run_id: str | None
+    status: str
+    created_at: datetime
+    deleted_at: datetime | None
+
+
+class CleanupOut(BaseModel):
+    """A deferred lane deletion."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    run_id: str
+    step_id: str
+    lane_id: str
+    due_at: datetime
+    status: str = Field(description="scheduled | executing | done | failed | cancelled")
+    attempts: int
+    result: dict[str, Any] | None
+    error: str | None
+    finished_at: datetime | None
 
 
 class RunPage(BaseModel):

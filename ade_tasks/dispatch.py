@@ -19,6 +19,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdmissionError, BrokerUnavailableError
+from ade_tasks.guardrails import budget_exhausted, rate_limited
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.models import (
     OverlapPolicy,
@@ -138,7 +139,8 @@ def dispatch(
     rule still has that schedule. A trigger whose idempotency key was seen before returns the
     existing run and sends nothing. Then the rule's overlap policy decides, for every trigger
     type, whether the run starts, waits in a buffer, is skipped (recorded as `skipped` with the
-    reason), or cancels the runs in its way.
+    reason), or cancels the runs in its way. A trigger beyond the rule's `rate_limit` or
+    after its run-seconds budget for the day was used up is recorded as `skipped` too.
     """
     kind = canonical_trigger_type(str(trigger.type))
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
@@ -156,6 +158,7 @@ def dispatch(
     guardrails = snapshot.rule.guardrails
     policy = guardrails.overlap_for(kind)
     limit = guardrails.concurrency_limit(policy)
+    locked = limit is not None or guardrails.rate_limit is not None
     now = utcnow()
     values: dict[str, Any] = {
         "id": str(uuid.uuid4()),
@@ -177,15 +180,24 @@ def dispatch(
         "finished_at": None,
         "error": None,
     }
-    if limit is None:
-        # No concurrency limit: one atomic INSERT is the whole transaction, with no BEGIN/COMMIT
-        # round trips (see db.engine.autocommit).
+    if guardrails.budget.run_seconds_per_day is not None:
+        with sessions.begin() as session:
+            exhausted = budget_exhausted(session, snapshot.rule, None)
+        if exhausted:
+            _skip(values, exhausted)
+    if not locked or values["status"] is RunStatus.SKIPPED:
+        # No concurrency or rate limit: one atomic INSERT is the whole transaction, with no
+        # BEGIN/COMMIT round trips (see db.engine.autocommit).
         with sessions.begin() as session:
             existing = _insert_or_existing(session, values)
     else:
         with session_factory.begin() as session:
             runs_db.lock_rule(session, rule_id)
-            _apply_overlap(session, rule_id, policy, limit, values)
+            limited = rate_limited(session, snapshot.rule, now)
+            if limited:
+                _skip(values, limited)
+            elif limit is not None:
+                _apply_overlap(session, rule_id, policy, limit, values)
             existing = _insert_or_existing(session, values)
     if existing is not None:
         return DispatchResult(existing, created=False, sent=False)

@@ -30,6 +30,10 @@ class AdmissionError(AdeError):
     """The trigger was not admitted: the rule may not run now."""
 
 
+class ConflictError(AdeError):
+    """The object is not in a state that allows this change."""
+
+
 class PolicyViolationError(AdeError):
     """A step tried to do something its rule does not allow."""
 

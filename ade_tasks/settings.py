@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     # A claim with no outcome after this long is re-fired by another beat (its claimant died).
     beat_stale_claim_seconds: float = Field(default=60.0, gt=0)
 
+    # Run-seconds all rules together may use per UTC day (None: no cluster-wide cap).
+    budget_run_seconds_per_day: float | None = Field(default=None, gt=0)
+    # Where lanes (git worktrees) are created: <lanes_root>/<project>/<lane>.
+    lanes_root: Path | None = None
+
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     worker_concurrency: int = Field(default=2, ge=1)
 
@@ -125,6 +130,11 @@ class Settings(BaseSettings):
             return self.api_url.rstrip("/")
         host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::") else self.api_host
         return f"http://{host}:{self.api_port}"
+
+    def lanes_dir(self, project: str) -> Path:
+        """Where the lanes of a project live (default: `<data_dir>/lanes/<project>`)."""
+        root = self.lanes_root or (self.data_dir / "lanes")
+        return Path(os.path.realpath(root / project))
 
     def project_root(self, name: str) -> Path:
         """The real path of a configured project; `default` is the working directory."""

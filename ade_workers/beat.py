@@ -20,6 +20,7 @@ from celery.beat import Scheduler as CeleryScheduler
 from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
+from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
 from ade_workers.celery_app import CelerySender
 
 log = logging.getLogger(__name__)

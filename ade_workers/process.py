@@ -3,7 +3,8 @@
 The whole group is killed (TERM, then KILL after a grace period) on timeout or cancellation,
 and also after a normal exit, so a step's background processes never outlive the step.
 Output is read in chunks into a head + tail buffer, so a command printing gigabytes keeps the
-worker's memory flat.
+worker's memory flat. Given a `Masker`, secrets are masked as the chunks arrive, before the
+capping, so neither a chunk boundary nor the cap boundary can let part of a secret through.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
+
+from ade_tasks.secrets import Masker, StreamMasker
 
 OUTPUT_CAP = 80_000
 STOP_CHECK_INTERVAL = 0.25
@@ -149,6 +152,7 @@ def run_process(
     kill_grace: float = 3.0,
     should_stop: Callable[[], bool] = lambda: False,
     cap: int = OUTPUT_CAP,
+    masker: Masker | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged."""
     started = time.monotonic()
@@ -162,7 +166,8 @@ def run_process(
         start_new_session=True,  # its own process group, so the kill reaches every descendant
     )
     output = CappedOutput(cap)
-    reader = threading.Thread(target=_drain, args=(proc, output), daemon=True)
+    stream = StreamMasker(masker) if masker else None
+    reader = threading.Thread(target=_drain, args=(proc, output, stream), daemon=True)
     reader.start()
 
     deadline = started + timeout
@@ -188,13 +193,17 @@ def run_process(
     )
 
 
-def _drain(proc: subprocess.Popen[bytes], output: CappedOutput) -> None:
+def _drain(
+    proc: subprocess.Popen[bytes], output: CappedOutput, masking: StreamMasker | None
+) -> None:
     stream = cast(io.BufferedReader, proc.stdout)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with stream:
         while chunk := stream.read1(_CHUNK):
-            output.write(_printable(decoder.decode(chunk)))
-    output.write(_printable(decoder.decode(b"", final=True)))
+            text = _printable(decoder.decode(chunk))
+            output.write(masking.feed(text) if masking else text)
+    rest = _printable(decoder.decode(b"", final=True))
+    output.write((masking.feed(rest) + masking.flush()) if masking else rest)
 
 
 def _printable(text: str) -> str:

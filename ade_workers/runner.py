@@ -2,9 +2,10 @@
 
 No database session is held while a step runs, and every state change is one statement that
 commits on its own (see `ade_tasks.db.engine.autocommit`): the claim, a step's outcome, the
-run's outcome together with its last step's. A step that runs longer than `ANNOUNCE_AFTER`
-is shown as running by the process's monitor thread; a one-step run of a short command thus
-costs two statements from claim to finish.
+run's outcome together with its last step's, and the run's seconds added to its billing code's
+usage. A step that runs longer than `ANNOUNCE_AFTER` is shown as running by the process's
+monitor thread; a one-step run of a short command thus costs three statements from claim to
+finish. The semantics of the steps themselves live in `ade_workers.chain`.
 """
 
 from __future__ import annotations
@@ -16,19 +17,28 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ade_tasks.db import approvals as approvals_db
+from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit
+from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.runs import StepRecord
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
+from ade_tasks.db.schema import RunStatus, RunStepRow, StepStatus, utcnow
 from ade_tasks.dispatch import TaskSender, release_buffered, unrunnable_reason
 from ade_tasks.errors import AdeError
-from ade_tasks.rules.models import Rule, RunCommandAction
+from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
+from ade_tasks.review import review
+from ade_tasks.rules.models import Disposition, Rule
 from ade_tasks.settings import Settings
 from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
+from ade_workers.chain import ChainState, StepRun, run_step
+from ade_workers.publish import publish
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +164,23 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A claimed run that can start: its rule, trigger and where its actions run."""
+    """A claimed run that can start: its rule, trigger, where its actions run, and what an
+    earlier attempt of it already did (a run resumed after an approval)."""
 
     rule: Rule
-    actions: list[RunCommandAction]
+    actions: list[Any]
     trigger: dict[str, Any]
     project_root: Path
+    done: list[RunStepRow]
+    approved: frozenset[int]
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """When the run must stop, and which limit that is."""
+
+    at: float
+    reason: str
 
 
 def execute_run(
@@ -168,6 +189,7 @@ def execute_run(
     """Run a queued run to its end; None when it was not ours to run (claimed or finished)."""
     settings = config.settings
     sessions = autocommit(session_factory)
+    started = time.monotonic()
     with sessions.begin() as session:
         lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
         claimed = runs_db.claim_run(session, run_id, worker, lease_until)
@@ -176,20 +198,28 @@ def execute_run(
             return None
         try:
             plan = _plan(session, config, claimed)
+            deadline = _deadline(session, plan.rule, settings, started)
         except AdeError as exc:
             return _end(session, run_id, worker, RunStatus.FAILED, f"cannot run: {exc.message}")
+        exhausted = budget_exhausted(session, plan.rule, settings.budget_run_seconds_per_day)
+        if exhausted:
+            return _end(session, run_id, worker, RunStatus.SKIPPED, exhausted)
 
-    deadline = time.monotonic() + plan.rule.guardrails.max_duration_min * 60
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            status = _run_steps(sessions, config, run_id, worker, plan, deadline, monitor)
+            status = _run_chain(sessions, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
             with sessions.begin() as session:
                 status = _end(session, run_id, worker, RunStatus.FAILED, error)
+    if status not in (None, RunStatus.WAITING):
+        with sessions.begin() as session:
+            day = usage_db.day_of(utcnow())
+            spent = round(time.monotonic() - started, 3)
+            usage_db.add_usage(session, plan.rule.billing_code, day, run_seconds=spent)
     limit = plan.rule.guardrails.buffer_limit()
-    if limit is not None and config.sender is not None:
+    if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
         release_buffered(session_factory, config.sender, plan.rule.id, limit)
     return status
 
@@ -204,47 +234,77 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
     if unrunnable:
         raise AdeError(unrunnable)
     assert rule.execution.kind == "built-in"  # the only runnable kind today
+    done: list[RunStepRow] = []
+    approved: frozenset[int] = frozenset()
+    if claimed.attempt > 1:  # resumed (after an approval): keep what the earlier attempt did
+        done = [s for s in runs_db.list_steps(session, claimed.id) if s.status != "running"]
+        approved = approvals_db.approved_steps(session, claimed.id)
     return _Plan(
         rule=rule,
         actions=list(rule.execution.actions),
         trigger=dict(claimed.trigger),
         project_root=config.settings.project_root(rule.project),
+        done=done,
+        approved=approved,
     )
 
 
-def _run_steps(
+def _deadline(session: Any, rule: Rule, settings: Settings, started: float) -> _Deadline:
+    """The run's deadline: its max_duration_min, or sooner when a run-seconds budget (the
+    rule's billing code's, or the cluster's) runs out first."""
+    deadline = _Deadline(
+        started + rule.guardrails.max_duration_min * 60,
+        f"the rule's max_duration_min ({rule.guardrails.max_duration_min:g} min)",
+    )
+    for left, what in budget_left(session, rule, settings.budget_run_seconds_per_day):
+        if started + left < deadline.at:
+            deadline = _Deadline(started + left, what)
+    return deadline
+
+
+def _run_chain(
     sessions: SessionFactory,
     config: RunnerConfig,
     run_id: str,
     worker: str,
     plan: _Plan,
-    deadline: float,
+    deadline: _Deadline,
     monitor: Watch,
 ) -> RunStatus | None:
-    def should_stop() -> bool:
-        return monitor.lost.is_set() or SHUTDOWN.is_set()
-
-    for index, action in enumerate(plan.actions):
+    """Run the steps the plan has left, then publish; end the run (or park it for approval)."""
+    rule, actions = plan.rule, plan.actions
+    state = ChainState()
+    for row in plan.done:
+        state.remember(row.step_id, StepOutcome(StepStatus(row.status), row.exit_code,
+                                                row.output, row.result, row.error))  # fmt: skip
+    gate = approval_gate(rule)
+    step_run = StepRun(
+        base=_base_context(sessions, config, run_id, plan, deadline, monitor),
+        rule=rule,
+        trigger=plan.trigger,
+        find_lane=lambda name: _find_lane(sessions, rule.project, name),
+    )
+    pending: StepRecord | None = None  # the latest step, recorded with the run's outcome
+    for index in range(len(plan.done), len(actions) + 1):
+        if index == gate and index not in plan.approved and state.failure is None:
+            return _park(sessions, run_id, worker, index, plan, pending)
+        if index == len(actions):
+            break
+        action = actions[index]
         step = StepRecord(run_id, index, action.id, action.type, started_at=utcnow())
         monitor.step_started(step)
-        context = StepContext(
-            run_id=run_id,
-            rule=plan.rule,
-            trigger=plan.trigger,
-            step_index=index,
-            project_root=plan.project_root,
-            env_allowlist=config.settings.command_env_allowlist,
-            base_env=config.base_env,
-            time_left=lambda: deadline - time.monotonic(),
-            should_stop=should_stop,
-            kill_grace=config.settings.kill_grace_seconds,
-        )
-        outcome = _execute_step(config, action, context)
+        outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
         monitor.step_started(None)
         if monitor.lost.is_set():
             log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
             return None
-        finished = replace(
+        state.remember(action.id, outcome)
+        if state.failure is None:
+            failure = _failure(action, index, outcome, deadline)
+            if failure is not None:
+                state.failure = failure
+        _record(sessions, pending)
+        pending = replace(
             step,
             status=outcome.status,
             finished_at=utcnow(),
@@ -253,25 +313,98 @@ def _run_steps(
             result=outcome.result,
             error=outcome.error,
         )
-        status, error = _verdict(action, index, outcome)
-        is_last = index + 1 == len(plan.actions)
-        if status is RunStatus.SUCCEEDED and SHUTDOWN.is_set() and not is_last:
-            status, error = RunStatus.CANCELLED, SHUTDOWN_ERROR
+        if SHUTDOWN.is_set() and index + 1 < len(actions):
+            state.failure = state.failure or (RunStatus.CANCELLED, SHUTDOWN_ERROR)
+            break
+    status, error = state.failure or (RunStatus.SUCCEEDED, None)
+    if rule.outputs.disposition is not Disposition.EVIDENCE_ONLY and not SHUTDOWN.is_set():
+        _record(sessions, pending)
+        pending = _publish_step(config, run_id, plan, state, status, len(actions), step_run)
+    verdict = _review(rule, status, state)
+    with sessions.begin() as session:
+        return _end(session, run_id, worker, status, error, pending, verdict)
+
+
+def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
+    """Record a finished step that is not the run's last (that one goes with the outcome)."""
+    if step is not None:
         with sessions.begin() as session:
-            if is_last or status is not RunStatus.SUCCEEDED:
-                return _end(session, run_id, worker, status, error, finished)
-            runs_db.record_step(session, finished)
-    raise AssertionError("a built-in rule has at least one action")
+            runs_db.record_step(session, step)
 
 
-def _verdict(action: Any, index: int, outcome: StepOutcome) -> tuple[RunStatus, str | None]:
-    """What a step's outcome means for the run (SUCCEEDED: carry on)."""
-    if outcome.status is StepStatus.SUCCEEDED or action.continue_on_failure:
-        return RunStatus.SUCCEEDED, None
+def _base_context(
+    sessions: SessionFactory,
+    config: RunnerConfig,
+    run_id: str,
+    plan: _Plan,
+    deadline: _Deadline,
+    monitor: Watch,
+) -> StepContext:
+    def should_stop() -> bool:
+        return monitor.lost.is_set() or SHUTDOWN.is_set()
+
+    return StepContext(
+        run_id=run_id,
+        rule=plan.rule,
+        trigger=plan.trigger,
+        step_index=0,
+        project_root=plan.project_root,
+        env_allowlist=config.settings.command_env_allowlist,
+        base_env=config.base_env,
+        time_left=lambda: deadline.at - time.monotonic(),
+        should_stop=should_stop,
+        kill_grace=config.settings.kill_grace_seconds,
+        sessions=sessions,
+        settings=config.settings,
+    )
+
+
+def _find_lane(sessions: SessionFactory, project: str, name: str) -> LaneRef | None:
+    with sessions.begin() as session:
+        row = lanes_db.active_lane(session, project, name)
+    return None if row is None else lanes_db.lane_ref(row)
+
+
+def _park(
+    sessions: SessionFactory,
+    run_id: str,
+    worker: str,
+    index: int,
+    plan: _Plan,
+    pending: StepRecord | None,
+) -> RunStatus | None:
+    """Stop the run in `waiting` until an operator approves or rejects it."""
+    rule = plan.rule
+    what = (
+        "publishing its result"
+        if index == len(plan.actions)
+        else f"step #{index + 1}, its first side-effecting step"
+    )
+    reason = (
+        f"rule {rule.id!r} requires a human to approve before {what}; approve or reject it "
+        f"with `ade-tasks runs approve {run_id}` / `ade-tasks runs reject {run_id}`"
+    )
+    with sessions.begin() as session:
+        if pending is not None:
+            runs_db.record_step(session, pending)
+        if not approvals_db.wait_for_approval(session, run_id, worker, index, reason):
+            return None
+    log.info("run %s is waiting for approval before step %d", run_id, index)
+    return RunStatus.WAITING
+
+
+def _failure(
+    action: Any, index: int, outcome: StepOutcome, deadline: _Deadline
+) -> tuple[RunStatus, str] | None:
+    """What a step's outcome means for the run (None: carry on)."""
+    if outcome.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) or action.continue_on_failure:
+        return None
     if SHUTDOWN.is_set():
         return RunStatus.CANCELLED, SHUTDOWN_ERROR
     where = f"step {action.id!r} (#{index + 1})"
     if outcome.status is StepStatus.TIMED_OUT:
+        if time.monotonic() >= deadline.at:
+            return RunStatus.TIMED_OUT, f"{where} was stopped: {deadline.reason} was reached"
         return RunStatus.TIMED_OUT, f"{where} timed out: {outcome.error}"
     return RunStatus.FAILED, f"{where} failed: {outcome.error}"
 
@@ -289,6 +422,49 @@ def _execute_step(config: RunnerConfig, action: Any, context: StepContext) -> St
         return StepOutcome(StepStatus.FAILED, error=f"internal error in {action.type}: {exc!r}")
 
 
+def _publish_step(
+    config: RunnerConfig,
+    run_id: str,
+    plan: _Plan,
+    state: ChainState,
+    status: RunStatus,
+    index: int,
+    step_run: StepRun,
+) -> StepRecord:
+    """Publish the run's result per its disposition, as one more step named `publish`."""
+    step = StepRecord(run_id, index, "publish", "publish", started_at=utcnow())
+    context = replace(step_run.base, step_index=index, step_id="publish", lane=state.lane,
+                      masker=state.masker)  # fmt: skip
+    try:
+        outcome = publish(plan.rule, status, state, context, config.settings)
+    except Exception as exc:  # publishing must not leave the run running
+        log.exception("publishing run %s failed", run_id)
+        outcome = StepOutcome(StepStatus.FAILED, error=f"internal error while publishing: {exc!r}")
+    return replace(
+        step,
+        status=outcome.status,
+        finished_at=utcnow(),
+        output=state.masker.mask(outcome.output),
+        result=state.masker.mask_value(outcome.result),
+        error=state.masker.mask(outcome.error) if outcome.error else None,
+    )
+
+
+def _review(rule: Rule, status: RunStatus, state: ChainState) -> runs_db.RunVerdict:
+    verification = rule.verification
+    outcome = review(
+        status,
+        profile=rule.review_profile,
+        context_sources=state.ran,
+        threshold=rule.review_threshold,
+        findings=len(state.findings),
+        verification_pending=verification.required and not verification.command,
+    )
+    return runs_db.RunVerdict(
+        outcome.queue_status, outcome.confidence, state.findings[:500] or None
+    )
+
+
 def _end(
     session: Any,
     run_id: str,
@@ -296,9 +472,10 @@ def _end(
     status: RunStatus,
     error: str | None,
     last_step: StepRecord | None = None,
+    verdict: runs_db.RunVerdict | None = None,
 ) -> RunStatus | None:
     """Finish the run (and record its last step); None if it was no longer ours."""
-    if not runs_db.finish_run(session, run_id, worker, status, error, last_step):
+    if not runs_db.finish_run(session, run_id, worker, status, error, last_step, verdict):
         return None
     log.info("run %s finished: %s%s", run_id, status, f" ({error})" if error else "")
     return status

@@ -25,7 +25,7 @@ from ade_tasks.db.schema import (
     StepStatus,
     utcnow,
 )
-from ade_tasks.errors import InvalidInputError, NotFoundError
+from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 
 # The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
 RUNS = cast(Table, RunRow.__table__)
@@ -96,9 +96,15 @@ _RENEW = _sql(
 # the step's columns of the same names.
 _FINISH = (
     "UPDATE runs SET status = :run_status, error = :run_error, finished_at = :run_finished_at, "
+    "queue_status = :queue_status, confidence = :confidence, findings = :findings, "
     "lease_expires_at = NULL WHERE id = :run_id AND worker = :worker AND status = 'running' "
     "RETURNING id"
 )
+_FINISH_TYPES = {
+    "run_finished_at": RUNS.c.finished_at.type,
+    "confidence": RUNS.c.confidence.type,
+    "findings": RUNS.c.findings.type,
+}
 STEP_COLUMNS = (
     "run_id", "index", "step_id", "action_type", "started_at", "status", "finished_at",
     "exit_code", "output", "result", "error",
@@ -113,13 +119,13 @@ _STEP_OUTCOME = ", ".join(
 )
 _ANNOUNCE_STEP = _sql(_STEP_INSERT + "DO NOTHING", STEPS, *STEP_COLUMNS)
 _RECORD_STEP = _sql(_STEP_INSERT + "DO UPDATE SET " + _STEP_OUTCOME, STEPS, *STEP_COLUMNS)
-_FINISH_RUN = _sql(_FINISH, RUNS, run_finished_at=RUNS.c.finished_at.type)
+_FINISH_RUN = _sql(_FINISH, RUNS, **_FINISH_TYPES)
 # PostgreSQL writes the last step and the run's outcome in one statement (a data-modifying CTE).
 _FINISH_RUN_WITH_STEP = _sql(
     "WITH last_step AS (" + _STEP_INSERT + "DO UPDATE SET " + _STEP_OUTCOME + ") " + _FINISH,
     STEPS,
     *STEP_COLUMNS,
-    run_finished_at=RUNS.c.finished_at.type,
+    **_FINISH_TYPES,
 )
 
 
@@ -204,6 +210,15 @@ def record_step(session: Session, step: StepRecord) -> None:
     session.execute(_RECORD_STEP, step.values())
 
 
+@dataclass(frozen=True)
+class RunVerdict:
+    """What a finished run amounts to: its review-queue status, confidence and findings."""
+
+    queue_status: str | None = None
+    confidence: float | None = None
+    findings: list[dict[str, Any]] | None = None
+
+
 def finish_run(
     session: Session,
     run_id: str,
@@ -211,18 +226,23 @@ def finish_run(
     status: RunStatus,
     error: str | None = None,
     last_step: StepRecord | None = None,
+    verdict: RunVerdict | None = None,
 ) -> bool:
     """Record a running run's outcome (and its last step's); False if it was not `worker`'s.
 
     On PostgreSQL the step and the run are written by one statement; SQLite takes two, and a
     crash between them leaves a running run for the recovery sweep.
     """
+    verdict = verdict or RunVerdict()
     params: dict[str, Any] = {
         "run_id": run_id,
         "worker": worker,
         "run_status": status.value,
         "run_error": error[:MAX_ERROR] if error else error,
         "run_finished_at": utcnow(),
+        "queue_status": verdict.queue_status,
+        "confidence": verdict.confidence,
+        "findings": verdict.findings,
     }
     statement = _FINISH_RUN
     if last_step is not None:
@@ -267,6 +287,7 @@ class RunFilter:
     status: str | None = None
     trigger_type: str | None = None
     since: datetime | None = None
+    queue_status: str | None = None
 
 
 def encode_cursor(row: RunRow) -> str:
@@ -303,6 +324,8 @@ def list_runs(
         stmt = stmt.where(RunRow.trigger_type == filters.trigger_type)
     if filters.since:
         stmt = stmt.where(RunRow.queued_at >= filters.since)
+    if filters.queue_status:
+        stmt = stmt.where(RunRow.queue_status == filters.queue_status)
     if cursor:
         when, run_id = _decode_cursor(cursor)
         stmt = stmt.where(
@@ -314,6 +337,18 @@ def list_runs(
     if len(rows) > limit:
         return rows[:limit], encode_cursor(rows[limit - 1])
     return rows, None
+
+
+def move_in_review_queue(session: Session, run_id: str, queue_status: str) -> RunRow:
+    """Set a finished run's review-queue status (an operator's ignore/archive/approve)."""
+    row = get_run(session, run_id)
+    if row.queue_status is None:
+        raise ConflictError(
+            f"run {run_id!r} is not in the review queue (status {row.status}); only finished "
+            "runs that did work are reviewed"
+        )
+    row.queue_status = queue_status
+    return row
 
 
 # --- recovery ---------------------------------------------------------------------------------

@@ -145,6 +145,8 @@ class RunRow(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    # Findings of the run's steps (failing tests, conflicting files, ...), set when it ends.
+    findings: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
 
 
 class RunStepRow(Base):
@@ -212,3 +214,113 @@ class ScheduleOccurrenceRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(36))
     reason: Mapped[str | None] = mapped_column(Text)
     duplicate_claims: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class QueueStatus(StrEnum):
+    """Where a finished run stands in the review queue (wire values)."""
+
+    PENDING_REVIEW = "pending-review"
+    ACTIONABLE_FINDINGS = "actionable-findings"
+    VERIFICATION_REQUIRED = "verification-required"
+    COMPLETED_CLEAN = "completed-clean"
+    IGNORED = "ignored"
+    ARCHIVED = "archived"
+
+
+class LaneStatus(StrEnum):
+    """A lane's life (wire values)."""
+
+    ACTIVE = "active"
+    DELETED = "deleted"
+
+
+class LaneRow(Base):
+    """A git worktree on its own branch, created by a run for later steps and triggers."""
+
+    __tablename__ = "lanes"
+    __table_args__ = (Index("ix_lanes_project_name", "project", "name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    branch: Mapped[str] = mapped_column(String(255))
+    path: Mapped[str] = mapped_column(String(1024))
+    base_ref: Mapped[str] = mapped_column(String(255))
+    base_sha: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(36))
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deleted_at: Mapped[datetime | None]
+
+
+class CleanupStatus(StrEnum):
+    """A deferred lane deletion's life (wire values)."""
+
+    SCHEDULED = "scheduled"
+    EXECUTING = "executing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ScheduledCleanupRow(Base):
+    """A lane deletion deferred by `delete-lane` with `after_minutes`, swept every 60 s."""
+
+    __tablename__ = "scheduled_cleanups"
+    __table_args__ = (Index("ix_scheduled_cleanups_status_due_at", "status", "due_at"),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    step_id: Mapped[str] = mapped_column(String(64))
+    lane_id: Mapped[str] = mapped_column(String(36))
+    force: Mapped[bool] = mapped_column(Boolean, default=False)
+    delete_remote: Mapped[str | None] = mapped_column(String(255))
+    due_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16))
+    claimed_by: Mapped[str | None] = mapped_column(String(255))
+    claimed_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+
+class ApprovalStatus(StrEnum):
+    """A human decision's life (wire values)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class ApprovalRow(Base):
+    """A run waiting for an operator: approve to go on, reject to stop it."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (
+        UniqueConstraint("run_id", "step_index", name="uq_approvals_run_id_step_index"),
+        Index("ix_approvals_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    requested_at: Mapped[datetime] = mapped_column(default=utcnow)
+    decided_at: Mapped[datetime | None]
+    decided_by: Mapped[str | None] = mapped_column(String(255))
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class UsageRow(Base):
+    """What one billing code used on one UTC day, for budget caps."""
+
+    __tablename__ = "usage"
+
+    billing_code: Mapped[str] = mapped_column(String(128), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)  # YYYY-MM-DD, UTC
+    run_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)

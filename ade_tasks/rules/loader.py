@@ -16,11 +16,11 @@ import yaml
 from pydantic import ValidationError
 
 from ade_tasks.errors import RuleProblem
-from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, Rule
+from ade_tasks.rules.models import KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, Rule
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # Discriminator tags pydantic puts into error locations; users never wrote them as fields.
-_UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", "run-command"}
+_UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", *KNOWN_ACTION_TYPES}
 
 
 @dataclass(frozen=True)

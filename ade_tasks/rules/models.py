@@ -253,16 +253,34 @@ def _clamp_timeout(value: Any) -> float:
     return min(max(seconds, MIN_STEP_TIMEOUT_SEC), MAX_STEP_TIMEOUT_SEC)
 
 
-class RunCommandAction(_Document):
-    """Run a command in the project: a string runs through `/bin/sh -c`, a list runs as argv."""
+StepTimeout = Annotated[float, BeforeValidator(_clamp_timeout)]
+EnvName = r"[A-Za-z_][A-Za-z0-9_]*"
 
-    type: Literal["run-command"]
+
+class _Step(_Document):
+    """What every step of a built-in chain has, whatever its action.
+
+    `condition` is a small safe expression (see `ade_tasks.conditions`); a false condition
+    records the step as skipped. `retry` re-runs a failed step up to 5 times with exponential
+    backoff from 400 ms. `always_run` steps run even after an earlier failure, like `finally`,
+    and the original failure stays the run's outcome. `lane` runs the step in a named lane, in
+    the lane created earlier in this run (`created`), or in the project root (`project`); by
+    default a step runs in the run's lane when it has one, else in the project root.
+    """
+
     id: str = Field(default="", pattern=r"^$|" + SLUG)
+    condition: str | None = None
+    retry: int = Field(default=0, ge=0, le=5)
+    continue_on_failure: bool = False
+    always_run: bool = False
+    timeout_sec: StepTimeout = DEFAULT_STEP_TIMEOUT_SEC
+    lane: str | None = None
+
+
+class _CommandStep(_Step):
     command: str | list[str]
     cwd: str = "."
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_sec: Annotated[float, BeforeValidator(_clamp_timeout)] = DEFAULT_STEP_TIMEOUT_SEC
-    continue_on_failure: bool = False
 
     @field_validator("command")
     @classmethod
@@ -275,12 +293,75 @@ class RunCommandAction(_Document):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            if not re.fullmatch(EnvName, name):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
         return value
 
 
-KNOWN_ACTION_TYPES = ("run-command",)
+class RunCommandAction(_CommandStep):
+    """Run a command in the project: a string runs through `/bin/sh -c`, a list runs as argv."""
+
+    type: Literal["run-command"]
+
+
+class RunTestsAction(_CommandStep):
+    """Run the project's tests; JUnit XML the command writes becomes the step's result.
+
+    The command finds a report path in `$ADE_JUNIT_XML` (e.g. `pytest --junitxml=$ADE_JUNIT_XML`);
+    `junit` names further report files (globs relative to the step's directory).
+    """
+
+    type: Literal["run-tests"]
+    junit: list[str] = Field(default_factory=list)
+
+
+class CreateLaneAction(_Step):
+    """Create a lane: a git worktree on a new branch from `base`, used by the later steps."""
+
+    type: Literal["create-lane"]
+    name: str = "{{rule.id}} {{date}}"
+    base: str = "HEAD"
+    branch_prefix: str = Field(default="ade/", pattern=r"^[A-Za-z0-9._/-]*$")
+
+
+class DeleteLaneAction(_Step):
+    """Delete a lane: the named one, else the one created in this run, else the trigger's."""
+
+    type: Literal["delete-lane"]
+    target: str | None = None
+    after_minutes: float = Field(default=0, ge=0, le=60 * 24 * 30)
+    force: bool = False
+    delete_remote: str | None = None
+
+
+class PredictConflictsAction(_Step):
+    """List the files that would conflict when the lane's branch merges into its base."""
+
+    type: Literal["predict-conflicts"]
+    target: str | None = None
+    base: str | None = None
+
+
+class AdeActionStep(_Step):
+    """Call one allow-listed internal action (`domain.action`) with typed arguments."""
+
+    type: Literal["ade-action"]
+    action: str = Field(pattern=r"^[a-z]+\.[a-z_]+$")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+ACTION_MODELS: dict[str, type[_Step]] = {
+    "run-command": RunCommandAction,
+    "run-tests": RunTestsAction,
+    "create-lane": CreateLaneAction,
+    "delete-lane": DeleteLaneAction,
+    "predict-conflicts": PredictConflictsAction,
+    "ade-action": AdeActionStep,
+}
+KNOWN_ACTION_TYPES = tuple(ACTION_MODELS)
+#: Step fields that may hold `{{...}}` templates and `${env:NAME}` secret references.
+TEMPLATED_FIELDS = ("command", "cwd", "env", "junit", "name", "base", "target", "args")
+LANE_STEPS = ("create-lane", "delete-lane", "predict-conflicts")
 
 
 def _known_action(value: Any) -> Any:
@@ -292,7 +373,18 @@ def _known_action(value: Any) -> Any:
     return value
 
 
-Action = Annotated[RunCommandAction, BeforeValidator(_known_action)]
+Action = Annotated[
+    Annotated[
+        RunCommandAction
+        | RunTestsAction
+        | CreateLaneAction
+        | DeleteLaneAction
+        | PredictConflictsAction
+        | AdeActionStep,
+        Field(discriminator="type"),
+    ],
+    BeforeValidator(_known_action),
+]
 
 
 class BuiltinExecution(_Document):
@@ -304,14 +396,49 @@ class BuiltinExecution(_Document):
 
     @model_validator(mode="after")
     def _step_ids(self) -> BuiltinExecution:
-        seen: set[str] = set()
+        seen: list[str] = []
+        problems: list[str] = []
         for index, action in enumerate(self.actions):
             step_id = action.id or f"{action.type}-{index + 1}"
             if step_id in seen:
                 raise ValueError(f"duplicate step id {step_id!r}; give each action its own id")
-            seen.add(step_id)
             object.__setattr__(action, "id", step_id)
+            problems += _step_problems(action, index, seen)
+            seen.append(step_id)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+
+def _step_problems(action: _Step, index: int, earlier: list[str]) -> list[str]:
+    """What can be known wrong about a step before it runs: its templates' variables, its
+    condition's syntax and names, its secret references."""
+    from ade_tasks.conditions import check_condition
+    from ade_tasks.secrets import check as check_secrets
+    from ade_tasks.templating import check as check_template
+
+    where = f"actions.{index} ({action.id})"
+    problems: list[str] = []
+    if action.condition:
+        problems += check_condition(
+            action.condition, earlier_steps=earlier, where=f"{where}.condition"
+        )
+    for name in TEMPLATED_FIELDS:
+        value = getattr(action, name, None)
+        problems += check_secrets(value, f"{where}.{name}")
+        for text in _strings(value):
+            problems += check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
+    return problems
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 class ToolPolicy(_Document):
@@ -412,10 +539,30 @@ class Disposition(StrEnum):
 
 
 class Outputs(_Document):
-    """How the run's result is published."""
+    """How the run's result is published (see the README's "Outputs" section).
+
+    `comment-only` comments on the triggering GitHub PR or issue (else the result stays in the
+    run log), `open-pr` pushes the run's lane branch to `remote` and opens a draft PR on `repo`
+    (default: the trigger's repository), `notify` posts to a Slack-compatible webhook whose URL
+    is a secret (`notify_url: ${env:NAME}`). GitHub and webhook calls are retried `retry` times
+    with exponential backoff from 400 ms.
+    """
 
     disposition: Disposition = Disposition.EVIDENCE_ONLY
     notify_url: str | None = None
+    repo: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+    remote: str = "origin"
+    pr_title: str = "{{rule.name}}"
+    pr_base: str | None = None
+    retry: int = Field(default=3, ge=0, le=5)
+
+    @model_validator(mode="after")
+    def _notify_needs_url(self) -> Outputs:
+        if self.disposition is Disposition.NOTIFY and not self.notify_url:
+            raise ValueError(
+                "disposition notify needs notify_url, e.g. notify_url: ${env:SLACK_WEBHOOK_URL}"
+            )
+        return self
 
 
 class Verification(_Document):
@@ -462,6 +609,7 @@ class Rule(_Document):
     review_profile: Literal[
         "quick", "incremental", "full", "security", "release-risk", "cross-repo-contract"
     ] = "quick"
+    review_threshold: float = Field(default=0.65, ge=0, le=1)
     tool_palette: list[ToolPalette] = Field(default_factory=list)
     billing_code: str = ""
     queue: str | None = Field(default=None, pattern=r"^[\w.:-]+$")

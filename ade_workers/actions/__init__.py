@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.schema import StepStatus
 from ade_tasks.rules.models import Rule
+from ade_tasks.secrets import Masker
+from ade_tasks.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,18 @@ class StepContext:
     time_left: Callable[[], float]
     should_stop: Callable[[], bool]
     kill_grace: float = 3.0
+    step_id: str = ""
+    #: Where the step runs: its lane's worktree, or the project root.
+    cwd_root: Path = Path()
+    lane: LaneRef | None = None
+    masker: Masker = field(default_factory=Masker.none)
+    sessions: SessionFactory | None = None
+    settings: Settings | None = None
+
+    @property
+    def root(self) -> Path:
+        """The directory relative paths of the step resolve against."""
+        return self.cwd_root if self.cwd_root != Path() else self.project_root
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,14 @@ class ActionExecutor(Protocol):
 
 def registry() -> dict[str, ActionExecutor]:
     """Action type -> executor (imported here so each executor stays in its own module)."""
+    from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
     from ade_workers.actions.run_command import run_command
+    from ade_workers.actions.run_tests import run_tests
 
-    return {"run-command": run_command}
+    return {
+        "run-command": run_command,
+        "run-tests": run_tests,
+        "create-lane": create_lane,
+        "delete-lane": delete_lane,
+        "predict-conflicts": predict_conflicts,
+    }

@@ -1,18 +1,21 @@
-"""`run-command`: a shell string or an argv list, inside the project, under a timeout."""
+"""`run-command`: a shell string or an argv list, inside the project or lane, under a timeout."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ade_tasks.db.schema import StepStatus
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
-from ade_tasks.rules.models import RunCommandAction
 from ade_workers.actions import StepContext, StepOutcome
-from ade_workers.process import run_process
+from ade_workers.process import ProcessResult, run_process
 
 
-def child_env(context: StepContext, action: RunCommandAction) -> dict[str, str]:
+def child_env(context: StepContext, action: Any) -> dict[str, str]:
     """The allow-listed part of the worker's environment, the run's identity and manual inputs
     (`ADE_INPUT_<NAME>`), then the step's own variables."""
     env = {k: v for k, v in context.base_env.items() if k in context.env_allowlist}
@@ -21,14 +24,33 @@ def child_env(context: StepContext, action: RunCommandAction) -> dict[str, str]:
     for name, value in (context.trigger.get("inputs") or {}).items():
         key = "ADE_INPUT_" + re.sub(r"[^A-Za-z0-9_]", "_", str(name)).upper()
         env[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    if context.lane is not None:
+        env["ADE_LANE_NAME"] = context.lane.name
+        env["ADE_LANE_BRANCH"] = context.lane.branch
     env.update(action.env)
     return env
 
 
-def run_command(action: RunCommandAction, context: StepContext) -> StepOutcome:
-    """Run the command; refuse before starting anything if its cwd leaves the project."""
+@dataclass(frozen=True)
+class CommandRun:
+    """A finished command: its process result, the directory it ran in and its details."""
+
+    result: ProcessResult
+    cwd: Path
+    budget: float
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"duration_sec": round(self.result.duration, 3), "cwd": str(self.cwd)}
+
+
+def start_command(
+    action: Any, context: StepContext, extra_env: Mapping[str, str] | None = None
+) -> CommandRun | StepOutcome:
+    """Run the action's command in its cwd (contained in the lane or project root); a
+    StepOutcome instead when it could not start."""
     try:
-        cwd = resolve_inside(context.project_root, action.cwd, what=f"step {action.id!r} cwd")
+        cwd = resolve_inside(context.root, action.cwd, what=f"step {action.id!r} cwd")
     except PolicyViolationError as exc:
         return StepOutcome(StepStatus.FAILED, error=exc.message)
     if not cwd.is_dir():
@@ -44,28 +66,43 @@ def run_command(action: RunCommandAction, context: StepContext) -> StepOutcome:
         result = run_process(
             argv,
             cwd=cwd,
-            env=child_env(context, action),
+            env={**child_env(context, action), **(extra_env or {})},
             timeout=budget,
             kill_grace=context.kill_grace,
             should_stop=context.should_stop,
+            masker=context.masker,
         )
     except OSError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"could not start {argv[0]!r}: {exc.strerror}")
-    details = {"duration_sec": round(result.duration, 3), "cwd": str(cwd)}
+    return CommandRun(result, cwd, budget)
+
+
+def command_outcome(run: CommandRun, action: Any) -> StepOutcome:
+    """How the command's exit decides the step."""
+    result = run.result
     if result.timed_out:
-        limit = "step timeout" if budget == action.timeout_sec else "run's max_duration_min"
+        limit = "step timeout" if run.budget == action.timeout_sec else "run's max_duration_min"
         return StepOutcome(
             StepStatus.TIMED_OUT,
             output=result.output,
-            result=details,
-            error=f"killed after {budget:g}s ({limit}); the whole process group was stopped",
+            result=run.details,
+            error=f"killed after {run.budget:g}s ({limit}); the whole process group was stopped",
         )
     if result.cancelled:
         return StepOutcome(
-            StepStatus.FAILED, output=result.output, result=details, error="stopped: run cancelled"
+            StepStatus.FAILED,
+            output=result.output,
+            result=run.details,
+            error="stopped: run cancelled",
         )
     status = StepStatus.SUCCEEDED if result.exit_code == 0 else StepStatus.FAILED
     error = (
         None if status is StepStatus.SUCCEEDED else f"command exited with status {result.exit_code}"
     )
-    return StepOutcome(status, result.exit_code, result.output, details, error)
+    return StepOutcome(status, result.exit_code, result.output, run.details, error)
+
+
+def run_command(action: Any, context: StepContext) -> StepOutcome:
+    """Run the command; refuse before starting anything if its cwd leaves the project."""
+    run = start_command(action, context)
+    return run if isinstance(run, StepOutcome) else command_outcome(run, action)

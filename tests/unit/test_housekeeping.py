@@ -44,6 +44,21 @@ def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory)
         jobs = housekeeping.standard_jobs(session_factory, InMemorySender(), Settings())
     finally:
         housekeeping._REGISTERED.remove(sweep_factory)
-    assert [job.name for job in jobs] == ["recover", "prune", "cleanups"]
-    results = Housekeeping(session_factory, "beat", jobs[2:]).tick(datetime(2026, 1, 1, tzinfo=UTC))
+    names = [job.name for job in jobs]
+    assert names[:2] == ["recover", "prune"] and names[-1] == "cleanups"
+    results = Housekeeping(session_factory, "beat", jobs[-1:]).tick(
+        datetime(2026, 1, 1, tzinfo=UTC)
+    )
     assert results == {"cleanups": "swept"}
+
+
+def test_the_beat_runs_the_lane_cleanup_sweep_every_minute(session_factory: SessionFactory) -> None:
+    import ade_workers.beat  # noqa: F401  (the beat imports the sweep, which registers it)
+    from ade_tasks import housekeeping
+    from ade_tasks.dispatch import InMemorySender
+    from ade_tasks.settings import Settings
+
+    jobs = housekeeping.standard_jobs(session_factory, InMemorySender(), Settings())
+
+    (sweep,) = [job for job in jobs if job.name == "lane-cleanups"]
+    assert sweep.every == timedelta(seconds=60)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 import time
 from pathlib import Path
 
+from ade_tasks.secrets import Masker
 from ade_workers.process import OUTPUT_CAP, CappedOutput, run_process
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -115,3 +117,81 @@ def test_capped_output_keeps_head_and_tail_exactly() -> None:
     small = CappedOutput(cap=10)
     small.write("hello")
     assert small.text() == "hello" and small.dropped == 0
+
+
+SECRET = 'sk-"live"\\9f3é'  # quotes, a backslash and non-ASCII: JSON and repr escape it differently
+MASKED_ENV = {**ENV, "TOKEN": SECRET, "PYTHONIOENCODING": "utf-8"}
+
+
+def assert_masked(output: str) -> None:
+    assert "***" in output
+    assert SECRET not in output
+    assert "sk-" not in output  # not even the start of it
+
+
+def run_masked(tmp_path: Path, argv: list[str], cap: int = OUTPUT_CAP) -> str:
+    result = run_process(
+        argv, cwd=tmp_path, env=MASKED_ENV, timeout=10, cap=cap, masker=Masker([SECRET])
+    )
+    return result.output
+
+
+def test_a_printed_secret_is_masked(tmp_path: Path) -> None:
+    output = run_masked(tmp_path, ["/bin/sh", "-c", 'echo "token: $TOKEN"'])
+    assert output == "token: ***\n"
+
+
+def test_a_secret_written_in_two_chunks_is_masked(tmp_path: Path) -> None:
+    script = 'printf "%s" "${TOKEN%%live*}"; sleep 0.2; printf "%s\\n" "live${TOKEN#*live}"'
+    output = run_masked(tmp_path, ["/bin/sh", "-c", script])
+    assert output == "***\n"
+
+
+def test_a_secret_inside_json_is_masked(tmp_path: Path) -> None:
+    code = "import json, os; print(json.dumps({'token': os.environ['TOKEN']}))"
+    output = run_masked(tmp_path, [sys.executable, "-c", code])
+    assert output == '{"token": "***"}\n'
+
+
+def test_a_secret_inside_a_traceback_is_masked(tmp_path: Path) -> None:
+    code = f"import os; x = {SECRET!r}; raise KeyError(os.environ['TOKEN'])"
+    output = run_masked(tmp_path, [sys.executable, "-c", code])
+    assert output.rstrip().endswith("KeyError: '***'")  # KeyError shows the repr
+    assert_masked(output)
+    code = "import os; raise ValueError(os.environ['TOKEN'])"
+    output = run_masked(tmp_path, [sys.executable, "-c", code])
+    assert output.rstrip().endswith("ValueError: ***")
+    assert_masked(output)
+
+
+def test_a_secret_across_the_cap_boundary_leaves_no_prefix(tmp_path: Path) -> None:
+    script = 'printf "%s" "0123456$TOKEN"; head -c 1000 /dev/zero | tr "\\0" x; echo "$TOKEN"'
+    output = run_masked(tmp_path, ["/bin/sh", "-c", script], cap=20)
+    assert output.startswith("0123456***")
+    assert output.endswith("xxxx***\n")
+    assert_masked(output)
+
+
+def test_an_empty_masker_changes_nothing(tmp_path: Path) -> None:
+    result = run_process(
+        ["/bin/sh", "-c", 'echo "$TOKEN"'],
+        cwd=tmp_path,
+        env=MASKED_ENV,
+        timeout=10,
+        masker=Masker.none(),
+    )
+    assert result.output == SECRET + "\n"
+
+
+def test_ten_megabytes_of_masked_output_stay_capped_and_fast(tmp_path: Path) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    output = run_masked(
+        tmp_path,
+        ["/bin/sh", "-c", 'head -c 10000000 /dev/zero | tr "\\0" x; echo "$TOKEN"; echo THE-END'],
+    )
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert output.rstrip().endswith("x***\nTHE-END")
+    assert len(output) <= OUTPUT_CAP + 100
+    assert time.monotonic() - started < 10
+    assert grown_kib < 30_000, f"peak RSS grew by {grown_kib} KiB"

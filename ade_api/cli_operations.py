@@ -1,0 +1,138 @@
+"""CLI commands for what operators look after: approvals, the review queue, lanes and
+scheduled cleanups. Each is a thin call of the HTTP API (see `ade_api.cli.Api`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ade_api.cli import Api, json_option, main, runs, url_option
+from ade_tasks.review import QUEUE_ACTIONS
+from ade_tasks.settings import Settings
+
+
+def _echo(data: Any, as_json: bool, line: Callable[[dict[str, Any]], str]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    items = data if isinstance(data, list) else [data]
+    for item in items:
+        click.echo(line(item))
+    if isinstance(data, list) and not data:
+        click.echo("(none)")
+
+
+def _run_line(item: dict[str, Any]) -> str:
+    confidence = "-" if item["confidence"] is None else f"{item['confidence']:.2f}"
+    return (
+        f"{item['id']}  {item['status']:<10} {item['queue_status'] or '-':<22} "
+        f"confidence {confidence}  {item['rule_id']}"
+    )
+
+
+def _decision_command(verb: str, effect: str) -> None:
+    """`runs approve` / `runs reject`: the same call with a different verb."""
+
+    @runs.command(verb, help=f"{verb.capitalize()} a run waiting for a human: {effect}.")
+    @click.argument("run_id")
+    @click.option("--by", default="cli", show_default=True, help="who decides")
+    @click.option("--note", help="why (kept with the run)")
+    @url_option
+    @json_option
+    @click.pass_obj
+    def decide(
+        settings: Settings, run_id: str, by: str, note: str | None, url: str | None, as_json: bool
+    ) -> None:
+        item = Api(settings, url).call(
+            "POST", f"/api/v1/runs/{run_id}/{verb}", json={"by": by, "note": note}
+        )
+        _echo(item, as_json, _run_line)
+
+
+_decision_command("approve", "it resumes where it stopped")
+_decision_command("reject", "it ends cancelled")
+
+
+@main.group()
+def review() -> None:
+    """The review queue of finished runs."""
+
+
+@review.command("list")
+@click.option("--status", default="pending-review", show_default=True, help="queue status")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@url_option
+@json_option
+@click.pass_obj
+def review_list(
+    settings: Settings, status: str, limit: int, url: str | None, as_json: bool
+) -> None:
+    """Runs in one review-queue status, newest first."""
+    page = Api(settings, url).call(
+        "GET", "/api/v1/runs", params={"queue_status": status, "limit": limit}
+    )
+    _echo(page["items"], as_json, _run_line)
+
+
+@review.command("move")
+@click.argument("action", type=click.Choice(sorted(QUEUE_ACTIONS)))
+@click.argument("run_id")
+@url_option
+@json_option
+@click.pass_obj
+def review_move(
+    settings: Settings, action: str, run_id: str, url: str | None, as_json: bool
+) -> None:
+    """Ignore, archive or approve a run in the review queue."""
+    item = Api(settings, url).call("POST", f"/api/v1/runs/{run_id}/review", json={"action": action})
+    _echo(item, as_json, _run_line)
+
+
+@main.group()
+def lanes() -> None:
+    """Lanes: git worktrees created by runs."""
+
+
+@lanes.command("list")
+@click.option("--status", default="active", show_default=True, help="active | deleted")
+@url_option
+@json_option
+@click.pass_obj
+def lanes_list(settings: Settings, status: str, url: str | None, as_json: bool) -> None:
+    """Lanes, newest first."""
+    rows = Api(settings, url).call("GET", "/api/v1/lanes", params={"status": status})
+    _echo(rows, as_json, lambda r: f"{r['name']:<32} {r['branch']:<40} {r['status']}  {r['path']}")
+
+
+@main.group()
+def cleanups() -> None:
+    """Scheduled lane deletions (delete-lane with after_minutes)."""
+
+
+def _cleanup_line(row: dict[str, Any]) -> str:
+    return f"{row['id']:>6}  {row['status']:<10} due {row['due_at'][:19]}  lane {row['lane_id']}"
+
+
+@cleanups.command("list")
+@click.option("--status", help="scheduled | executing | done | failed | cancelled")
+@url_option
+@json_option
+@click.pass_obj
+def cleanups_list(settings: Settings, status: str | None, url: str | None, as_json: bool) -> None:
+    """Scheduled cleanups, soonest first."""
+    params = {"status": status} if status else {}
+    _echo(Api(settings, url).call("GET", "/api/v1/cleanups", params=params), as_json, _cleanup_line)
+
+
+@cleanups.command("cancel")
+@click.argument("cleanup_id", type=int)
+@url_option
+@json_option
+@click.pass_obj
+def cleanups_cancel(settings: Settings, cleanup_id: int, url: str | None, as_json: bool) -> None:
+    """Cancel a scheduled cleanup; the lane stays."""
+    row = Api(settings, url).call("POST", f"/api/v1/cleanups/{cleanup_id}/cancel")
+    _echo(row, as_json, _cleanup_line)

@@ -1,0 +1,454 @@
+"""GitHub REST side effects of a run: comments, labels and draft pull requests, each idempotent.
+
+Every write carries a hidden marker (`<!-- ade:run=... step=... -->`) or is keyed by its branch,
+so a retried call, or a retried run, finds its earlier effect and updates it instead of adding
+a second one. Each public method is retried as a whole under a `RetryPolicy`: a POST whose
+answer was lost is found again by the listing that starts the next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+from ade_tasks.errors import AdeError, InvalidInputError, TransientError
+from ade_tasks.retry import RetryPolicy, retry_after_seconds
+from ade_tasks.settings import GithubSettings
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+DEFAULT_POLICY = RetryPolicy(attempts=3)
+API_VERSION = "2022-11-28"
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# 100 pages of 100 comments: far beyond any real issue, but a loop bound all the same.
+_MAX_PAGES = 100
+_EXCERPT = 300
+
+
+class GithubError(AdeError):
+    """GitHub refused the request; repeating it unchanged will not help."""
+
+    def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GithubUnavailableError(TransientError):
+    """GitHub could not be reached or asked us to come back later."""
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Comment:
+    """An issue or pull-request comment written by ADE."""
+
+    id: int
+    url: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """A pull request opened or updated by ADE."""
+
+    number: int
+    url: str
+    created: bool
+
+
+def marker_line(marker: str) -> str:
+    """The hidden HTML comment that identifies ADE's comment or PR body for `marker`."""
+    if not marker.strip() or "\n" in marker or "\r" in marker or "-->" in marker:
+        raise InvalidInputError(
+            f"marker {marker!r} must be one non-empty line without '-->' "
+            "(e.g. 'run=<run_id> step=<step_id>')"
+        )
+    return f"<!-- ade:{marker} -->"
+
+
+def with_marker(body: str, marker: str) -> str:
+    """`body` followed by its marker line (a body already carrying it is left alone)."""
+    line = marker_line(marker)
+    if has_marker(body, line):
+        return body
+    return f"{body.rstrip()}\n\n{line}"
+
+
+def has_marker(body: str | None, line: str) -> bool:
+    """True when `line` stands on a line of its own in `body` (a quoted copy, "> <!-- ...", does
+    not count)."""
+    return any(part.strip() == line for part in (body or "").splitlines())
+
+
+class GithubClient:
+    """A synchronous GitHub REST client (github.com or Enterprise) with idempotent writes."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str = "https://api.github.com",
+        token: str | None = None,
+        timeout: float = 10.0,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        url = httpx.URL(base_url.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.host:
+            raise InvalidInputError(
+                f"GitHub API URL must be http(s)://host[:port][/prefix], got scheme "
+                f"{url.scheme!r}; check ADE_GITHUB__API_URL"
+            )
+        if timeout <= 0:
+            raise InvalidInputError(f"GitHub timeout must be > 0 seconds, got {timeout}")
+        self.policy = policy
+        self.timeout = timeout
+        self._token = token or None
+        self._sleep = sleep
+        # Shown in messages: never the userinfo part of a URL someone pasted with credentials.
+        self._where = str(url.copy_with(username=None, password=None))
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "User-Agent": "ade-tasks",
+            "X-GitHub-Api-Version": API_VERSION,
+        }
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        self._http = httpx.Client(
+            base_url=url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            # GitHub answers renamed repositories with 301/307; httpx drops Authorization when a
+            # redirect leaves the origin.
+            follow_redirects=True,
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: GithubSettings,
+        *,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        timeout: float = 10.0,
+    ) -> GithubClient:
+        """A client for the configured GitHub (ADE_GITHUB__API_URL, ADE_GITHUB__TOKEN)."""
+        token = settings.token.get_secret_value() if settings.token is not None else None
+        return cls(base_url=settings.api_url, token=token, timeout=timeout, policy=policy)
+
+    def __repr__(self) -> str:
+        return f"GithubClient(base_url={self._where!r}, token={'***' if self._token else None})"
+
+    def __enter__(self) -> GithubClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+
+    # -- public operations ----------------------------------------------------------------------
+
+    def upsert_comment(
+        self, repo: str, number: int, body: str, marker: str, *, deadline: float | None = None
+    ) -> Comment:
+        """Update the comment on issue/PR `number` that carries `marker`, or post a new one."""
+        base = f"/repos/{_check_repo(repo)}/issues/{_check_number(number)}"
+        text = with_marker(body, marker)
+        line = marker_line(marker)
+
+        def attempt() -> Comment:
+            existing = self._find_comment(f"{base}/comments", line, deadline)
+            if existing is not None:
+                path = f"/repos/{repo}/issues/comments/{existing}"
+                data = self._request("PATCH", path, deadline, json={"body": text})
+                return Comment(
+                    _int(data, "id", "PATCH", path), _str(data, "html_url", "PATCH", path), False
+                )
+            path = f"{base}/comments"
+            data = self._request("POST", path, deadline, json={"body": text})
+            return Comment(
+                _int(data, "id", "POST", path), _str(data, "html_url", "POST", path), True
+            )
+
+        return self._retrying(f"upsert a comment on {repo}#{number}", attempt, deadline)
+
+    def add_labels(
+        self, repo: str, number: int, labels: list[str], *, deadline: float | None = None
+    ) -> list[str]:
+        """Add `labels` to issue/PR `number`; returns every label it now has."""
+        path = f"/repos/{_check_repo(repo)}/issues/{_check_number(number)}/labels"
+        wanted = list(dict.fromkeys(labels))
+
+        def attempt() -> list[str]:
+            data = self._request("POST", path, deadline, json={"labels": wanted})
+            if not isinstance(data, list):
+                raise _unexpected("POST", path, "a list of labels")
+            return [_str(item, "name", "POST", path) for item in data]
+
+        return self._retrying(f"add labels to {repo}#{number}", attempt, deadline)
+
+    def open_draft_pr(
+        self,
+        repo: str,
+        head: str,
+        base: str,
+        title: str,
+        body: str,
+        marker: str,
+        *,
+        deadline: float | None = None,
+    ) -> PullRequest:
+        """Update the open PR from branch `head`, or open a draft PR from `head` into `base`."""
+        owner = _check_repo(repo).split("/", 1)[0]
+        if not head or not base:
+            raise InvalidInputError(f"a pull request on {repo} needs head and base branches")
+        # "other-owner:branch" names a fork's branch; a bare branch lives in `repo` itself.
+        qualified_head = head if ":" in head else f"{owner}:{head}"
+        text = with_marker(body, marker)
+        pulls = f"/repos/{repo}/pulls"
+
+        def attempt() -> PullRequest:
+            found = self._request(
+                "GET", pulls, deadline, params={"head": qualified_head, "state": "open"}
+            )
+            if not isinstance(found, list):
+                raise _unexpected("GET", pulls, "a list of pull requests")
+            if found:
+                number = _int(found[0], "number", "GET", pulls)
+                path = f"{pulls}/{number}"
+                data = self._request(
+                    "PATCH", path, deadline, json={"title": title, "body": text, "base": base}
+                )
+                return PullRequest(number, _str(data, "html_url", "PATCH", path), False)
+            data = self._request(
+                "POST",
+                pulls,
+                deadline,
+                json={"title": title, "head": head, "base": base, "body": text, "draft": True},
+            )
+            return PullRequest(
+                _int(data, "number", "POST", pulls), _str(data, "html_url", "POST", pulls), True
+            )
+
+        return self._retrying(f"open a draft PR on {repo} from {head}", attempt, deadline)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _retrying(self, what: str, attempt: Callable[[], T], deadline: float | None) -> T:
+        tries = 0
+
+        def counted() -> T:
+            nonlocal tries
+            tries += 1
+            return attempt()
+
+        def note(number: int, exc: TransientError, delay: float) -> None:
+            log.warning("could not %s (retry %d in %.2fs): %s", what, number, delay, exc)
+
+        try:
+            return self.policy.run(counted, deadline=deadline, sleep=self._sleep, on_retry=note)
+        except GithubUnavailableError as exc:
+            why = (
+                "the retry policy allows no more"
+                if tries >= self.policy.max_tries
+                else "the deadline leaves no time for another"
+            )
+            raise GithubUnavailableError(
+                f"could not {what}: {exc.message}; gave up after {tries} "
+                f"attempt{'s' if tries != 1 else ''} ({why}); "
+                "try again later or raise the step's retry attempts",
+                retry_after=exc.retry_after,
+            ) from exc
+
+    def _find_comment(self, path: str, line: str, deadline: float | None) -> int | None:
+        for page in self._pages(path, deadline):
+            for item in page:
+                if isinstance(item, dict) and has_marker(item.get("body"), line):
+                    return _int(item, "id", "GET", path)
+        return None
+
+    def _pages(self, path: str, deadline: float | None) -> Iterator[list[Any]]:
+        url: str | None = path
+        params: dict[str, Any] | None = {"per_page": 100}
+        for _ in range(_MAX_PAGES):
+            if url is None:
+                return
+            response = self._send("GET", url, deadline, params=params)
+            data = _json(response, "GET", path)
+            if not isinstance(data, list):
+                raise _unexpected("GET", path, "a list")
+            yield data
+            url = response.links.get("next", {}).get("url")
+            params = None  # the next link carries its own query
+            if url is not None and not self._same_origin(url):
+                # The token would follow the link; only ever send it back to the configured API.
+                raise GithubError(
+                    f"GET {path}: GitHub's pagination link points outside {self._where}; "
+                    "check ADE_GITHUB__API_URL (a proxy may be rewriting links)"
+                )
+        raise GithubError(
+            f"GET {path}: more than {_MAX_PAGES} pages of results; "
+            "the marker search stopped rather than post a possible duplicate"
+        )
+
+    def _same_origin(self, url: str) -> bool:
+        target = httpx.URL(url)
+        base = self._http.base_url
+        if not target.is_absolute_url:
+            return True
+        return (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        deadline: float | None,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        return _json(self._send(method, path, deadline, json=json, params=params), method, path)
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        deadline: float | None,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        path = httpx.URL(url).path if "://" in url else url
+        timeout = self.timeout
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                raise GithubUnavailableError(f"{method} {path}: the run's deadline has passed")
+        try:
+            response = self._http.request(method, url, json=json, params=params, timeout=timeout)
+        except httpx.TimeoutException:
+            raise GithubUnavailableError(
+                f"{method} {path}: GitHub at {self._where} did not answer within {timeout:g}s"
+            ) from None
+        except httpx.TransportError as exc:
+            raise GithubUnavailableError(
+                f"{method} {path}: could not reach GitHub at {self._where} "
+                f"({type(exc).__name__}: {self._scrub(str(exc))})"
+            ) from None
+        if response.is_success:
+            return response
+        raise self._error_for(method, path, response)
+
+    def _error_for(self, method: str, path: str, response: httpx.Response) -> AdeError:
+        status = response.status_code
+        said = self._scrub(_github_message(response))
+        head = f"{method} {path} answered {status}" + (f" ({said})" if said else "")
+        headers = response.headers
+        if status == 429 or status >= 500:
+            return GithubUnavailableError(head, retry_after=_retry_after(headers))
+        if status == 403 and (
+            "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
+        ):
+            return GithubUnavailableError(
+                f"{head}: rate limited", retry_after=_retry_after(headers)
+            )
+        if status == 401:
+            todo = (
+                "check ADE_GITHUB__TOKEN: it is missing, expired or revoked"
+                if self._token
+                else "set ADE_GITHUB__TOKEN to a token with access to the repository"
+            )
+        elif status == 403:
+            todo = "give the token in ADE_GITHUB__TOKEN write access to this repository"
+        elif status == 404:
+            todo = (
+                "check the repository and issue number, and that ADE_GITHUB__TOKEN can see "
+                "the repository (GitHub answers 404 for private repositories it hides)"
+            )
+        elif status == 422:
+            todo = "fix the request (e.g. the branch must exist and differ from the base)"
+        else:
+            todo = "check the request and ADE_GITHUB__API_URL"
+        return GithubError(f"{head}; {todo}", status=status)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+
+def _check_repo(repo: str) -> str:
+    if not _REPO.match(repo or ""):
+        raise InvalidInputError(f"GitHub repository {repo!r} must look like 'owner/name'")
+    return repo
+
+
+def _check_number(number: int) -> int:
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise InvalidInputError(f"issue or pull request number must be a positive int: {number!r}")
+    return number
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    seconds = retry_after_seconds(headers.get("retry-after"))
+    if seconds is not None:
+        return seconds
+    if headers.get("x-ratelimit-remaining") == "0":
+        try:
+            return max(float(headers["x-ratelimit-reset"]) - time.time(), 0.0)
+        except (KeyError, ValueError):
+            return None
+    return None
+
+
+def _github_message(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text.strip()[:_EXCERPT]
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        message: str = data["message"]
+        errors = data.get("errors")
+        if isinstance(errors, list) and errors:
+            message += f": {errors!r}"[: _EXCERPT + 2]
+        return message[:_EXCERPT]
+    return response.text.strip()[:_EXCERPT]
+
+
+def _json(response: httpx.Response, method: str, path: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise _unexpected(method, path, "JSON") from None
+
+
+def _unexpected(method: str, path: str, expected: str) -> GithubError:
+    return GithubError(
+        f"{method} {path}: GitHub answered with something other than {expected}; "
+        "check that ADE_GITHUB__API_URL points at the REST API (e.g. https://host/api/v3)"
+    )
+
+
+def _int(data: Any, key: str, method: str, path: str) -> int:
+    value = data.get(key) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _unexpected(method, path, f"an object with an integer {key!r}")
+    return value
+
+
+def _str(data: Any, key: str, method: str, path: str) -> str:
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, str):
+        raise _unexpected(method, path, f"an object with a string {key!r}")
+    return value

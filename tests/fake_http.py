@@ -1,0 +1,395 @@
+"""Scripted local HTTP servers for tests: a small in-memory GitHub and a notify webhook.
+
+A `ScriptedServer` listens on 127.0.0.1 on a free port, records every request and answers
+either like GitHub's REST API (`kind="github"`) or like a Slack incoming webhook
+(`kind="webhook"`). Faults queued with `fail_next` / `delay_next` are served, one per matching
+request, so a test scripts "500, then success" in one line.
+
+    with ScriptedServer(repos=["acme/widgets"]) as server:
+        server.fail_next(status=503)
+        client = GithubClient(base_url=server.url, token="t")
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+DOCS = "https://docs.github.com/rest"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it (header names lower-cased)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    json: Any
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted answer served instead of (status set) or before (delay only) normal handling."""
+
+    status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Any = None
+    delay: float = 0.0
+    method: str | None = None
+    path_prefix: str = ""
+
+    def matches(self, request: RecordedRequest) -> bool:
+        """True when this fault targets `request` (no method: any request)."""
+        return (self.method is None or self.method == request.method) and request.path.startswith(
+            self.path_prefix
+        )
+
+
+class ScriptedServer:
+    """A threaded loopback HTTP server with an in-memory GitHub model and a fault queue."""
+
+    def __init__(
+        self,
+        kind: Literal["github", "webhook"] = "github",
+        *,
+        repos: Iterable[str] = ("acme/widgets",),
+        token: str | None = None,
+        html_base: str = "https://github.example",
+    ) -> None:
+        self.kind = kind
+        self.token = token
+        self.html_base = html_base
+        self.lock = threading.Lock()
+        self.requests: list[RecordedRequest] = []
+        self.faults: list[Fault] = []
+        self.repos = set(repos)
+        self.comments: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.labels: dict[tuple[str, int], list[str]] = {}
+        self.pulls: dict[str, list[dict[str, Any]]] = {}
+        self._next_id = 1000
+        self._closing = threading.Event()
+        self._httpd = _Httpd(("127.0.0.1", 0), _Handler)
+        self._httpd.scripted = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. http://127.0.0.1:PORT (a webhook's is `url + "/hooks/T/B/x"`)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closing.set()  # cut scripted delays short
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- scripting ------------------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        status: int = 500,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message: str | None = None,
+        times: int = 1,
+        method: str | None = None,
+        path_prefix: str = "",
+    ) -> None:
+        """Answer the next `times` matching requests with `status` and a GitHub-style error body
+        (a webhook-style server answers the same JSON; clients treat it as text)."""
+        body = {"message": message or _reason(status), "documentation_url": DOCS}
+        fault = Fault(status, dict(headers or {}), body, method=method, path_prefix=path_prefix)
+        with self.lock:
+            self.faults.extend(fault for _ in range(times))
+
+    def delay_next(
+        self, seconds: float, *, times: int = 1, method: str | None = None, path_prefix: str = ""
+    ) -> None:
+        """Handle the next `times` matching requests normally but answer them `seconds` late: a
+        client that timed out has still changed the server's state, as with real GitHub."""
+        fault = Fault(delay=seconds, method=method, path_prefix=path_prefix)
+        with self.lock:
+            self.faults.extend(fault for _ in range(times))
+
+    def add_comment(self, repo: str, number: int, body: str) -> dict[str, Any]:
+        """Seed a comment as if someone had posted it."""
+        with self.lock:
+            return self._create_comment(repo, number, body)
+
+    def requests_to(self, method: str, path_prefix: str = "") -> list[RecordedRequest]:
+        """Recorded requests with `method` whose path starts with `path_prefix`."""
+        with self.lock:
+            return [
+                r for r in self.requests if r.method == method and r.path.startswith(path_prefix)
+            ]
+
+    def comment_bodies(self, repo: str, number: int) -> list[str]:
+        with self.lock:
+            return [c["body"] for c in self.comments.get((repo, number), [])]
+
+    def open_pulls(self, repo: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(p) for p in self.pulls.get(repo, []) if p["state"] == "open"]
+
+    # -- request handling (called by the handler thread) ----------------------------------------
+
+    def handle(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        with self.lock:
+            self.requests.append(request)
+            fault = next((f for f in self.faults if f.matches(request)), None)
+            if fault is not None:
+                self.faults.remove(fault)
+        if fault is not None and fault.status is not None:
+            answer = fault.status, dict(fault.headers), fault.body
+        else:
+            with self.lock:
+                answer = self._webhook(request) if self.kind == "webhook" else self._github(request)
+        if fault is not None and fault.delay:
+            self._closing.wait(fault.delay)
+        return answer
+
+    def _webhook(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        if request.method != "POST":
+            return 405, {}, "method_not_allowed"
+        if not isinstance(request.json, dict) or not isinstance(request.json.get("text"), str):
+            return 400, {}, "invalid_payload"
+        return 200, {}, "ok"
+
+    def _github(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        if (
+            self.token is not None
+            and request.headers.get("authorization") != f"Bearer {self.token}"
+        ):
+            return _error(401, "Bad credentials")
+        parts = request.path.strip("/").split("/")
+        if len(parts) < 4 or parts[0] != "repos":
+            return _error(404, "Not Found")
+        repo = f"{parts[1]}/{parts[2]}"
+        if repo not in self.repos:
+            return _error(404, "Not Found")
+        rest, method = parts[3:], request.method
+        body = request.json if isinstance(request.json, dict) else {}
+        match rest:
+            case ["issues", "comments", cid] if method == "PATCH" and cid.isdigit():
+                return self._update_comment(repo, int(cid), body)
+            case ["issues", num, "comments"] if method == "GET" and num.isdigit():
+                return self._list_comments(repo, int(num), request)
+            case ["issues", num, "comments"] if method == "POST" and num.isdigit():
+                if not isinstance(body.get("body"), str):
+                    return _error(422, 'Invalid request.\n\n"body" wasn\'t supplied.')
+                return 201, {}, self._create_comment(repo, int(num), body["body"])
+            case ["issues", num, "labels"] if method == "POST" and num.isdigit():
+                return self._add_labels(repo, int(num), body)
+            case ["pulls"] if method == "GET":
+                return self._list_pulls(repo, request)
+            case ["pulls"] if method == "POST":
+                return self._create_pull(repo, body)
+            case ["pulls", num] if method == "PATCH" and num.isdigit():
+                return self._update_pull(repo, int(num), body)
+        return _error(404, "Not Found")
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _create_comment(self, repo: str, number: int, body: str) -> dict[str, Any]:
+        cid = self._new_id()
+        comment = {
+            "id": cid,
+            "node_id": f"IC_{cid}",
+            "url": f"{self.url}/repos/{repo}/issues/comments/{cid}",
+            "html_url": f"{self.html_base}/{repo}/issues/{number}#issuecomment-{cid}",
+            "issue_url": f"{self.url}/repos/{repo}/issues/{number}",
+            "body": body,
+            "user": {"login": "ade-bot", "id": 1, "type": "Bot"},
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+        }
+        self.comments.setdefault((repo, number), []).append(comment)
+        return dict(comment)
+
+    def _update_comment(
+        self, repo: str, cid: int, body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], Any]:
+        for (owner_repo, _), comments in self.comments.items():
+            for comment in comments:
+                if owner_repo == repo and comment["id"] == cid:
+                    comment["body"] = body.get("body", comment["body"])
+                    comment["updated_at"] = "2024-01-01T00:01:00Z"
+                    return 200, {}, dict(comment)
+        return _error(404, "Not Found")
+
+    def _list_comments(
+        self, repo: str, number: int, request: RecordedRequest
+    ) -> tuple[int, dict[str, str], Any]:
+        per_page = min(int(request.query.get("per_page", ["30"])[0]), 100)
+        page = int(request.query.get("page", ["1"])[0])
+        comments = self.comments.get((repo, number), [])
+        last = max((len(comments) + per_page - 1) // per_page, 1)
+        chunk = comments[(page - 1) * per_page : page * per_page]
+        headers = {}
+        links = []
+        base = f"{self.url}{request.path}"
+        if page < last:
+            links.append(
+                f'<{base}?{urlencode({"per_page": per_page, "page": page + 1})}>; rel="next"'
+            )
+            links.append(f'<{base}?{urlencode({"per_page": per_page, "page": last})}>; rel="last"')
+        if page > 1:
+            links.append(f'<{base}?{urlencode({"per_page": per_page, "page": 1})}>; rel="first"')
+        if links:
+            headers["Link"] = ", ".join(links)
+        return 200, headers, [dict(c) for c in chunk]
+
+    def _add_labels(
+        self, repo: str, number: int, body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], Any]:
+        names = body.get("labels")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return _error(422, 'Invalid request.\n\n"labels" must be a list of strings.')
+        current = self.labels.setdefault((repo, number), [])
+        current.extend(n for n in names if n not in current)
+        return (
+            200,
+            {},
+            [
+                {"id": 100 + i, "name": name, "color": "ededed", "default": False}
+                for i, name in enumerate(current)
+            ],
+        )
+
+    def _list_pulls(self, repo: str, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        head = request.query.get("head", [None])[0]
+        state = request.query.get("state", ["open"])[0]
+        found = [
+            dict(p)
+            for p in self.pulls.get(repo, [])
+            if (head is None or p["head"]["label"] == head)
+            and (state == "all" or p["state"] == state)
+        ]
+        return 200, {}, found
+
+    def _create_pull(self, repo: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        head, base = body.get("head"), body.get("base")
+        if not isinstance(head, str) or not isinstance(base, str) or not body.get("title"):
+            return _error(422, "Validation Failed")
+        owner = repo.split("/")[0]
+        label = head if ":" in head else f"{owner}:{head}"
+        if any(
+            p["head"]["label"] == label and p["state"] == "open" for p in self.pulls.get(repo, [])
+        ):
+            return _error(422, f"A pull request already exists for {label}.")
+        pulls = self.pulls.setdefault(repo, [])
+        number = len(pulls) + 1
+        pull = {
+            "id": self._new_id(),
+            "number": number,
+            "state": "open",
+            "draft": bool(body.get("draft", False)),
+            "title": body["title"],
+            "body": body.get("body"),
+            "head": {"label": label, "ref": label.split(":", 1)[1]},
+            "base": {"label": f"{owner}:{base}", "ref": base},
+            "url": f"{self.url}/repos/{repo}/pulls/{number}",
+            "html_url": f"{self.html_base}/{repo}/pull/{number}",
+        }
+        pulls.append(pull)
+        return 201, {}, dict(pull)
+
+    def _update_pull(
+        self, repo: str, number: int, body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], Any]:
+        for pull in self.pulls.get(repo, []):
+            if pull["number"] == number:
+                for key in ("title", "body", "state"):
+                    if key in body:
+                        pull[key] = body[key]
+                if "base" in body:
+                    pull["base"] = {
+                        "label": f"{repo.split('/')[0]}:{body['base']}",
+                        "ref": body["base"],
+                    }
+                return 200, {}, dict(pull)
+        return _error(404, "Not Found")
+
+
+def _error(status: int, message: str) -> tuple[int, dict[str, str], Any]:
+    return status, {}, {"message": message, "documentation_url": DOCS}
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+class _Httpd(ThreadingHTTPServer):
+    scripted: ScriptedServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out closed its end while a delayed answer was pending: expected.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Httpd
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _serve(self) -> None:
+        split = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = raw.decode("utf-8", "replace")
+        request = RecordedRequest(
+            method=self.command,
+            path=split.path,
+            query=parse_qs(split.query),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            json=payload,
+        )
+        status, headers, body = self.server.scripted.handle(request)
+        if isinstance(body, str):
+            data, content_type = body.encode(), "text/plain; charset=utf-8"
+        else:
+            data, content_type = json.dumps(body).encode(), "application/json; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
