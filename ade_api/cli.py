@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -143,6 +144,30 @@ def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
         state = "enabled " if rule["enabled"] else "disabled"
         triggers = ",".join(t["type"] for t in rule["document"]["triggers"])
         click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state} {triggers}")
+        if rule["trust_state"] != "trusted":
+            click.echo(
+                f"{'':<28} untrusted shared config {rule['source_file']}: review it, then "
+                f"`ade-tasks rules trust {rule['source_hash']}`"
+            )
+
+
+@rules.command("trust")
+@click.argument("content_hash")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="who trusts it")
+@click.pass_obj
+def rules_trust(settings: Settings, content_hash: str, by: str) -> None:
+    """Trust a reviewed shared rules file (by the sha256 `rules list` shows) so its rules run."""
+    from ade_tasks.db.engine import create_db_engine, create_session_factory
+    from ade_tasks.db.rules import trust_hash
+    from ade_tasks.errors import NotFoundError
+
+    factory = create_session_factory(create_db_engine(settings.effective_database_url))
+    try:
+        with factory.begin() as session:
+            released = trust_hash(session, content_hash, by)
+    except NotFoundError as exc:
+        fail(exc.message, code=1)
+    click.echo(f"trusted {content_hash[:12]}: rules {', '.join(released)} may run now")
 
 
 @rules.command("next")

@@ -170,7 +170,8 @@ class RuleOut(BaseModel):
     source_file: str | None
     content_hash: str
     enabled: bool
-    trust_state: str
+    trust_state: str = Field(description="trusted | untrusted (a shared file not yet trusted)")
+    source_hash: str | None = Field(description="sha256 of the shared rules file, if shared")
     updated_at: datetime
     document: dict[str, Any]
 
@@ -233,3 +234,19 @@ class OccurrenceOut(BaseModel):
     claimed_by: str
     claimed_at: datetime
     duplicate_claims: int
+
+
+class TrustRequest(BaseModel):
+    """Trust a reviewed shared rules file by its sha256."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    by: str = Field(default="api", max_length=255)
+
+
+class TrustGranted(BaseModel):
+    """The rules a trusted shared file released."""
+
+    content_hash: str
+    rules: list[str]

@@ -113,7 +113,7 @@ def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str
 
 def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
-    unrunnable = unrunnable_reason(snapshot.rule)
+    unrunnable = unrunnable_reason(snapshot.rule) or snapshot.untrusted_reason()
     if unrunnable:
         raise AdmissionError(unrunnable)
     payload = dict(trigger.payload)
@@ -134,13 +134,14 @@ def dispatch(
 ) -> DispatchResult:
     """Admit a trigger for a rule, record its run, and send it to the rule's queue.
 
-    Admission: the rule must exist; automatic triggers need it enabled (a manual run is
-    allowed on a disabled rule: the operator asked for it); a schedule fires only while the
-    rule still has that schedule. A trigger whose idempotency key was seen before returns the
-    existing run and sends nothing. Then the rule's overlap policy decides, for every trigger
-    type, whether the run starts, waits in a buffer, is skipped (recorded as `skipped` with the
-    reason), or cancels the runs in its way. A trigger beyond the rule's `rate_limit` or
-    after its run-seconds budget for the day was used up is recorded as `skipped` too.
+    Admission: the rule must exist, and if it comes from a shared rules file an admin must have
+    trusted that file's content (for manual runs too); automatic triggers need it enabled (a
+    manual run is allowed on a disabled rule: the operator asked for it); a schedule fires only
+    while the rule still has that schedule. A trigger whose idempotency key was seen before
+    returns the existing run and sends nothing. Then the rule's overlap policy decides, for
+    every trigger type, whether the run starts, waits in a buffer, is skipped (recorded as
+    `skipped` with the reason), or cancels the runs in its way. A trigger beyond the rule's
+    `rate_limit` or after its run-seconds budget for the day was used up is skipped too.
     """
     kind = canonical_trigger_type(str(trigger.type))
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"

@@ -16,12 +16,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from ade_tasks.ade_actions import CATALOG
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import RunRow, RunStatus
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.models import AdeActionStep, Rule
 
 RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-#: Actions that change nothing outside the run; `require_human` lets them run before the gate.
+#: Action types that change nothing outside the run; `require_human` lets them run before the
+#: gate (so may an `ade-action` whose catalog entry is side-effect free).
 SIDE_EFFECT_FREE = frozenset({"predict-conflicts"})
 
 
@@ -37,9 +39,17 @@ def approval_gate(rule: Rule) -> int | None:
     if not rule.guardrails.require_human:
         return None
     for index, action in enumerate(actions):
-        if action.type not in SIDE_EFFECT_FREE:
+        if not is_side_effect_free(action):
             return index
     return len(actions)
+
+
+def is_side_effect_free(action: object) -> bool:
+    """Does the step change nothing outside the run (so it may run before the approval gate)?"""
+    if isinstance(action, AdeActionStep):
+        spec = CATALOG.get(action.action)
+        return spec is not None and spec.side_effect_free
+    return getattr(action, "type", None) in SIDE_EFFECT_FREE
 
 
 def parse_rate(rate: str) -> tuple[int, timedelta]:

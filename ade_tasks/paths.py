@@ -18,7 +18,7 @@ def resolve_inside(root: Path, relative: str, *, what: str = "path") -> Path:
     candidate = os.path.realpath(os.path.join(real_root, relative))
     if os.path.commonpath([real_root, candidate]) != real_root:
         raise PolicyViolationError(
-            f"{what} {relative!r} resolves to {candidate}, outside the project root {real_root}; "
-            "use a path inside the project"
+            f"{what} {relative!r} resolves to {candidate}, outside {real_root}; "
+            "use a path inside it"
         )
     return Path(candidate)

@@ -23,6 +23,7 @@ from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
 from ade_tasks.errors import AdeError
+from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import LANE_STEPS, TEMPLATED_FIELDS, Rule
 from ade_tasks.secrets import Masker, SecretError, resolve
@@ -165,7 +166,7 @@ def _where_it_runs(
                 f"{step_run.rule.project!r}; list lanes with `ade-tasks lanes list`"
             )
     else:
-        lane = state.lane or LaneRef.from_trigger(step_run.trigger)
+        lane = state.lane or _trigger_lane(step_run)
     allowed = step_run.rule.guardrails.allowed_lanes
     if lane is not None and allowed and (action.type in LANE_STEPS or wanted):
         from ade_workers.lanes import name_allowed
@@ -176,6 +177,18 @@ def _where_it_runs(
                 f"allowed_lanes ({', '.join(allowed)}) does not allow"
             )
     return (lane.path if lane else step_run.base.project_root), lane
+
+
+def _trigger_lane(step_run: StepRun) -> LaneRef | None:
+    """The lane a `lane.*` trigger names, if its worktree lies inside the project's lanes
+    directory: a trigger's payload never sends a step elsewhere."""
+    lane = LaneRef.from_trigger(step_run.trigger)
+    settings = step_run.base.settings
+    if lane is None or settings is None:
+        return lane
+    lanes_dir = settings.lanes_dir(step_run.rule.project)
+    inside = resolve_inside(lanes_dir, str(lane.path), what="the trigger's lane path")
+    return replace(lane, path=inside)
 
 
 def _masked(outcome: StepOutcome, masker: Masker) -> StepOutcome:

@@ -207,7 +207,9 @@ def execute_run(
 
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            status = _run_chain(sessions, config, run_id, worker, plan, deadline, monitor)
+            status = _run_chain(
+                session_factory, config, run_id, worker, plan, deadline, monitor
+            )
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
@@ -228,8 +230,11 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
     if claimed.rule_hash is None:
         raise rules_db.rule_not_found(claimed.rule_id)
     rule = rules_db.cached_rule(claimed.rule_hash)
-    if rule is None:
-        rule = rules_db.rule_snapshot(session, claimed.rule_id).rule
+    if rule is None or claimed.rule_trust == rules_db.UNTRUSTED:
+        snapshot = rules_db.rule_snapshot(session, claimed.rule_id)
+        rule = snapshot.rule
+        if snapshot.untrusted_reason():
+            raise AdeError(snapshot.untrusted_reason())
     unrunnable = unrunnable_reason(rule)  # the rule may have changed since its dispatch
     if unrunnable:
         raise AdeError(unrunnable)
@@ -263,7 +268,7 @@ def _deadline(session: Any, rule: Rule, settings: Settings, started: float) -> _
 
 
 def _run_chain(
-    sessions: SessionFactory,
+    session_factory: SessionFactory,
     config: RunnerConfig,
     run_id: str,
     worker: str,
@@ -272,6 +277,7 @@ def _run_chain(
     monitor: Watch,
 ) -> RunStatus | None:
     """Run the steps the plan has left, then publish; end the run (or park it for approval)."""
+    sessions = autocommit(session_factory)
     rule, actions = plan.rule, plan.actions
     state = ChainState()
     for row in plan.done:
@@ -279,7 +285,7 @@ def _run_chain(
                                                 row.output, row.result, row.error))  # fmt: skip
     gate = approval_gate(rule)
     step_run = StepRun(
-        base=_base_context(sessions, config, run_id, plan, deadline, monitor),
+        base=_base_context(session_factory, config, run_id, plan, deadline, monitor),
         rule=rule,
         trigger=plan.trigger,
         find_lane=lambda name: _find_lane(sessions, rule.project, name),
@@ -320,6 +326,8 @@ def _run_chain(
     if rule.outputs.disposition is not Disposition.EVIDENCE_ONLY and not SHUTDOWN.is_set():
         _record(sessions, pending)
         pending = _publish_step(config, run_id, plan, state, status, len(actions), step_run)
+        if pending.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
+            status, error = RunStatus.FAILED, f"step 'publish' failed: {pending.error}"
     verdict = _review(rule, status, state)
     with sessions.begin() as session:
         return _end(session, run_id, worker, status, error, pending, verdict)
@@ -333,7 +341,7 @@ def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
 
 
 def _base_context(
-    sessions: SessionFactory,
+    session_factory: SessionFactory,
     config: RunnerConfig,
     run_id: str,
     plan: _Plan,
@@ -354,8 +362,9 @@ def _base_context(
         time_left=lambda: deadline.at - time.monotonic(),
         should_stop=should_stop,
         kill_grace=config.settings.kill_grace_seconds,
-        sessions=sessions,
+        sessions=session_factory,
         settings=config.settings,
+        sender=config.sender,
     )
 
 

@@ -18,6 +18,8 @@ from ade_api.schemas import (
     RuleOut,
     SchedulePreview,
     ScheduleTriggerPreview,
+    TrustGranted,
+    TrustRequest,
 )
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
@@ -36,6 +38,14 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 def list_rules(session: SessionDep) -> list[RuleOut]:
     """Every rule, by id."""
     return [RuleOut.model_validate(row) for row in rules_db.list_rules(session)]
+
+
+@router.post("/trust", responses=NOT_FOUND)
+def trust_shared_file(request: TrustRequest, services: ServicesDep) -> TrustGranted:
+    """Trust a reviewed shared rules file; its rules may run until the file changes again."""
+    with services.session_factory.begin() as session:
+        released = rules_db.trust_hash(session, request.content_hash, request.by)
+    return TrustGranted(content_hash=request.content_hash, rules=released)
 
 
 @router.get("/{rule_id}", responses=NOT_FOUND)

@@ -81,7 +81,8 @@ _CLAIM = _sql(
     "started_at = coalesce(started_at, :started_at), attempt = attempt + 1 "
     "WHERE id = :id AND status = 'queued' "
     "RETURNING id, rule_id, rule_version, trigger, attempt, "
-    "(SELECT content_hash FROM rules WHERE rules.id = runs.rule_id) AS rule_hash",
+    "(SELECT content_hash FROM rules WHERE rules.id = runs.rule_id) AS rule_hash, "
+    "(SELECT trust_state FROM rules WHERE rules.id = runs.rule_id) AS rule_trust",
     RUNS,
     "lease_expires_at",
     "started_at",
@@ -137,6 +138,39 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     return session.execute(_INSERT_RUN, values).scalar_one_or_none() is not None
 
 
+def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
+    """INSERT many runs in one statement, skipping idempotency keys that exist; returns the ids
+    this call inserted."""
+    if len(rows) == 1:
+        return {rows[0]["id"]} if insert_run_once(session, rows[0]) else set()
+    stmt = (
+        _insert(session)
+        .values([{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows])
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        .returning(RUNS.c.id)
+    )
+    return set(session.execute(stmt).scalars())
+
+
+def _insert(session: Session) -> Any:
+    """The dialect's INSERT with ON CONFLICT support (PostgreSQL or SQLite)."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(RUNS)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(RUNS)
+
+
+def runs_by_keys(session: Session, keys: Sequence[str]) -> dict[str, RunRow]:
+    """The runs that hold these idempotency keys (one SELECT)."""
+    if not keys:
+        return {}
+    rows = session.scalars(select(RunRow).where(RunRow.idempotency_key.in_(list(keys))))
+    return {row.idempotency_key: row for row in rows}
+
+
 @dataclass(frozen=True)
 class ClaimedRun:
     """What a worker needs of the run it just claimed, with its rule's current content hash."""
@@ -147,6 +181,7 @@ class ClaimedRun:
     trigger: dict[str, Any]
     attempt: int
     rule_hash: str | None
+    rule_trust: str | None = None
 
 
 def claim_run(
@@ -438,6 +473,52 @@ _COUNT_ACTIVE = text(
     "OR (status = 'queued' AND NOT buffered))"
 )
 _LOCK_RULE = text("SELECT pg_advisory_xact_lock(hashtext(:rule_id))")
+
+
+_LOCK_RULES = text(
+    "SELECT count(pg_advisory_xact_lock(k)) FROM "
+    "(SELECT DISTINCT hashtext(r) AS k FROM unnest(CAST(:ids AS text[])) AS r ORDER BY k) AS locks"
+)
+
+
+def lock_rules(session: Session, rule_ids: Sequence[str]) -> None:
+    """`lock_rule` for many rules in one statement, taking the locks in one global order so
+    that two batches locking overlapping rules never deadlock."""
+    if len(rule_ids) == 1:
+        lock_rule(session, rule_ids[0])
+    elif rule_ids and session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_RULES, {"ids": list(rule_ids)})
+
+
+def count_active_many(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
+    """`count_active` for many rules (one query); rules with none are absent."""
+    if not rule_ids:
+        return {}
+    rows = session.execute(
+        select(RunRow.rule_id, func.count())
+        .where(RunRow.rule_id.in_(list(rule_ids)))
+        .where(
+            or_(
+                RunRow.status.in_(ACTIVE),
+                and_(RunRow.status == RunStatus.QUEUED, RunRow.buffered.is_(False)),
+            )
+        )
+        .group_by(RunRow.rule_id)
+    )
+    return {rule_id: int(count) for rule_id, count in rows}
+
+
+def rules_buffering(session: Session, rule_ids: Sequence[str]) -> set[str]:
+    """Which of these rules have a run waiting in their overlap buffer (one query)."""
+    if not rule_ids:
+        return set()
+    rows = session.scalars(
+        select(RunRow.rule_id)
+        .where(RunRow.rule_id.in_(list(rule_ids)))
+        .where(RunRow.buffered.is_(True), RunRow.status == RunStatus.QUEUED)
+        .distinct()
+    )
+    return set(rows)
 
 
 def lock_rule(session: Session, rule_id: str) -> None:

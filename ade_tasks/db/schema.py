@@ -106,6 +106,8 @@ class RuleRow(Base):
     enabled: Mapped[bool] = mapped_column(Boolean)
     document: Mapped[dict[str, Any]]
     trust_state: Mapped[str] = mapped_column(String(16), default="trusted")
+    # sha256 of the file a shared-config rule came from; trust is granted to this hash.
+    source_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -324,3 +326,14 @@ class UsageRow(Base):
     run_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class TrustedHashRow(Base):
+    """A shared rules file's content, reviewed and trusted by an admin."""
+
+    __tablename__ = "trusted_hashes"
+
+    content_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trusted_by: Mapped[str] = mapped_column(String(255))
+    trusted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    source_file: Mapped[str | None] = mapped_column(String(1024))

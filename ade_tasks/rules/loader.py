@@ -23,13 +23,19 @@ RULE_SUFFIXES = (".yaml", ".yml")
 _UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", *KNOWN_ACTION_TYPES}
 
 
+#: Rule files under this subdirectory of the rules directory are shared config (e.g. another
+#: team's rules as a git submodule): their rules run only once an admin trusted the file's hash.
+SHARED_DIR = "shared"
+
+
 @dataclass(frozen=True)
 class LoadedRule:
-    """A valid rule and where it came from."""
+    """A valid rule and where it came from (`file_hash`: the shared file's sha256, else None)."""
 
     rule: Rule
     source_file: str
     content_hash: str
+    file_hash: str | None = None
 
 
 @dataclass
@@ -77,11 +83,14 @@ def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[Rule
         return validation_problems(source, exc, prefix)
 
 
-def load_file(path: Path, display: str | None = None) -> tuple[list[LoadedRule], list[RuleProblem]]:
-    """Parse one YAML file holding a rule or a list of rules."""
+def load_file(
+    path: Path, display: str | None = None, *, shared: bool = False
+) -> tuple[list[LoadedRule], list[RuleProblem]]:
+    """Parse one YAML file holding a rule or a list of rules (`shared`: shared config)."""
     source = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -100,7 +109,8 @@ def load_file(path: Path, display: str | None = None) -> tuple[list[LoadedRule],
         prefix = f"{index}." if isinstance(data, list) else ""
         parsed = parse_rule(document, source, prefix)
         if isinstance(parsed, Rule):
-            rules.append(LoadedRule(parsed, source, content_hash(parsed.document())))
+            file_hash = hashlib.sha256(raw).hexdigest() if shared else None
+            rules.append(LoadedRule(parsed, source, content_hash(parsed.document()), file_hash))
         else:
             problems.extend(parsed)
     return rules, problems
@@ -120,7 +130,8 @@ def load_rules_dir(directory: Path) -> LoadResult:
     first_seen: dict[str, str] = {}
     for path in files:
         result.files += 1
-        rules, problems = load_file(path)
+        shared = path.relative_to(directory).parts[0] == SHARED_DIR
+        rules, problems = load_file(path, shared=shared)
         result.problems.extend(problems)
         for loaded in rules:
             earlier = first_seen.get(loaded.rule.id)

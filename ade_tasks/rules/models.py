@@ -349,6 +349,19 @@ class AdeActionStep(_Step):
     action: str = Field(pattern=r"^[a-z]+\.[a-z_]+$")
     args: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _allowed_action(self) -> AdeActionStep:
+        # Imported here: the catalog imports this module.
+        from ade_tasks.ade_actions import check_step
+
+        # Rules have no author role yet; a rule document loaded from the cluster's rules
+        # directory is written by its administrators, so it counts as admin here, and the
+        # executor re-checks admin-only actions against the rule's source in the database.
+        problems = check_step(self.action, self.args, admin=True)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
 
 ACTION_MODELS: dict[str, type[_Step]] = {
     "run-command": RunCommandAction,

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.schema import StepStatus
+from ade_tasks.dispatch import TaskSender
 from ade_tasks.rules.models import Rule
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
@@ -34,8 +35,11 @@ class StepContext:
     cwd_root: Path = Path()
     lane: LaneRef | None = None
     masker: Masker = field(default_factory=Masker.none)
+    #: Transactions for what an executor records (lanes, cleanups, events it dispatches).
     sessions: SessionFactory | None = None
     settings: Settings | None = None
+    #: Dispatches the lane events a step emits to the rules they trigger.
+    sender: TaskSender | None = None
 
     @property
     def root(self) -> Path:
@@ -62,6 +66,7 @@ class ActionExecutor(Protocol):
 
 def registry() -> dict[str, ActionExecutor]:
     """Action type -> executor (imported here so each executor stays in its own module)."""
+    from ade_workers.actions.ade_action import ade_action
     from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
     from ade_workers.actions.run_command import run_command
     from ade_workers.actions.run_tests import run_tests
@@ -72,4 +77,5 @@ def registry() -> dict[str, ActionExecutor]:
         "create-lane": create_lane,
         "delete-lane": delete_lane,
         "predict-conflicts": predict_conflicts,
+        "ade-action": ade_action,
     }

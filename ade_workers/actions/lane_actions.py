@@ -17,6 +17,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
+from ade_tasks.events import emit, lane_event, lane_matcher
 from ade_tasks.rules.models import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_workers import lanes
 from ade_workers.actions import StepContext, StepOutcome
@@ -46,11 +47,13 @@ def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:
         runs_db.append_event(
             session, context.run_id, "lane.created", lane.to_dict(), context.step_index
         )
+    triggered = _emit(context, "lane.created", lane.to_dict())
     output = (
         f"created lane {lane.name!r} on branch {lane.branch} at {lane.path} "
         f"from {lane.base_ref} ({lane.base_sha[:12]})"
     )
-    return StepOutcome(StepStatus.SUCCEEDED, output=output, result={"lane": lane.to_dict()})
+    result = {"lane": lane.to_dict(), "triggered_runs": triggered}
+    return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
 
 
 def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
@@ -83,10 +86,12 @@ def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
         deleted = remove_lane(context, lane, force=action.force, remote=action.delete_remote)
     except AdeError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"step {action.id!r}: {exc.message}")
+    triggered = _emit(context, "lane.deleted", lane.to_dict())
+    result = {"lane": {**lane.to_dict(), "deleted": True}, "note": deleted.note}
     return StepOutcome(
         StepStatus.SUCCEEDED,
         output=f"lane {lane.name!r}: {deleted.note}",
-        result={"lane": {**lane.to_dict(), "deleted": True}, "note": deleted.note},
+        result={**result, "triggered_runs": triggered},
     )
 
 
@@ -129,6 +134,15 @@ def predict_conflicts(action: PredictConflictsAction, context: StepContext) -> S
     )
     result: dict[str, Any] = {"conflicts": files, "base": base, "findings": findings}
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
+
+
+def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
+    """Start the runs of rules triggered by this lane event; their ids."""
+    if context.sender is None or context.sessions is None:
+        return []
+    event = lane_event(kind, lane, context.rule.project, context.run_id)
+    results = emit(context.sessions, context.sender, event, lane_matcher(lane["name"]))
+    return [r.run.id for r in results]
 
 
 def _target(step_id: str, name: str | None, context: StepContext) -> LaneRef:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import LaneRow, QueueStatus, RunRow, RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_workers.runner import RunnerConfig, execute_run
-from tests.unit.conftest import SECRET, add_rule
+from tests.git_project import SECRET
+from tests.unit.conftest import add_rule
 
 
 def run_rule(
@@ -271,3 +275,101 @@ execution:
     assert run.findings is not None
     assert [f["path"] for f in run.findings] == ["src/app.py"]
     assert run.queue_status == QueueStatus.ACTIONABLE_FINDINGS
+
+
+def test_a_created_lane_triggers_the_rules_watching_lanes_of_that_name(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+) -> None:
+    watching = "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
+    add_rule(
+        session_factory,
+        rules_dir,
+        "on-fix",
+        "id: on-fix\ntriggers: [{type: lane.created, lanes: ['fix-*']}]\n" + watching,
+    )
+    add_rule(
+        session_factory,
+        rules_dir,
+        "on-docs",
+        "id: on-docs\ntriggers: [{type: lane.created, lanes: ['docs-*']}]\n" + watching,
+    )
+    sender = InMemorySender()
+    with_sender = RunnerConfig(config.settings, config.executors, config.base_env, sender=sender)
+    add_rule(session_factory, rules_dir, "r", "id: r\ntriggers: [{type: manual}]\n" + """
+execution:
+  kind: built-in
+  actions: [{id: lane, type: create-lane, name: fix-login, base: main}]
+""")  # fmt: skip
+    run_id = dispatch(session_factory, sender, "r", TriggerEvent.manual()).run.id
+
+    execute_run(session_factory, with_sender, run_id, "w1")
+
+    with session_factory() as session:
+        triggered = runs_db.list_runs(session, runs_db.RunFilter(trigger_type="lane.created"))[0]
+    assert [(run.rule_id, run.trigger["lane"]["name"]) for run in triggered] == [
+        ("on-fix", "fix-login")
+    ]
+    assert [rule for _, _, rule in sender.sent] == ["r", "on-fix"]
+
+
+@pytest.mark.parametrize(
+    "cwd",
+    ["..", "../project", "/etc", "out", "chain", "../fix-rx"],
+    ids=[
+        "parent",
+        "dotdot-into-project",
+        "absolute",
+        "symlink-out",
+        "symlink-chain",
+        "sibling-prefix",
+    ],
+)
+def test_a_step_in_a_lane_cannot_leave_it(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, tmp_path: Path, cwd: str
+) -> None:
+    lanes = Path(config.settings.lanes_dir("default"))
+    (lanes / "fix-rx").mkdir(parents=True)  # a sibling whose name shares the lane's prefix
+    run = run_rule(session_factory, rules_dir, config, f"""
+execution:
+  kind: built-in
+  actions:
+    - {{id: lane, type: create-lane, name: fix-r, base: main}}
+    - {{id: links, type: run-command, command: "ln -s {tmp_path} out && ln -s out chain"}}
+    - {{id: escape, type: run-command, cwd: "{cwd}", command: "touch escaped"}}
+""")  # fmt: skip
+
+    assert run.status == RunStatus.FAILED
+    assert f"outside {lanes / 'fix-r'}" in (run.error or "")
+    assert not list(tmp_path.rglob("escaped"))
+
+
+def test_a_trigger_naming_a_lane_outside_the_lanes_directory_is_refused(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, tmp_path: Path
+) -> None:
+    add_rule(session_factory, rules_dir, "r", "id: r\ntriggers: [{type: lane.created}]\n" + """
+execution: {kind: built-in, actions: [{id: a, type: run-command, command: "touch here"}]}
+""")  # fmt: skip
+    lane = {"id": "x", "name": "evil", "branch": "b", "path": str(tmp_path)}
+    event = TriggerEvent("lane.created", "forged", {"lane": lane}, "forged-1")
+    run_id = dispatch(session_factory, InMemorySender(), "r", event).run.id
+
+    execute_run(session_factory, config, run_id, "w1")
+
+    with session_factory() as session:
+        run = runs_db.get_run(session, run_id)
+    assert run.status == RunStatus.FAILED
+    assert "the trigger's lane path" in (run.error or "")
+    assert not (tmp_path / "here").exists()
+
+
+def test_create_lane_in_a_project_that_is_not_a_git_repository_fails_clearly(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
+) -> None:
+    shutil.rmtree(project / ".git")
+
+    run = run_rule(session_factory, rules_dir, config, """
+execution: {kind: built-in, actions: [{id: lane, type: create-lane, name: x}]}
+""")  # fmt: skip
+
+    assert run.status == RunStatus.FAILED
+    assert "is not a git repository" in (run.error or "")

@@ -27,7 +27,8 @@ from ade_tasks.errors import ConflictError
 from ade_tasks.review import confidence, review
 from ade_workers.cleanups import sweep_cleanups
 from ade_workers.runner import RunnerConfig, execute_run
-from tests.unit.conftest import add_rule, git
+from tests.git_project import git
+from tests.unit.conftest import add_rule
 
 HEADER = "id: r\ntriggers: [{type: manual}]\n"
 

@@ -27,7 +27,7 @@ def root(tmp_path: Path) -> Path:
     ["../..", "..", "sub/../../ab", "escape", "chain", "escape/deeper", "/etc", "../ab"],
 )
 def test_paths_leaving_the_root_are_refused(root: Path, path: str) -> None:
-    with pytest.raises(PolicyViolationError, match="outside the project root"):
+    with pytest.raises(PolicyViolationError, match="outside"):
         resolve_inside(root, path, what="cwd")
 
 

@@ -96,7 +96,7 @@ execution:
         run = runs_db.get_run(session, run_id)
         (step,) = runs_db.list_steps(session, run_id)
     assert run.status == RunStatus.FAILED
-    assert "outside the project root" in (step.error or "") and step.exit_code is None
+    assert f"outside {project}" in (step.error or "") and step.exit_code is None
     assert not marker.exists()
 
 
