@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +19,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
-from ade_tasks.errors import AdmissionError, BrokerUnavailableError
+from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails import budget_exhausted, rate_limited
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.models import (
@@ -41,6 +42,9 @@ class TaskSender(Protocol):
     def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
         """Publish the run; raise BrokerUnavailableError when the broker cannot be reached."""
 
+    def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
+        """Publish many (run id, queue, rule id) at once; BrokerUnavailableError as above."""
+
 
 class InMemorySender:
     """A TaskSender that records what it sent, for unit tests; `down = True` plays broker-down."""
@@ -50,9 +54,12 @@ class InMemorySender:
         self.down = False
 
     def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
+        self.send_runs([(run_id, queue, rule_id)])
+
+    def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
         if self.down:
             raise BrokerUnavailableError("the in-memory broker is marked down")
-        self.sent.append((run_id, queue, rule_id))
+        self.sent.extend(runs)
 
 
 @dataclass(frozen=True)
@@ -143,23 +150,96 @@ def dispatch(
     `skipped` with the reason), or cancels the runs in its way. A trigger beyond the rule's
     `rate_limit` or after its run-seconds budget for the day was used up is skipped too.
     """
-    kind = canonical_trigger_type(str(trigger.type))
-    key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
+    (result,) = dispatch_many(session_factory, sender, [(rule_id, trigger)])
+    if isinstance(result, AdeError):
+        raise result
+    return result
+
+
+def dispatch_many(
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    requests: Sequence[tuple[str, TriggerEvent]],
+) -> list[DispatchResult | AdeError]:
+    """`dispatch` for many triggers at once, with the same rules, one result per request (the
+    error a refused one raised, in place of its result).
+
+    The batch costs a fixed number of statements: one read of the rules, one transaction that
+    takes the overlap locks of the rules that need them (in one global order, so batches never
+    deadlock), counts their active runs and inserts every run with one multi-row INSERT, then
+    the sends. A beat fires a claimed batch of schedule occurrences this way.
+    """
     sessions = autocommit(session_factory)
     with sessions.begin() as session:
-        snapshot = rules_db.rule_snapshot(session, rule_id)
-        try:
-            payload = _admit(snapshot, kind, trigger)
-        except AdmissionError:
-            # A retry of a trigger that was admitted earlier still gets its run back.
-            existing = runs_db.get_run_by_key(session, key)
-            if existing is None:
-                raise
-            return DispatchResult(existing, created=False, sent=False)
+        snapshots = rules_db.rule_snapshots(session, [rule_id for rule_id, _ in requests])
+        plans = [_plan(snapshots.get(rule_id), rule_id, trigger) for rule_id, trigger in requests]
+        admitted = [plan for plan in plans if isinstance(plan, _Plan)]
+        _check_budgets(session, admitted)
+    inserted = _insert(session_factory, admitted)
+    # Keys seen before: a retry, a redelivery, a racing twin, or a refused trigger that was
+    # admitted earlier (say, before its rule was disabled) get the run that has the key.
+    seen = [plan.key for plan in plans if plan.key not in inserted]
+    existing: dict[str, RunRow] = {}
+    if seen:
+        with sessions.begin() as session:
+            existing = runs_db.runs_by_keys(session, seen)
+            session.expunge_all()
+    created = [RunRow(**plan.values) for plan in admitted if plan.key in inserted]
+    send_errors = _send(sender, created)
+    results: list[DispatchResult | AdeError] = []
+    runs = iter(created)
+    for plan in plans:
+        if plan.key in inserted:
+            run = next(runs)
+            error = send_errors.get(run.id)
+            results.append(DispatchResult(run, True, run.id in send_errors and not error, error))
+        elif plan.key in existing:
+            results.append(DispatchResult(existing[plan.key], created=False, sent=False))
+        else:
+            assert isinstance(plan, _Refused)
+            results.append(plan.error)
+    return results
+
+
+@dataclass
+class _Plan:
+    """An admitted trigger: the run row to insert and the rule's limits."""
+
+    snapshot: rules_db.RuleSnapshot
+    policy: OverlapPolicy
+    limit: int | None
+    values: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return str(self.values["idempotency_key"])
+
+    @property
+    def needs_lock(self) -> bool:
+        guardrails = self.snapshot.rule.guardrails
+        skipped = self.values["status"] is RunStatus.SKIPPED
+        return not skipped and (self.limit is not None or guardrails.rate_limit is not None)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    key: str
+    error: AdeError
+
+
+def _plan(
+    snapshot: rules_db.RuleSnapshot | None, rule_id: str, trigger: TriggerEvent
+) -> _Plan | _Refused:
+    kind = canonical_trigger_type(str(trigger.type))
+    key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
+    if snapshot is None:
+        return _Refused(key, rules_db.rule_not_found(rule_id))
+    try:
+        payload = _admit(snapshot, kind, trigger)
+    except AdmissionError as exc:
+        return _Refused(key, exc)
     guardrails = snapshot.rule.guardrails
     policy = guardrails.overlap_for(kind)
-    limit = guardrails.concurrency_limit(policy)
-    locked = limit is not None or guardrails.rate_limit is not None
     now = utcnow()
     values: dict[str, Any] = {
         "id": str(uuid.uuid4()),
@@ -181,69 +261,93 @@ def dispatch(
         "finished_at": None,
         "error": None,
     }
-    if guardrails.budget.run_seconds_per_day is not None:
-        with sessions.begin() as session:
-            exhausted = budget_exhausted(session, snapshot.rule, None)
-        if exhausted:
-            _skip(values, exhausted)
-    if not locked or values["status"] is RunStatus.SKIPPED:
+    return _Plan(snapshot, policy, guardrails.concurrency_limit(policy), values)
+
+
+def _check_budgets(session: Session, plans: list[_Plan]) -> None:
+    """Skip the runs of rules whose run-seconds budget for today is used up."""
+    verdicts: dict[str, str | None] = {}
+    for plan in plans:
+        rule = plan.snapshot.rule
+        if rule.guardrails.budget.run_seconds_per_day is None:
+            continue
+        if rule.id not in verdicts:
+            verdicts[rule.id] = budget_exhausted(session, rule, None)
+        if verdicts[rule.id]:
+            _skip(plan.values, str(verdicts[rule.id]))
+
+
+def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
+    """Insert the runs (after the overlap policy and rate limits of the rules that need a lock
+    had their say); returns the idempotency keys inserted (a seen key inserts nothing)."""
+    if not plans:
+        return set()
+    locked = [plan for plan in plans if plan.needs_lock]
+    if not locked:
         # No concurrency or rate limit: one atomic INSERT is the whole transaction, with no
         # BEGIN/COMMIT round trips (see db.engine.autocommit).
-        with sessions.begin() as session:
-            existing = _insert_or_existing(session, values)
-    else:
-        with session_factory.begin() as session:
-            runs_db.lock_rule(session, rule_id)
-            limited = rate_limited(session, snapshot.rule, now)
+        with autocommit(session_factory).begin() as session:
+            ids = runs_db.insert_runs_once(session, [plan.values for plan in plans])
+        return {plan.key for plan in plans if plan.values["id"] in ids}
+    with session_factory.begin() as session:
+        rule_ids = sorted({plan.snapshot.id for plan in locked})
+        runs_db.lock_rules(session, rule_ids)
+        active = runs_db.count_active_many(session, rule_ids)
+        buffering = runs_db.rules_buffering(session, rule_ids)
+        now = utcnow()
+        for plan in locked:
+            limited = rate_limited(session, plan.snapshot.rule, now)
             if limited:
-                _skip(values, limited)
-            elif limit is not None:
-                _apply_overlap(session, rule_id, policy, limit, values)
-            existing = _insert_or_existing(session, values)
-    if existing is not None:
-        return DispatchResult(existing, created=False, sent=False)
-    run = RunRow(**values)
-    if run.status != RunStatus.QUEUED or run.buffered:
-        return DispatchResult(run, created=True, sent=False)
+                _skip(plan.values, limited)
+            elif plan.limit is not None:
+                _apply_overlap(session, plan, active, buffering)
+        ids = runs_db.insert_runs_once(session, [plan.values for plan in plans])
+    return {plan.key for plan in plans if plan.values["id"] in ids}
+
+
+def _send(sender: TaskSender, runs: list[RunRow]) -> dict[str, str | None]:
+    """Send the runs that start now (not skipped, not buffered): run id -> None when sent, or
+    why not when the broker is down (they stay queued: the recovery sweep sends them)."""
+    ready = [run for run in runs if run.status == RunStatus.QUEUED and not run.buffered]
+    if not ready:
+        return {}
     try:
-        sender.send_run(run.id, queue=run.queue, rule_id=rule_id)
+        sender.send_runs([(run.id, run.queue, run.rule_id) for run in ready])
     except BrokerUnavailableError as exc:
         log.warning(
-            "run %s is queued but not sent (%s); the recovery sweep will send it", run.id, exc
+            "%d run(s) queued but not sent (%s); the recovery sweep will send them",
+            len(ready),
+            exc,
         )
-        return DispatchResult(run, created=True, sent=False, send_error=exc.message)
-    return DispatchResult(run, created=True, sent=True)
-
-
-def _insert_or_existing(session: Session, values: dict[str, Any]) -> RunRow | None:
-    """Insert the run; if its idempotency key was seen (a retry, a redelivery, a racing twin),
-    return the run that has it instead."""
-    if runs_db.insert_run_once(session, values):
-        return None
-    existing = runs_db.get_run_by_key(session, values["idempotency_key"])
-    assert existing is not None
-    return existing
+        return {run.id: exc.message for run in ready}
+    return {run.id: None for run in ready}
 
 
 def _apply_overlap(
-    session: Session, rule_id: str, policy: OverlapPolicy, limit: int, values: dict[str, Any]
+    session: Session, plan: _Plan, active: dict[str, int], buffering: set[str]
 ) -> None:
-    """Decide, under the rule's lock, what the new run does when the rule is busy."""
-    active = runs_db.count_active(session, rule_id)
-    if active < limit:
+    """Decide, under the rule's lock, what the new run does when the rule is busy; `active`
+    and `buffering` are updated as the batch's own runs take slots."""
+    rule_id, policy, limit, values = plan.snapshot.id, plan.policy, plan.limit, plan.values
+    assert limit is not None
+    count = active.get(rule_id, 0)
+    if count < limit:
+        active[rule_id] = count + 1
         return
-    busy = f"{active} run(s) of rule {rule_id!r} are active (limit {limit})"
+    busy = f"{count} run(s) of rule {rule_id!r} are active (limit {limit})"
     if policy is OverlapPolicy.CANCEL_OTHER:
         reason = "cancelled by a newer trigger: the rule's overlap policy is cancel-other"
         cancelled = runs_db.cancel_active(session, rule_id, reason)
         log.info("overlap cancel-other: cancelled %s for a new run of %s", cancelled, rule_id)
+        active[rule_id] = 1
         return
     if policy is OverlapPolicy.SKIP:
         _skip(values, f"skipped by the overlap policy skip: {busy}")
-    elif policy is OverlapPolicy.BUFFER_ONE and runs_db.has_buffered(session, rule_id):
+    elif policy is OverlapPolicy.BUFFER_ONE and rule_id in buffering:
         _skip(values, f"skipped by the overlap policy buffer-one: {busy} and one is buffered")
     else:  # buffer-one with an empty buffer, buffer-all, allow-all above max_concurrent
         values.update(buffered=True, send_count=0, sent_at=None)
+        buffering.add(rule_id)
 
 
 def _skip(values: dict[str, Any], reason: str) -> None:

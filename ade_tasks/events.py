@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch
+from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import LaneTrigger
 
@@ -22,9 +23,9 @@ log = logging.getLogger(__name__)
 
 
 def matching_rules(
-    session_factory: SessionFactory, event_type: str, match: Callable[[Any], bool]
+    session_factory: SessionFactory, event_type: str, match: Callable[[Any, Any], bool]
 ) -> list[str]:
-    """Ids of enabled rules with a trigger of `event_type` that `match` accepts."""
+    """Ids of enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts."""
     with session_factory() as session:
         rows = rules_db.list_rules(session)
         found = []
@@ -32,7 +33,7 @@ def matching_rules(
             if not row.enabled:
                 continue
             rule = rules_db.load_rule(row)
-            if any(t.type == event_type and match(t) for t in rule.triggers):
+            if any(t.type == event_type and match(rule, t) for t in rule.triggers):
                 found.append(rule.id)
     return found
 
@@ -41,19 +42,23 @@ def emit(
     session_factory: SessionFactory,
     sender: TaskSender,
     event: TriggerEvent,
-    match: Callable[[Any], bool],
+    match: Callable[[Any, Any], bool],
 ) -> list[DispatchResult]:
     """Dispatch `event` to every matching rule; one rule refusing it never blocks the others."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
+    rule_ids = matching_rules(session_factory, str(event.type), match)
+    requests = [
+        (rule_id, replace(event, idempotency_key=f"{event.idempotency_key}:{rule_id}"))
+        for rule_id in rule_ids
+    ]
     results = []
-    for rule_id in matching_rules(session_factory, str(event.type), match):
-        keyed = TriggerEvent(
-            event.type, event.summary, event.payload, f"{event.idempotency_key}:{rule_id}"
-        )
-        try:
-            results.append(dispatch(session_factory, sender, rule_id, keyed))
-        except AdeError as exc:
-            log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, exc)
+    for rule_id, result in zip(
+        rule_ids, dispatch_many(session_factory, sender, requests), strict=True
+    ):
+        if isinstance(result, AdeError):
+            log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, result)
+        else:
+            results.append(result)
     return results
 
 
@@ -62,16 +67,33 @@ def lane_event(kind: str, lane: dict[str, Any], project: str, run_id: str) -> Tr
     return TriggerEvent(
         kind,
         f"{kind} {lane['name']!r} by run {run_id}",
-        {"lane": lane, "project": project, "source_run": run_id},
+        {"event": kind, "lane": lane, "project": project, "source_run": run_id},
         f"{kind}:{lane['id'] or lane['path']}",
     )
 
 
-def lane_matcher(name: str) -> Callable[[Any], bool]:
-    """Does a lane trigger's `lanes` globs (none: every lane) accept this lane name?"""
+def lane_matcher(name: str, project: str) -> Callable[[Any, Any], bool]:
+    """Does a rule of `project` have a lane trigger whose `lanes` globs (none: every lane)
+    accept this lane name? Lanes of other projects never trigger it."""
 
-    def match(trigger: Any) -> bool:
+    def match(rule: Any, trigger: Any) -> bool:
         assert isinstance(trigger, LaneTrigger)
+        if rule.project != project:
+            return False
         return not trigger.lanes or any(fnmatchcase(name, glob) for glob in trigger.lanes)
 
     return match
+
+
+def emit_lane_event(
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    kind: str,
+    lane: dict[str, Any],
+    project: str,
+    run_id: str,
+) -> list[str]:
+    """Start the runs of the rules a lane event triggers; their ids."""
+    event = lane_event(kind, lane, project, run_id)
+    results = emit(session_factory, sender, event, lane_matcher(lane["name"], project))
+    return [result.run.id for result in results]

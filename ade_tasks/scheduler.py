@@ -35,8 +35,8 @@ from ade_tasks.db.schema import (
     ScheduleOccurrenceRow,
     utcnow,
 )
-from ade_tasks.dispatch import TaskSender, TriggerEvent, dispatch
-from ade_tasks.errors import AdmissionError, NotFoundError
+from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import CronCursor, ScheduleSpec
 
@@ -236,40 +236,18 @@ class Scheduler:
             return None
 
     def _fire_all(self, keys: list[OccurrenceKey], report: TickReport) -> None:
-        """Dispatch each occurrence, then record what came of them in one transaction (a crash
-        in between leaves claims that are re-fired, and their idempotency keys find the runs)."""
-        outcomes = [self._fire(key, report) for key in keys]
-        if outcomes:
-            with self._session_factory.begin() as session:
-                occ_db.record_outcomes(session, outcomes)
-
-    def _fire(self, key: OccurrenceKey, report: TickReport) -> occ_db.Outcome:
-        trigger = TriggerEvent(
-            type="schedule",
-            summary=f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
-            payload={
-                "trigger_index": key.trigger_index,
-                "cron": key.cron,
-                "slot": key.slot.isoformat(),
-            },
-            idempotency_key=key.idempotency_key,
-        )
-        run_id: str | None = None
-        reason: str | None = None
-        try:
-            result = dispatch(self._session_factory, self._sender, key.rule_id, trigger)
-        except (AdmissionError, NotFoundError) as exc:
-            outcome, reason = OccurrenceOutcome.SKIPPED, exc.message
-            report.skipped[key] = reason
-        else:
-            run_id = result.run.id
-            if result.run.status == RunStatus.SKIPPED:  # the overlap policy said no
-                outcome, reason = OccurrenceOutcome.SKIPPED, result.run.error
-                report.skipped[key] = reason or ""
-            else:
-                outcome = OccurrenceOutcome.FIRED
-                report.fired[key] = run_id
-        return occ_db.Outcome(key, outcome, run_id, reason)
+        """Dispatch the occurrences as one batch, then record what came of them in one
+        transaction (a crash in between leaves claims that are re-fired, and their idempotency
+        keys find the runs)."""
+        if not keys:
+            return
+        requests = [(key.rule_id, _schedule_event(key)) for key in keys]
+        results = dispatch_many(self._session_factory, self._sender, requests)
+        outcomes = [
+            _outcome(key, result, report) for key, result in zip(keys, results, strict=True)
+        ]
+        with self._session_factory.begin() as session:
+            occ_db.record_outcomes(session, outcomes)
 
     def _refire_stale_claims(self, now: datetime, report: TickReport) -> None:
         with self._session_factory() as session:
@@ -286,3 +264,32 @@ class Scheduler:
         if keys:
             log.warning("re-firing %d claims whose claimant recorded no outcome", len(keys))
         self._fire_all(keys, report)
+
+
+def _schedule_event(key: OccurrenceKey) -> TriggerEvent:
+    """The trigger of one occurrence; the occurrence is its idempotency key."""
+    return TriggerEvent(
+        type="schedule",
+        summary=f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
+        payload={
+            "trigger_index": key.trigger_index,
+            "cron": key.cron,
+            "slot": key.slot.isoformat(),
+        },
+        idempotency_key=key.idempotency_key,
+    )
+
+
+def _outcome(
+    key: OccurrenceKey, result: DispatchResult | AdeError, report: TickReport
+) -> occ_db.Outcome:
+    """What came of one occurrence's dispatch, as its row records it."""
+    if isinstance(result, AdeError):  # not admitted: the rule is gone, disabled or edited
+        report.skipped[key] = result.message
+        return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, result.message)
+    run = result.run
+    if run.status == RunStatus.SKIPPED:  # the overlap policy (or a guardrail) said no
+        report.skipped[key] = run.error or ""
+        return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, run.id, run.error)
+    report.fired[key] = run.id
+    return occ_db.Outcome(key, OccurrenceOutcome.FIRED, run.id, None)

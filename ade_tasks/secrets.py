@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -207,12 +207,52 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str, bool]]:
 
 
 def _substitute(value: Any, used: Mapping[str, str]) -> Any:
+    return _map_strings(value, lambda text: _REFERENCE.sub(lambda m: used[m.group(1)], text))
+
+
+def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """A deep copy of `value` with `change` applied to every string value (keys untouched)."""
     if isinstance(value, str):
-        return _REFERENCE.sub(lambda m: used[m.group(1)], value)
+        return change(value)
     if isinstance(value, dict):
-        return {key: _substitute(item, used) for key, item in value.items()}
+        return {key: _map_strings(item, change) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, used) for item in value]
+        return [_map_strings(item, change) for item in value]
     if isinstance(value, tuple):
-        return tuple(_substitute(item, used) for item in value)
+        return tuple(_map_strings(item, change) for item in value)
     return copy.deepcopy(value)
+
+
+#: Seals stand in for secret references while templates are rendered; NUL never appears in a
+#: rule's YAML text, and template values have it stripped (see `unsealable`).
+_SEAL = "\x00"
+
+
+def seal(value: Any) -> tuple[Any, dict[str, str]]:
+    """`value` with each `${env:NAME}` replaced by an opaque seal, and seal -> NAME.
+
+    Rendering templates over sealed text can neither read a secret (a secret's value that
+    looks like `{{...}}` is never rendered) nor create one (a trigger field that holds
+    `${env:...}` is never resolved); `unseal` puts the values in afterwards.
+    """
+    seals: dict[str, str] = {}
+
+    def seal_one(match: re.Match[str]) -> str:
+        token = f"{_SEAL}{len(seals)}{_SEAL}"
+        seals[token] = match.group(1)
+        return token
+
+    return _map_strings(value, lambda text: _REFERENCE.sub(seal_one, text)), seals
+
+
+def unseal(value: Any, seals: Mapping[str, str], env: Mapping[str, str]) -> Any:
+    """Replace the seals of `seal` with the secrets' values."""
+    if not seals:
+        return value
+    pattern = re.compile("|".join(re.escape(token) for token in seals))
+    return _map_strings(value, lambda text: pattern.sub(lambda m: env[seals[m.group(0)]], text))
+
+
+def unsealable(text: str) -> str:
+    """A value inserted between seals, made unable to forge one."""
+    return text.replace(_SEAL, "")

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     # Where lanes (git worktrees) are created: <lanes_root>/<project>/<lane>.
     lanes_root: Path | None = None
 
+    # Celery `task-sent` events (Flower shows tasks before a worker takes them); off by default
+    # because they double the broker writes of every dispatch.
+    task_sent_events: bool = False
+
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     worker_concurrency: int = Field(default=2, ge=1)
 

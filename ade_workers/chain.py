@@ -25,8 +25,8 @@ from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.rules.models import LANE_STEPS, TEMPLATED_FIELDS, Rule
-from ade_tasks.secrets import Masker, SecretError, resolve
+from ade_tasks.rules.models import TEMPLATED_FIELDS, Rule
+from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
 from ade_workers.actions import StepContext, StepOutcome
 
@@ -128,19 +128,26 @@ def run_step(
 def prepare(
     action: Any, context: TemplateContext, env: Mapping[str, str], where: str
 ) -> tuple[Any, Masker]:
-    """The action with its secrets resolved and its templates rendered.
+    """The action with its templates rendered and its secrets resolved.
 
-    Secrets are resolved first, in the rule's own text only, so a trigger field that happens to
-    contain `${env:...}` is never resolved; template values inserted into a shell command
-    string are shell-quoted, so a PR title can never inject shell syntax.
+    Secret references are sealed while templates render, so a trigger field that holds
+    `${env:...}` is never resolved and a secret whose value looks like `{{...}}` is never
+    rendered; template values inserted into a shell command string are shell-quoted, so a PR
+    title can never inject shell syntax.
     """
     raw = {name: getattr(action, name) for name in TEMPLATED_FIELDS if hasattr(action, name)}
-    resolved, masker = resolve(raw, env, where)
+    _, masker = resolve(raw, env, where)  # every referenced secret must be set
+    sealed, seals = seal(raw)
     rendered = {}
-    for name, value in resolved.items():
-        quote = shlex.quote if name == "command" and isinstance(value, str) else None
-        rendered[name] = render_value(value, context, f"{where} {name}", escape=quote)
-    return action.model_copy(update=rendered), masker
+    for name, value in sealed.items():
+        quote = name == "command" and isinstance(value, str)
+        escape = _quoted if quote else unsealable
+        rendered[name] = render_value(value, context, f"{where} {name}", escape=escape)
+    return action.model_copy(update=unseal(rendered, seals, env)), masker
+
+
+def _quoted(value: str) -> str:
+    return shlex.quote(unsealable(value))
 
 
 def _where_it_runs(
@@ -168,7 +175,10 @@ def _where_it_runs(
     else:
         lane = state.lane or _trigger_lane(step_run)
     allowed = step_run.rule.guardrails.allowed_lanes
-    if lane is not None and allowed and (action.type in LANE_STEPS or wanted):
+    # Every step that runs in a lane this run did not create is held to allowed_lanes;
+    # create-lane checks the name of the lane it creates itself.
+    created_here = lane is not None and lane is state.lane
+    if lane is not None and allowed and action.type != "create-lane" and not created_here:
         from ade_workers.lanes import name_allowed
 
         if not name_allowed(lane.name, allowed):
@@ -180,8 +190,11 @@ def _where_it_runs(
 
 
 def _trigger_lane(step_run: StepRun) -> LaneRef | None:
-    """The lane a `lane.*` trigger names, if its worktree lies inside the project's lanes
-    directory: a trigger's payload never sends a step elsewhere."""
+    """The lane a `lane.created` trigger names, if its worktree lies inside the project's lanes
+    directory: a trigger's payload never sends a step elsewhere. (A `lane.deleted` lane is
+    gone: steps of such runs start in the project root.)"""
+    if step_run.trigger.get("event") == "lane.deleted":
+        return None
     lane = LaneRef.from_trigger(step_run.trigger)
     settings = step_run.base.settings
     if lane is None or settings is None:

@@ -22,6 +22,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import CleanupStatus, RunStepRow, ScheduledCleanupRow, StepStatus
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
+from ade_tasks.events import emit_lane_event
 from ade_tasks.housekeeping import Job, register
 from ade_tasks.settings import Settings
 from ade_workers import lanes
@@ -34,7 +35,11 @@ STALE_AFTER = timedelta(minutes=5)
 
 
 def sweep_cleanups(
-    session_factory: SessionFactory, settings: Settings, sweeper: str, now: datetime
+    session_factory: SessionFactory,
+    settings: Settings,
+    sweeper: str,
+    now: datetime,
+    sender: TaskSender | None = None,
 ) -> dict[str, int]:
     """Carry out the cleanups that are due; returns how many were done and failed."""
     with session_factory.begin() as session:
@@ -43,7 +48,7 @@ def sweep_cleanups(
         session.expunge_all()
     done = failed = 0
     for cleanup in claimed:
-        if _carry_out(session_factory, settings, cleanup, now):
+        if _carry_out(session_factory, settings, cleanup, now, sender):
             done += 1
         else:
             failed += 1
@@ -55,6 +60,7 @@ def _carry_out(
     settings: Settings,
     cleanup: ScheduledCleanupRow,
     now: datetime,
+    sender: TaskSender | None,
 ) -> bool:
     error: str | None = None
     result: dict[str, Any] | None = None
@@ -76,6 +82,10 @@ def _carry_out(
             lanes_db.mark_deleted(session, lane.id)
         lanes_db.finish_cleanup(session, cleanup.id, status, result, error)
         _append_step(session, cleanup, lane.name, result, error, now)
+    if error is None and sender is not None:
+        emit_lane_event(
+            session_factory, sender, "lane.deleted", lane.to_dict(), project, cleanup.run_id
+        )
     return error is None
 
 
@@ -110,12 +120,14 @@ def _append_step(
 
 
 @register
-def cleanup_job(session_factory: SessionFactory, _sender: TaskSender, settings: Settings) -> Job:
+def cleanup_job(session_factory: SessionFactory, sender: TaskSender, settings: Settings) -> Job:
     """The sweep as a housekeeping job of every beat (each 60 s slot runs once)."""
     import os
     import socket
 
     sweeper = f"{socket.gethostname()}:{os.getpid()}"
     return Job(
-        "lane-cleanups", EVERY, lambda now: sweep_cleanups(session_factory, settings, sweeper, now)
+        "lane-cleanups",
+        EVERY,
+        lambda now: sweep_cleanups(session_factory, settings, sweeper, now, sender),
     )

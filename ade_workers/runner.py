@@ -207,9 +207,7 @@ def execute_run(
 
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            status = _run_chain(
-                session_factory, config, run_id, worker, plan, deadline, monitor
-            )
+            status = _run_chain(session_factory, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
@@ -18,8 +20,22 @@ class CelerySender:
         self.app = app
 
     def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
+        self.send_runs([(run_id, queue, rule_id)])
+
+    def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
+        """Publish (run id, queue, rule id) messages over one producer (one pool checkout for a
+        whole batch of a beat's schedules)."""
         try:
-            self.app.send_task(EXECUTE_TASK, args=[run_id], queue=queue, shadow=rule_id, retry=True)
+            with self.app.producer_or_acquire() as producer:
+                for run_id, queue, rule_id in runs:
+                    self.app.send_task(
+                        EXECUTE_TASK,
+                        args=[run_id],
+                        queue=queue,
+                        shadow=rule_id,
+                        retry=True,
+                        producer=producer,
+                    )
         except (TimeoutError, OperationalError, OSError) as exc:
             broker = maybe_sanitize_url(self.app.conf.broker_url or "")
             raise BrokerUnavailableError(

@@ -151,10 +151,14 @@ def rule_snapshot(session: Session, rule_id: str) -> RuleSnapshot:
     return _snapshot(rule_id, row)
 
 
-_SNAPSHOTS = text(
-    "SELECT id, version, enabled, content_hash, document, trust_state, source_file, source_hash "
-    "FROM rules WHERE id IN :ids"
-).bindparams(bindparam("ids", expanding=True)).columns(document=RuleRow.__table__.c.document.type)
+_SNAPSHOTS = (
+    text(
+        "SELECT id, version, enabled, content_hash, document, trust_state, source_file, "
+        "source_hash FROM rules WHERE id IN :ids"
+    )
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(document=RuleRow.__table__.c.document.type)
+)
 
 
 def rule_snapshots(session: Session, rule_ids: Sequence[str]) -> dict[str, RuleSnapshot]:

@@ -139,22 +139,29 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
 
 
 def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """INSERT many runs in one statement, skipping idempotency keys that exist; returns the ids
-    this call inserted."""
+    """INSERT many runs, skipping idempotency keys that exist; returns the ids this call
+    inserted. One compiled statement executed for all rows: SQLAlchemy batches them into
+    multi-row INSERTs ("insertmanyvalues") without compiling a statement per batch."""
     if len(rows) == 1:
         return {rows[0]["id"]} if insert_run_once(session, rows[0]) else set()
-    stmt = (
-        _insert(session)
-        .values([{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows])
-        .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        .returning(RUNS.c.id)
-    )
-    return set(session.execute(stmt).scalars())
+    dialect = session.get_bind().dialect.name
+    stmt = _INSERT_MANY.get(dialect)
+    if stmt is None:
+        stmt = _INSERT_MANY[dialect] = (
+            _dialect_insert(dialect)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(RUNS.c.id)
+        )
+    params = [{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows]
+    return {run_id for run_id in session.execute(stmt, params).scalars() if run_id is not None}
 
 
-def _insert(session: Session) -> Any:
+_INSERT_MANY: dict[str, Any] = {}
+
+
+def _dialect_insert(dialect: str) -> Any:
     """The dialect's INSERT with ON CONFLICT support (PostgreSQL or SQLite)."""
-    if session.get_bind().dialect.name == "postgresql":
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
         return pg_insert(RUNS)

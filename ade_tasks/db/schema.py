@@ -337,3 +337,68 @@ class TrustedHashRow(Base):
     trusted_by: Mapped[str] = mapped_column(String(255))
     trusted_at: Mapped[datetime] = mapped_column(default=utcnow)
     source_file: Mapped[str | None] = mapped_column(String(1024))
+
+
+class IngressStatus(StrEnum):
+    """What became of an ingress event (wire values)."""
+
+    RECEIVED = "received"  # stored; waiting for the ingress worker
+    DISPATCHED = "dispatched"  # matched and dispatched (possibly to no rule)
+    FAILED = "failed"  # matching or dispatching raised; the error is on the event
+
+
+class IngressEventRow(Base):
+    """A webhook delivery or local event, as received; the worker matches it to rules.
+
+    Bounded at write time (see `ade_tasks.db.ingress.prune`): older than 7 days dropped, the
+    newest 2,000 not yet dispatched kept, at most 10,000 of any status.
+    """
+
+    __tablename__ = "ingress_events"
+    __table_args__ = (
+        UniqueConstraint("source", "delivery_id", name="uq_ingress_events_source_delivery"),
+        UniqueConstraint("source", "body_hash", name="uq_ingress_events_source_body_hash"),
+        Index("ix_ingress_events_received_at", "received_at"),
+        Index("ix_ingress_events_status_received_at", "status", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(String(80))  # github | webhook:<hook> | git | file | ...
+    delivery_id: Mapped[str | None] = mapped_column(String(255))
+    event_key: Mapped[str] = mapped_column(String(128))
+    trigger_type: Mapped[str | None] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(String(500), default="")
+    body_hash: Mapped[str | None] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16))
+    runs: Mapped[list[str] | None] = mapped_column(JsonDocument)
+    error: Mapped[str | None] = mapped_column(Text)
+    received_at: Mapped[datetime]
+    processed_at: Mapped[datetime | None]
+
+
+class HookDeliveryRow(Base):
+    """One delivery to a custom webhook, accepted or not (the newest 50 per hook are kept)."""
+
+    __tablename__ = "hook_deliveries"
+    __table_args__ = (Index("ix_hook_deliveries_hook_id_id", "hook_id", "id"),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    hook_id: Mapped[str] = mapped_column(String(64))
+    received_at: Mapped[datetime]
+    status_code: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(Text)
+    delivery_id: Mapped[str | None] = mapped_column(String(255))
+    event_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    headers: Mapped[dict[str, Any]]
+    body: Mapped[str] = mapped_column(Text, default="")
+
+
+class HookRateRow(Base):
+    """Deliveries to a hook per minute, for its rate limit (shared by every API process)."""
+
+    __tablename__ = "hook_rates"
+
+    hook_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    window: Mapped[datetime] = mapped_column(primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)

@@ -575,6 +575,11 @@ class Outputs(_Document):
             raise ValueError(
                 "disposition notify needs notify_url, e.g. notify_url: ${env:SLACK_WEBHOOK_URL}"
             )
+        if self.notify_url is not None and "${env:" not in self.notify_url:
+            raise ValueError(
+                "notify_url is a credential: name it as a secret the workers hold, e.g. "
+                "notify_url: ${env:SLACK_WEBHOOK_URL}, never the URL itself"
+            )
         return self
 
 

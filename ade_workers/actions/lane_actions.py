@@ -17,7 +17,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
-from ade_tasks.events import emit, lane_event, lane_matcher
+from ade_tasks.events import emit_lane_event
 from ade_tasks.rules.models import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_workers import lanes
 from ade_workers.actions import StepContext, StepOutcome
@@ -140,9 +140,8 @@ def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
     """Start the runs of rules triggered by this lane event; their ids."""
     if context.sender is None or context.sessions is None:
         return []
-    event = lane_event(kind, lane, context.rule.project, context.run_id)
-    results = emit(context.sessions, context.sender, event, lane_matcher(lane["name"]))
-    return [r.run.id for r in results]
+    return emit_lane_event(context.sessions, context.sender, kind, lane, context.rule.project,
+                           context.run_id)  # fmt: skip
 
 
 def _target(step_id: str, name: str | None, context: StepContext) -> LaneRef:

@@ -44,14 +44,19 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
             ).first()
 
     occurrence = wait_until(first_occurrence, 80, "a minute boundary to be claimed")
-    # Both beats claim the slot; exactly one wins, the other's claim is counted as a duplicate.
-    wait_until(
-        lambda: (row := first_occurrence()) is not None and row.duplicate_claims == 1,
+    # Both beats claim the slot; exactly one wins (and records its outcome), the other's claim
+    # is counted as a duplicate.
+    row = wait_until(
+        lambda: (
+            (row := first_occurrence()) is not None
+            and row.duplicate_claims == 1
+            and row.outcome == "fired"
+            and row
+        ),
         15,
-        "the second beat to claim the same slot and lose",
+        "the second beat to claim the same slot and lose, and the winner to record its run",
     )
-    row = first_occurrence()
-    assert row is not None and row.outcome == "fired" and row.run_id
+    assert row.run_id
     with cluster.session_factory() as session:
         runs = session.scalars(
             select(RunRow).where(RunRow.trigger["slot"].as_string() == occurrence.slot.isoformat())

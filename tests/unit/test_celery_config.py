@@ -15,7 +15,7 @@ def test_reliable_delivery_settings() -> None:
     assert conf.worker_cancel_long_running_tasks_on_connection_loss
     assert conf.broker_connection_retry_on_startup
     assert conf.broker_transport_options["visibility_timeout"] > LONGEST_RUN_SECONDS
-    assert conf.worker_send_task_events and conf.task_send_sent_event
+    assert conf.worker_send_task_events and not conf.task_send_sent_event
     assert {q.name for q in conf.task_queues} == {"ade.builtin", "ade.agent", "ade.control"}
 
 

@@ -373,3 +373,28 @@ execution: {kind: built-in, actions: [{id: lane, type: create-lane, name: x}]}
 
     assert run.status == RunStatus.FAILED
     assert "is not a git repository" in (run.error or "")
+
+
+def test_templates_and_secrets_never_expand_each_other(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+) -> None:
+    tricky = RunnerConfig(
+        config.settings, config.executors, {**config.base_env, "LOOKS_LIKE": "{{rule.id}}-x"}
+    )
+    add_rule(session_factory, rules_dir, "r", """
+id: r
+triggers: [{type: manual}]
+inputs: {who: {type: string}}
+execution:
+  kind: built-in
+  actions:
+    - {id: a, type: run-command, command: ["echo", "${env:LOOKS_LIKE}", "{{trigger.inputs.who}}"]}
+""")  # fmt: skip
+    event = TriggerEvent.manual({"who": "${env:DEPLOY_TOKEN}"})
+    run_id = dispatch(session_factory, InMemorySender(), "r", event).run.id
+
+    execute_run(session_factory, tricky, run_id, "w1")
+
+    ((_, status, output),) = steps_of(session_factory, run_id)
+    assert status == "succeeded"
+    assert output == "*** ${env:DEPLOY_TOKEN}\n"  # the secret is masked, the input stays text

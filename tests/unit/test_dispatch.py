@@ -10,7 +10,7 @@ import pytest
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus, utcnow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.dispatch import DispatchResult, InMemorySender, TriggerEvent, dispatch, dispatch_many
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
 from ade_tasks.recovery import recover
 from tests.unit.conftest import add_rule
@@ -171,3 +171,39 @@ def test_rules_whose_execution_kind_cannot_run_yet_are_refused(
     with pytest.raises(AdmissionError, match="execution kind 'agent-session'"):
         dispatch(session_factory, sender, "agent", TriggerEvent.manual())
     assert sender.sent == []
+
+
+def test_a_batch_dispatches_each_trigger_as_dispatch_would_one_result_each(
+    session_factory: SessionFactory, sender: InMemorySender, rules_dir: Path, rules: None
+) -> None:
+    add_rule(session_factory, rules_dir, "solo", """
+        id: solo
+        triggers: [{type: manual}]
+        guardrails: {overlap: skip}
+        execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
+    """)  # fmt: skip
+    earlier = dispatch(session_factory, sender, "alpha", TriggerEvent.manual(key="seen"))
+    webhook = TriggerEvent("webhook", "ci", {}, "hook-1")
+
+    results = dispatch_many(
+        session_factory,
+        sender,
+        [
+            ("alpha", TriggerEvent.manual(key="new")),
+            ("alpha", TriggerEvent.manual(key="seen")),  # a retry
+            ("nope", TriggerEvent.manual()),  # no such rule
+            ("beta", webhook),  # disabled
+            ("solo", TriggerEvent.manual(key="s1")),
+            ("solo", TriggerEvent.manual(key="s2")),  # the first took solo's only slot
+        ],
+    )
+
+    new, retry, missing, disabled, first, second = results
+    assert isinstance(new, DispatchResult) and new.created and new.sent
+    assert isinstance(retry, DispatchResult) and retry.run.id == earlier.run.id
+    assert not retry.created
+    assert isinstance(missing, NotFoundError) and isinstance(disabled, AdmissionError)
+    assert isinstance(first, DispatchResult) and first.run.status == RunStatus.QUEUED
+    assert isinstance(second, DispatchResult) and second.run.status == RunStatus.SKIPPED
+    assert "overlap policy skip" in (second.run.error or "")
+    assert [run_id for run_id, _, _ in sender.sent] == [earlier.run.id, new.run.id, first.run.id]

@@ -298,3 +298,37 @@ execution:
     )
     assert report["done"] == 0
     assert (Path(config.settings.lanes_dir("default")) / "keep").is_dir()
+
+
+def test_a_swept_lane_triggers_lane_deleted_rules_which_run_in_the_project_root(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
+) -> None:
+    add_rule(session_factory, rules_dir, "gone", """
+id: gone
+triggers: [{type: lane.deleted}]
+execution: {kind: built-in, actions: [{id: note, type: run-command, command: "echo {{trigger.lane.name}} >> deleted-lanes"}]}
+""")  # fmt: skip
+    add_rule(session_factory, rules_dir, "elsewhere", """
+id: elsewhere
+project: other
+triggers: [{type: lane.deleted}]
+execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
+""")  # fmt: skip
+    run_id = start(session_factory, rules_dir, """
+execution:
+  kind: built-in
+  actions:
+    - {id: lane, type: create-lane, name: brief, base: main}
+    - {id: later, type: delete-lane, after_minutes: 1}
+""")  # fmt: skip
+    execute_run(session_factory, config, run_id, "w1")
+    sender = InMemorySender()
+
+    sweep_cleanups(
+        session_factory, config.settings, "sweeper", utcnow() + timedelta(minutes=2), sender
+    )
+
+    ((triggered_id, _, rule_id),) = sender.sent  # not the rule of project `other`
+    assert rule_id == "gone"
+    assert execute_run(session_factory, config, triggered_id, "w2") == RunStatus.SUCCEEDED
+    assert (project / "deleted-lanes").read_text() == "brief\n"

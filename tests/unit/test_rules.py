@@ -216,3 +216,17 @@ def test_cli_validate_reads_the_configured_rules_directory(
     monkeypatch.setenv("ADE_RULES_DIR", str(tmp_path / "configured"))
     result = CliRunner().invoke(main, ["rules", "validate"])
     assert result.exit_code == 0 and "1 valid rules in 1 files" in result.output
+
+
+def test_a_literal_notify_url_is_refused_because_it_is_a_credential() -> None:
+    problems = parse_rule(
+        {
+            "id": "n",
+            "triggers": [{"type": "manual"}],
+            "execution": {"kind": "built-in", "actions": [{"type": "run-command", "command": "x"}]},
+            "outputs": {"disposition": "notify", "notify_url": "https://hooks.slack.com/T/B/X"},
+        },
+        "n.yaml",
+    )
+    assert isinstance(problems, list)
+    assert "notify_url is a credential" in str(problems[0])

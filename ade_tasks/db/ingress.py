@@ -1,0 +1,233 @@
+"""Query functions for ingress events, custom hook delivery logs and hook rate windows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy.orm import Session
+
+from ade_tasks.db.schema import (
+    HookDeliveryRow,
+    IngressEventRow,
+    IngressStatus,
+    utcnow,
+)
+
+EVENTS = cast(Table, IngressEventRow.__table__)
+#: Retention, enforced as events are written (every `PRUNE_EVERY` inserts) and hourly by the
+#: beats: events older than `MAX_AGE` go, the newest `KEEP_UNDISPATCHED` not yet dispatched are
+#: kept, and there are never more than `HARD_CAP` (+ `PRUNE_EVERY`) of any status.
+MAX_AGE = timedelta(days=7)
+KEEP_UNDISPATCHED = 2_000
+HARD_CAP = 10_000
+PRUNE_EVERY = 100
+DELIVERY_LOG = 50
+DELIVERY_BODY_CAP = 64 * 1024
+
+_INSERT = (
+    "INSERT INTO ingress_events (source, delivery_id, event_key, trigger_type, summary, "
+    "body_hash, payload, status, received_at) VALUES (:source, :delivery_id, :event_key, "
+    ":trigger_type, :summary, :body_hash, :payload, 'received', :received_at) "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
+_INSERT_EVENT = text(_INSERT).bindparams(
+    *(bindparam(c, type_=EVENTS.c[c].type) for c in ("payload", "received_at"))
+)
+
+
+def record_event(
+    session: Session,
+    *,
+    source: str,
+    delivery_id: str | None,
+    event_key: str,
+    trigger_type: str | None,
+    summary: str,
+    body_hash: str | None,
+    payload: dict[str, Any],
+) -> int | None:
+    """Store an event unless its delivery id or body hash was seen from this source (None:
+    a duplicate, nothing stored). Every `PRUNE_EVERY`th event prunes the table."""
+    params = {
+        "source": source,
+        "delivery_id": delivery_id,
+        "event_key": event_key[:128],
+        "trigger_type": trigger_type,
+        "summary": summary[:500],
+        "body_hash": body_hash,
+        "payload": payload,
+        "received_at": utcnow(),
+    }
+    event_id = session.execute(_INSERT_EVENT, params).scalar_one_or_none()
+    if event_id is not None and event_id % PRUNE_EVERY == 0:
+        prune(session, utcnow())
+    return None if event_id is None else int(event_id)
+
+
+def prune(session: Session, now: datetime) -> int:
+    """Apply the retention bounds; returns how many events were dropped."""
+    dropped = _rowcount(session.execute(delete(EVENTS).where(EVENTS.c.received_at < now - MAX_AGE)))
+    waiting = (
+        select(EVENTS.c.id)
+        .where(EVENTS.c.status != IngressStatus.DISPATCHED)
+        .order_by(EVENTS.c.id.desc())
+        .offset(KEEP_UNDISPATCHED)
+        .limit(1)
+    )
+    oldest_kept = session.execute(waiting).scalar_one_or_none()
+    if oldest_kept is not None:
+        dropped += _rowcount(
+            session.execute(
+                delete(EVENTS).where(
+                    EVENTS.c.status != IngressStatus.DISPATCHED, EVENTS.c.id <= oldest_kept
+                )
+            )
+        )
+    cap = select(EVENTS.c.id).order_by(EVENTS.c.id.desc()).offset(HARD_CAP).limit(1)
+    over = session.execute(cap).scalar_one_or_none()
+    if over is not None:
+        dropped += _rowcount(session.execute(delete(EVENTS).where(EVENTS.c.id <= over)))
+    return dropped
+
+
+def _rowcount(result: Any) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def get_event(session: Session, event_id: int) -> IngressEventRow | None:
+    """One event by id."""
+    return session.get(IngressEventRow, event_id)
+
+
+def finish_event(
+    session: Session,
+    event_id: int,
+    status: IngressStatus,
+    runs: list[str] | None,
+    error: str | None,
+) -> None:
+    """Record what matching and dispatching made of an event."""
+    session.execute(
+        update(IngressEventRow)
+        .where(IngressEventRow.id == event_id)
+        .values(status=status, runs=runs, error=error, processed_at=utcnow())
+    )
+
+
+def list_events(
+    session: Session,
+    *,
+    source: str | None = None,
+    status: str | None = None,
+    before: int | None = None,
+    limit: int = 100,
+) -> Sequence[IngressEventRow]:
+    """Events, newest first; `before` pages by id."""
+    stmt = select(IngressEventRow).order_by(IngressEventRow.id.desc()).limit(limit)
+    if source:
+        stmt = stmt.where(IngressEventRow.source == source)
+    if status:
+        stmt = stmt.where(IngressEventRow.status == status)
+    if before is not None:
+        stmt = stmt.where(IngressEventRow.id < before)
+    return session.scalars(stmt).all()
+
+
+def unprocessed_events(session: Session, older_than: timedelta, limit: int = 200) -> list[int]:
+    """Events still `received` after `older_than` (their message was lost): to re-send."""
+    cutoff = utcnow() - older_than
+    return list(
+        session.scalars(
+            select(IngressEventRow.id)
+            .where(
+                IngressEventRow.status == IngressStatus.RECEIVED,
+                IngressEventRow.received_at < cutoff,
+            )
+            .order_by(IngressEventRow.id)
+            .limit(limit)
+        )
+    )
+
+
+# --- custom hooks ---------------------------------------------------------------------------
+
+_WINDOW = bindparam("window", type_=HookDeliveryRow.received_at.type)
+_RATE = text(
+    'INSERT INTO hook_rates (hook_id, "window", count) VALUES (:hook_id, :window, 1) '
+    'ON CONFLICT (hook_id, "window") DO UPDATE SET count = hook_rates.count + 1 RETURNING count'
+).bindparams(_WINDOW)
+_FORGET_WINDOWS = text(
+    'DELETE FROM hook_rates WHERE hook_id = :hook_id AND "window" < :window'
+).bindparams(_WINDOW)
+
+
+def count_delivery(session: Session, hook_id: str, now: datetime) -> int:
+    """Count a delivery in the hook's current minute; returns the minute's count so far."""
+    window = now.replace(second=0, microsecond=0)
+    params = {"hook_id": hook_id, "window": window}
+    count = int(session.execute(_RATE, params).scalar_one())
+    if count == 1:  # a new minute: forget the hook's older windows
+        session.execute(_FORGET_WINDOWS, params)
+    return count
+
+
+def log_delivery(
+    session: Session,
+    *,
+    hook_id: str,
+    status_code: int,
+    outcome: str,
+    delivery_id: str | None,
+    event_id: int | None,
+    headers: dict[str, str],
+    body: bytes,
+) -> None:
+    """Append to the hook's delivery log, keeping its newest `DELIVERY_LOG` entries."""
+    text_body = body[:DELIVERY_BODY_CAP].decode("utf-8", errors="replace")
+    if len(body) > DELIVERY_BODY_CAP:
+        text_body += f"\n[... {len(body) - DELIVERY_BODY_CAP} more bytes not kept]"
+    session.add(
+        HookDeliveryRow(
+            hook_id=hook_id,
+            received_at=utcnow(),
+            status_code=status_code,
+            outcome=outcome,
+            delivery_id=delivery_id,
+            event_id=event_id,
+            headers=headers,
+            body=text_body,
+        )
+    )
+    session.flush()
+    keep = (
+        select(HookDeliveryRow.id)
+        .where(HookDeliveryRow.hook_id == hook_id)
+        .order_by(HookDeliveryRow.id.desc())
+        .offset(DELIVERY_LOG)
+        .limit(1)
+    )
+    oldest = session.execute(keep).scalar_one_or_none()
+    if oldest is not None:
+        session.execute(
+            delete(HookDeliveryRow).where(
+                HookDeliveryRow.hook_id == hook_id, HookDeliveryRow.id <= oldest
+            )
+        )
+
+
+def list_deliveries(session: Session, hook_id: str) -> Sequence[HookDeliveryRow]:
+    """A hook's delivery log, newest first."""
+    return session.scalars(
+        select(HookDeliveryRow)
+        .where(HookDeliveryRow.hook_id == hook_id)
+        .order_by(HookDeliveryRow.id.desc())
+        .limit(DELIVERY_LOG)
+    ).all()
+
+
+def events_count(session: Session) -> int:
+    """How many events are stored."""
+    return int(session.scalar(select(func.count()).select_from(IngressEventRow)) or 0)
