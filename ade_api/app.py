@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ade_api.deps import Services
-from ade_api.routes import health, operations, rules, runs
+from ade_api.routes import health, ingress, operations, rules, runs, webhooks
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import (
@@ -85,4 +85,6 @@ def create_app(
     app.include_router(rules.router)
     app.include_router(runs.router)
     app.include_router(operations.router)
+    app.include_router(webhooks.router)
+    app.include_router(ingress.router)
     return app

@@ -45,12 +45,16 @@ class TaskSender(Protocol):
     def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
         """Publish many (run id, queue, rule id) at once; BrokerUnavailableError as above."""
 
+    def send_ingress(self, event_id: int) -> None:
+        """Hand a stored ingress event to the ingress workers; BrokerUnavailableError as above."""
+
 
 class InMemorySender:
     """A TaskSender that records what it sent, for unit tests; `down = True` plays broker-down."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str]] = []
+        self.ingress: list[int] = []
         self.down = False
 
     def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
@@ -60,6 +64,11 @@ class InMemorySender:
         if self.down:
             raise BrokerUnavailableError("the in-memory broker is marked down")
         self.sent.extend(runs)
+
+    def send_ingress(self, event_id: int) -> None:
+        if self.down:
+            raise BrokerUnavailableError("the in-memory broker is marked down")
+        self.ingress.append(event_id)
 
 
 @dataclass(frozen=True)

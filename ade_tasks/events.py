@@ -43,23 +43,20 @@ def emit(
     sender: TaskSender,
     event: TriggerEvent,
     match: Callable[[Any, Any], bool],
-) -> list[DispatchResult]:
-    """Dispatch `event` to every matching rule; one rule refusing it never blocks the others."""
+) -> list[tuple[str, DispatchResult | AdeError]]:
+    """Dispatch `event` to every matching rule: (rule id, its run or why it was refused).
+    One rule refusing the event never blocks the others."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
     rule_ids = matching_rules(session_factory, str(event.type), match)
     requests = [
         (rule_id, replace(event, idempotency_key=f"{event.idempotency_key}:{rule_id}"))
         for rule_id in rule_ids
     ]
-    results = []
-    for rule_id, result in zip(
-        rule_ids, dispatch_many(session_factory, sender, requests), strict=True
-    ):
+    results = dispatch_many(session_factory, sender, requests)
+    for rule_id, result in zip(rule_ids, results, strict=True):
         if isinstance(result, AdeError):
             log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, result)
-        else:
-            results.append(result)
-    return results
+    return list(zip(rule_ids, results, strict=True))
 
 
 def lane_event(kind: str, lane: dict[str, Any], project: str, run_id: str) -> TriggerEvent:
@@ -96,4 +93,4 @@ def emit_lane_event(
     """Start the runs of the rules a lane event triggers; their ids."""
     event = lane_event(kind, lane, project, run_id)
     results = emit(session_factory, sender, event, lane_matcher(lane["name"], project))
-    return [result.run.id for result in results]
+    return [result.run.id for _, result in results if isinstance(result, DispatchResult)]

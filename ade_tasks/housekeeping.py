@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete
 from sqlalchemy.exc import OperationalError
 
+from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
@@ -68,7 +69,10 @@ def standard_jobs(
 
     def prune(now: datetime) -> object:
         with session_factory.begin() as session:
-            pruned = {"occurrences": occ_db.prune(session, now)}
+            pruned = {
+                "occurrences": occ_db.prune(session, now),
+                "ingress_events": ingress_db.prune(session, now),
+            }
             if settings.run_retention_days:
                 cutoff = now - timedelta(days=settings.run_retention_days)
                 result = session.execute(delete(RunRow).where(RunRow.finished_at < cutoff))

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
@@ -23,6 +24,7 @@ class RecoveryReport:
     resent: list[str] = field(default_factory=list)
     unsent: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    resent_events: list[int] = field(default_factory=list)
 
 
 def recover(
@@ -59,7 +61,17 @@ def recover(
     for rule_id, guardrails in limits.items():
         limit = guardrails.buffer_limit() or guardrails.max_concurrent or 1
         report.released += release_buffered(session_factory, sender, rule_id, limit)
-    if report.failed or report.resent or report.released:
+    # Ingress events whose message was lost (or never sent: the broker was down).
+    with session_factory() as session:
+        waiting = ingress_db.unprocessed_events(session, requeue_after)
+    for event_id in waiting:
+        try:
+            sender.send_ingress(event_id)
+            report.resent_events.append(event_id)
+        except BrokerUnavailableError as exc:
+            log.warning("could not re-send ingress event %s: %s", event_id, exc)
+            break
+    if report.failed or report.resent or report.released or report.resent_events:
         log.info(
             "recovery: failed %s (worker lost), re-sent %s, released %s",
             report.failed,

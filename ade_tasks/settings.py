@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validato
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ade_tasks.errors import NotFoundError
+from ade_tasks.ingress.hooks import HookConfig
 
 EMBEDDED_DATA_DIR = Path(".ade")
 EMBEDDED_BROKER_URL = "memory://localhost/"
@@ -43,6 +44,8 @@ class GithubSettings(BaseModel):
     webhook_secret: SecretStr | None = None
     api_url: str = "https://api.github.com"
     token: SecretStr | None = None
+    # GitHub caps a delivery at 25 MB; larger bodies are refused (413) before being buffered.
+    max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
 
 
 class ProviderSettings(BaseModel):
@@ -60,6 +63,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=None,
         extra="ignore",
+        hide_input_in_errors=True,  # a bad hook config must not print its secrets
     )
 
     database_url: str = ""
@@ -73,6 +77,10 @@ class Settings(BaseSettings):
     api_url: str = ""
 
     github: GithubSettings = Field(default_factory=GithubSettings)
+    # Custom webhooks `POST /api/v1/webhooks/{hook}`: ADE_HOOKS__<hook>='{"scheme": ...}'.
+    hooks: dict[str, HookConfig] = Field(default_factory=dict)
+    # A webhook body must arrive within this many seconds (a slow-drip upload is cut off).
+    ingress_read_timeout: float = Field(default=10.0, gt=0)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
 
     # Run path timing (seconds). The lease must outlive several heartbeats.

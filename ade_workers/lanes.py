@@ -8,7 +8,6 @@ together with the branch, so no other bookkeeping can go stale.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import re
 import shlex
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ade_tasks.errors import AdeError
+from ade_tasks.globs import path_matches
 from ade_tasks.paths import resolve_inside
 
 MAX_COUNTER = 9  # "name (#2)" .. "name (#9)", then a UTC timestamp suffix
@@ -33,7 +33,6 @@ _REPO_ENV = frozenset(
     "GIT_INDEX_FILE GIT_NO_REPLACE_OBJECTS GIT_REPLACE_REF_BASE GIT_PREFIX "
     "GIT_INTERNAL_SUPER_PREFIX GIT_SHALLOW_FILE GIT_COMMON_DIR".split()
 )
-_GLOB_PARTS = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 _OID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 
 
@@ -341,29 +340,11 @@ def predict_conflicts(repo: Path, branch: str, base: str) -> list[str]:
     return sorted(set(records[1:])) if result.returncode == 1 else []
 
 
-@functools.lru_cache(maxsize=256)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    """A path glob as a regex: `**/` is zero or more directories, any other `**` anything, `*`
-    and `?` stay within one segment, `[` is literal. (fnmatch's `*` crosses `/`: wrong here.)"""
-    tokens = re.split(r"(\*\*/|\*\*|\*|\?)", glob.lstrip("/"))
-    # re.split puts the captured wildcards at odd indexes, the literal text between them at even.
-    regex = "".join(_GLOB_PARTS[t] if i % 2 else re.escape(t) for i, t in enumerate(tokens))
-    return re.compile(regex, re.DOTALL)
-
-
 def paths_outside(paths: Iterable[str], allowed_globs: Sequence[str]) -> list[str]:
     """The paths matching none of `allowed_globs`, in input order; none when the list is empty."""
     if not allowed_globs:
         return []
-    patterns = [_glob_regex(g) for g in allowed_globs]
-
-    def allowed(path: str) -> bool:
-        # A `..` segment or an absolute path could satisfy `src/**` textually yet leave src/.
-        if path.startswith("/") or ".." in path.split("/"):
-            return False
-        return any(p.fullmatch(path) for p in patterns)
-
-    return [path for path in paths if not allowed(path)]
+    return [path for path in paths if not path_matches(path, allowed_globs)]
 
 
 def name_allowed(name: str, globs: Sequence[str]) -> bool:

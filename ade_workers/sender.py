@@ -11,6 +11,8 @@ from kombu.utils.url import maybe_sanitize_url
 from ade_tasks.errors import BrokerUnavailableError
 
 EXECUTE_TASK = "ade.runs.execute"
+INGRESS_TASK = "ade.ingress.dispatch"
+INGRESS_QUEUE = "ade.control"
 
 
 class CelerySender:
@@ -37,8 +39,17 @@ class CelerySender:
                         producer=producer,
                     )
         except (TimeoutError, OperationalError, OSError) as exc:
-            broker = maybe_sanitize_url(self.app.conf.broker_url or "")
-            raise BrokerUnavailableError(
-                f"the broker at {broker} is unreachable ({exc}); "
-                "the run stays queued and is sent when the broker is back"
-            ) from exc
+            raise self._unavailable(exc, "the run stays queued") from exc
+
+    def send_ingress(self, event_id: int) -> None:
+        try:
+            self.app.send_task(INGRESS_TASK, args=[event_id], queue=INGRESS_QUEUE, retry=True)
+        except (TimeoutError, OperationalError, OSError) as exc:
+            raise self._unavailable(exc, "the event stays stored") from exc
+
+    def _unavailable(self, exc: Exception, kept: str) -> BrokerUnavailableError:
+        broker = maybe_sanitize_url(self.app.conf.broker_url or "")
+        return BrokerUnavailableError(
+            f"the broker at {broker} is unreachable ({exc}); {kept} and is sent when the "
+            "broker is back"
+        )

@@ -12,6 +12,7 @@ from celery import Celery, Task
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
+from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
 from ade_workers.runner import RunnerConfig, execute_run
@@ -65,6 +66,12 @@ def register_tasks(
     def execute(self: Task[Any, Any], run_id: str) -> str | None:
         worker = f"{self.request.hostname}:{os.getpid()}:{threading.get_ident()}"
         status = execute_run(runtime.session_factory, runtime.runner, run_id, worker)
+        return str(status) if status else None
+
+    @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)
+    def dispatch_ingress(event_id: int) -> str | None:
+        assert runtime.sender is not None
+        status = dispatch_ingress_event(runtime.session_factory, runtime.sender, event_id)
         return str(status) if status else None
 
     @app.task(name="ade.control.recover", ignore_result=True, shared=False)

@@ -98,6 +98,11 @@ def active_lane(session: Session, project: str, name: str) -> LaneRow | None:
     )
 
 
+def lanes_on_branch(session: Session, branch: str) -> Sequence[LaneRow]:
+    """The lanes (of any project, active or deleted) whose branch is `branch`."""
+    return session.scalars(select(LaneRow).where(LaneRow.branch == branch)).all()
+
+
 def get_lane(session: Session, lane_id: str) -> LaneRow:
     """The lane row, or NotFoundError."""
     row = session.get(LaneRow, lane_id)

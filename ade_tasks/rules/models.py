@@ -54,6 +54,7 @@ class TriggerType(StrEnum):
     GIT_COMMIT = "git.commit"
     LANE_CREATED = "lane.created"
     LANE_DELETED = "lane.deleted"
+    LANE_MERGED = "lane.merged"
     FILE_CHANGED = "file.changed"
 
 
@@ -62,9 +63,14 @@ KNOWN_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
 
 
 def canonical_trigger_type(name: str) -> str:
-    """Resolve the documented aliases: `commit` -> `git.commit`, `git.pr_*` -> `github.pr_*`."""
+    """Resolve the documented aliases: `commit` -> `git.commit`, `git.pr_*` -> `github.pr_*`,
+    `file.change` -> `file.changed`, `lane.archived` -> `lane.deleted`."""
     if name == "commit":
         return TriggerType.GIT_COMMIT.value
+    if name == "file.change":
+        return TriggerType.FILE_CHANGED.value
+    if name == "lane.archived":
+        return TriggerType.LANE_DELETED.value
     if name.startswith("git.pr_"):
         return "github." + name.removeprefix("git.")
     return name
@@ -217,17 +223,19 @@ class GitTrigger(_Document):
 
 
 class LaneTrigger(_Document):
-    """A lane (git worktree) created or deleted by another run."""
+    """A lane (git worktree) created or deleted by another run, or its branch merged (a
+    merged GitHub pull request from the lane's branch)."""
 
-    type: Literal["lane.created", "lane.deleted"]
+    type: Literal["lane.created", "lane.deleted", "lane.merged"]
     lanes: list[str] = Field(default_factory=list)
 
 
 class FileTrigger(_Document):
-    """Files matching `paths` changed in the project."""
+    """Files matching `paths` changed in the project; paths matching `exclude` do not count."""
 
     type: Literal["file.changed"]
     paths: list[str] = Field(min_length=1)
+    exclude: list[str] = Field(default_factory=list)
 
 
 Trigger = Annotated[

@@ -1,0 +1,266 @@
+"""Webhook ingress: GitHub and custom hooks. Each request verifies, size-checks and stores the
+delivery (one durable write) and answers 202; the ingress workers match and dispatch it.
+
+Custom hooks run their checks cheapest first, in this order: token, hook, size, rate, age,
+signature, filters, duplicate. Every outcome lands in the hook's delivery log (newest 50, body
+up to 64 KiB, credentials redacted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ade_api.deps import Services, ServicesDep, SessionDep
+from ade_api.schemas import HookDeliveryOut, Problem
+from ade_tasks.db import ingress as ingress_db
+from ade_tasks.db.schema import utcnow
+from ade_tasks.ingress import intake
+from ade_tasks.ingress.github import normalize
+from ade_tasks.ingress.hooks import HookConfig, delivery_id, filters_match, redact_headers
+from ade_tasks.ingress.signatures import SIGNATURE_SCHEMES as SCHEMES
+from ade_tasks.ingress.signatures import (
+    SignatureError,
+    timestamp_age_ok,
+    verify_github,
+    verify_token,
+)
+
+router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
+PROBLEM = "application/problem+json"
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem} for code in (400, 401, 404, 408, 413, 429)
+}
+
+
+class BodyError(Exception):
+    """The body could not be read within the limits: answer `status` with `detail`."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The raw body, refused with 413 as soon as it passes `limit` (a Content-Length above it
+    is refused before reading anything; a chunked body stops being read at the limit) and with
+    408 when it has not fully arrived after `timeout` seconds (a slow drip)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyError(413, f"the body is {declared} bytes; this endpoint takes at most {limit}")
+    chunks: list[bytes] = []
+    size = 0
+
+    async def collect() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyError(413, f"the body is over {limit} bytes; nothing was stored")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), timeout)
+    except TimeoutError:
+        raise BodyError(
+            408, f"the body did not arrive within {timeout:g} s; nothing was stored"
+        ) from None
+    return b"".join(chunks)
+
+
+def problem(status: int, title: str, detail: str) -> JSONResponse:
+    """An error answer as problem+json."""
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+}
+
+
+@router.post("/github", status_code=202, responses=ERRORS)
+async def github_webhook(request: Request, services: ServicesDep) -> JSONResponse:
+    """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET, deduplicated by
+    X-GitHub-Delivery and by body hash, stored, and handed to the ingress workers."""
+    settings = services.settings
+    try:
+        body = await read_body(
+            request, settings.github.max_body_bytes, settings.ingress_read_timeout
+        )
+    except BodyError as exc:
+        return problem(exc.status, TITLES[exc.status], exc.detail)
+    secret = settings.github.webhook_secret
+    try:
+        verify_github(
+            secret.get_secret_value().encode() if secret else b"",
+            body,
+            request.headers.get("x-hub-signature-256"),
+            legacy_sha1=request.headers.get("x-hub-signature"),
+        )
+    except SignatureError as exc:
+        return problem(401, "Unauthorized", exc.message)
+    event_name = request.headers.get("x-github-event", "")
+    delivery = request.headers.get("x-github-delivery", "")
+    if not event_name or not delivery:
+        return problem(400, "Bad Request", "X-GitHub-Event and X-GitHub-Delivery are required")
+    if event_name == "ping":
+        return JSONResponse({"pong": True, "delivery": delivery}, status_code=200)
+    try:
+        payload = intake.parse_json(body)
+        event = normalize(event_name, delivery, payload)
+    except ValueError as exc:
+        await run_in_threadpool(
+            intake.store_malformed,
+            services.session_factory,
+            source=intake.GITHUB,
+            delivery_id=delivery,
+            error=str(exc),
+        )
+        return problem(400, "Bad Request", f"{exc}; the delivery was recorded as failed")
+    stored = await run_in_threadpool(
+        intake.store_event,
+        services.session_factory,
+        services.sender,
+        source=intake.GITHUB,
+        delivery_id=delivery,
+        event=event,
+        event_key=event.event_key,
+        payload=event.to_payload(),
+        digest=intake.body_hash(body),
+    )
+    return _accepted(stored, event.trigger_type)
+
+
+@router.post("/{hook_id}", status_code=202, responses=ERRORS)
+async def custom_webhook(
+    hook_id: str, request: Request, services: ServicesDep, token: str | None = None
+) -> JSONResponse:
+    """A delivery to a custom hook configured in ADE_HOOKS__<hook_id>; rules with a
+    `webhook` trigger naming the hook (and whose `filters` fit the body) run."""
+    hook = services.settings.hooks.get(hook_id)
+    # token: a hook with tokens refuses a wrong one before anything else is looked at.
+    if hook is not None and (hook.tokens or hook.scheme == "token"):
+        try:
+            verify_token(hook, token)
+        except SignatureError as exc:
+            return await _refuse(services, hook_id, hook, request, b"", 401, exc.message)
+    if hook is None:  # hook
+        return problem(404, "Not Found", f"no webhook {hook_id!r} is configured (ADE_HOOKS__)")
+    try:  # size
+        body = await read_body(request, hook.max_body_bytes, services.settings.ingress_read_timeout)
+    except BodyError as exc:
+        return await _refuse(services, hook_id, hook, request, b"", exc.status, exc.detail)
+    now = utcnow()
+    count = await run_in_threadpool(_count, services, hook_id)  # rate
+    if count > hook.rate_per_minute:
+        detail = f"hook {hook_id!r} takes {hook.rate_per_minute} deliveries a minute; retry later"
+        return await _refuse(services, hook_id, hook, request, body, 429, detail, retry=True)
+    try:
+        timestamp_age_ok(hook, request.headers, now)  # age
+        verifier = SCHEMES.get(hook.scheme)  # signature
+        if verifier is not None:
+            verifier(hook, body, request.headers, now)
+    except SignatureError as exc:
+        return await _refuse(services, hook_id, hook, request, body, 401, exc.message)
+    try:
+        document = intake.parse_json(body)
+    except ValueError as exc:
+        return await _refuse(services, hook_id, hook, request, body, 400, str(exc))
+    matched, why = filters_match(hook.filters, document)  # filters
+    if not matched:
+        await _log(services, hook_id, hook, request, body, 202, f"ignored: {why}", None)
+        return JSONResponse({"ignored": why}, status_code=202)
+    sender_id = delivery_id(hook, request.headers)  # duplicate
+    payload = {"hook": hook_id, "delivery_id": sender_id, "body": document}
+    stored = await run_in_threadpool(
+        intake.store_event,
+        services.session_factory,
+        services.sender,
+        source=f"webhook:{hook_id}",
+        delivery_id=sender_id,
+        event=None,
+        event_key=f"webhook.{hook_id}",
+        payload=payload,
+        digest=None,
+        trigger_type="webhook",
+    )
+    outcome = "duplicate" if stored.duplicate else "accepted"
+    code = 200 if stored.duplicate else 202
+    await _log(services, hook_id, hook, request, body, code, outcome, stored.event_id)
+    return _accepted(stored, "webhook")
+
+
+@router.get("/{hook_id}/deliveries")
+def hook_deliveries(hook_id: str, session: SessionDep) -> list[HookDeliveryOut]:
+    """The hook's newest 50 deliveries, with what became of each."""
+    return [HookDeliveryOut.model_validate(r) for r in ingress_db.list_deliveries(session, hook_id)]
+
+
+def _accepted(stored: intake.Intake, trigger_type: str | None) -> JSONResponse:
+    if stored.duplicate:
+        return JSONResponse({"duplicate": True, "stored": False}, status_code=200)
+    body = {"event_id": stored.event_id, "trigger_type": trigger_type, "queued": stored.sent}
+    return JSONResponse(body, status_code=202)
+
+
+def _count(services: Services, hook_id: str) -> int:
+    with services.session_factory.begin() as session:
+        return ingress_db.count_delivery(session, hook_id, utcnow())
+
+
+async def _refuse(
+    services: Services,
+    hook_id: str,
+    hook: HookConfig,
+    request: Request,
+    body: bytes,
+    status: int,
+    detail: str,
+    *,
+    retry: bool = False,
+) -> JSONResponse:
+    await _log(services, hook_id, hook, request, body, status, f"refused: {detail}", None)
+    response = problem(status, TITLES[status], detail)
+    if retry:
+        response.headers["Retry-After"] = "60"
+    return response
+
+
+async def _log(
+    services: Services,
+    hook_id: str,
+    hook: HookConfig,
+    request: Request,
+    body: bytes,
+    status: int,
+    outcome: str,
+    event_id: int | None,
+) -> None:
+    headers = redact_headers(request.headers, [hook.header])
+    sender_id = delivery_id(hook, request.headers)
+
+    def write() -> None:
+        with services.session_factory.begin() as session:
+            ingress_db.log_delivery(
+                session,
+                hook_id=hook_id,
+                status_code=status,
+                outcome=outcome,
+                delivery_id=sender_id,
+                event_id=event_id,
+                headers=headers,
+                body=body,
+            )
+
+    await run_in_threadpool(write)

@@ -1,0 +1,1 @@
+"""Webhook and event ingress: normalizing deliveries and matching them to rules."""

@@ -1,0 +1,182 @@
+"""Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event.
+
+The trigger's canonical type must equal the event's trigger type, then every filter the trigger
+gives must match (an empty list or None is "not given"):
+
+- `repo`: case-insensitive equality with `owner/name`.
+- `branches` / `base_branches`: globs (`ade_tasks.globs`, so `release/*` does not match
+  `release/a/b`) over the event's branch / base; an event without one never matches.
+- `labels`: every label present on the event, case-insensitively.
+- `authors`: the event author's login, case-insensitively; `author_associations`: membership.
+- `draft`: equality; an event that does not say (None) never matches a draft filter.
+- `title_regex` / `body_regex`: `re.search`; a missing title or body never matches.
+- `keywords`: any keyword in the title or body, case-insensitively (a substring: `@ade`).
+- `paths`: any changed path matches a glob; an event without paths never matches.
+- `exclude` (file.changed): changed paths matching one of these globs are dropped before `paths`
+  is checked, so an event whose every path is excluded never matches.
+
+A trigger field this module has no check for (a webhook's `hook`, a lane trigger's `lanes`)
+fails the match when it is given: an unchecked filter must not quietly widen a rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from ade_tasks.globs import path_matches
+from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.rules.models import canonical_trigger_type
+
+
+def trigger_matches(trigger: Any, event: NormalizedEvent) -> bool:
+    """Whether `trigger` (a trigger model or its dict) starts on `event`."""
+    return why_not(trigger, event) is None
+
+
+def why_not(trigger: Any, event: NormalizedEvent) -> str | None:
+    """The first reason `trigger` does not start on `event`, in a few words; None if it does."""
+    spec = _fields(trigger)
+    kind = spec.pop("type", None)
+    if not isinstance(kind, str):
+        return "the trigger has no type"
+    kind = canonical_trigger_type(kind)
+    if kind != event.trigger_type:
+        got = event.trigger_type or f"{event.event_key} (no trigger type)"
+        return f"wants {kind}, event is {got}"
+    exclude = _strings(spec.pop("exclude", None) or [])
+    if exclude and event.paths:
+        kept = tuple(path for path in event.paths if not path_matches(path, exclude))
+        if not kept:
+            return f"every changed path matches exclude {_shown(exclude)}"
+        # The other filters (`paths`) must only see what the trigger did not exclude.
+        event = dataclasses.replace(event, paths=kept)
+    for name, wanted in spec.items():
+        if wanted is None or (isinstance(wanted, list | tuple) and not wanted):
+            continue
+        check = _CHECKS.get(name)
+        if check is None:
+            return f"filter {name!r} cannot be checked against a {event.source} event"
+        reason = check(wanted, event)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _fields(trigger: Any) -> dict[str, Any]:
+    if isinstance(trigger, BaseModel):
+        return {name: getattr(trigger, name) for name in type(trigger).model_fields}
+    if isinstance(trigger, Mapping):
+        return dict(trigger)
+    raise TypeError(f"a trigger must be a trigger model or a mapping, not {type(trigger).__name__}")
+
+
+def _strings(value: Any) -> list[str]:
+    # A hand-written dict trigger may say `branches: main`; iterating it would yield letters.
+    if isinstance(value, str):
+        return [value]
+    return [str(item) for item in value] if isinstance(value, Iterable) else [str(value)]
+
+
+def _shown(values: list[str]) -> str:
+    return ", ".join(values)
+
+
+# --- one check per filter: None when it matches, else the reason -----------------------------
+
+
+def _repo(wanted: Any, event: NormalizedEvent) -> str | None:
+    if event.repo is not None and event.repo.lower() == str(wanted).lower():
+        return None
+    return f"repo {event.repo or '(none)'} is not {wanted}"
+
+
+def _globs_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
+    def check(wanted: Any, event: NormalizedEvent) -> str | None:
+        value: str | None = getattr(event, field)
+        globs = _strings(wanted)
+        if value is None:
+            return f"event has no {field} to match {_shown(globs)}"
+        if path_matches(value, globs):
+            return None
+        return f"{field} {value} matches none of {_shown(globs)}"
+
+    return check
+
+
+def _labels(wanted: Any, event: NormalizedEvent) -> str | None:
+    present = {label.casefold() for label in event.labels}
+    missing = [label for label in _strings(wanted) if label.casefold() not in present]
+    return f"missing label(s) {_shown(missing)}" if missing else None
+
+
+def _authors(wanted: Any, event: NormalizedEvent) -> str | None:
+    logins = _strings(wanted)
+    if event.author is not None and event.author.casefold() in {a.casefold() for a in logins}:
+        return None
+    return f"author {event.author or '(none)'} is not one of {_shown(logins)}"
+
+
+def _associations(wanted: Any, event: NormalizedEvent) -> str | None:
+    allowed = _strings(wanted)
+    association = event.author_association
+    if association is not None and association.upper() in {a.upper() for a in allowed}:
+        return None
+    return f"author association {association or '(none)'} is not one of {_shown(allowed)}"
+
+
+def _draft(wanted: Any, event: NormalizedEvent) -> str | None:
+    if event.draft is None:
+        return "event does not say whether it is a draft"
+    return None if event.draft == wanted else f"draft is {event.draft}, wanted {wanted}"
+
+
+def _regex_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
+    def check(wanted: Any, event: NormalizedEvent) -> str | None:
+        text: str | None = getattr(event, field)
+        if text is None:
+            return f"event has no {field} for {field}_regex"
+        try:
+            found = re.search(str(wanted), text)
+        except re.error as exc:  # rule models validate it; a hand-written dict may not
+            return f"{field}_regex {wanted!r} is invalid: {exc}"
+        return None if found else f"{field} does not match {wanted!r}"
+
+    return check
+
+
+def _keywords(wanted: Any, event: NormalizedEvent) -> str | None:
+    text = f"{event.title or ''}\n{event.body or ''}".casefold()
+    keywords = _strings(wanted)
+    # A blank keyword would be a substring of everything; it says nothing, so it matches nothing.
+    if any(keyword and keyword.casefold() in text for keyword in keywords):
+        return None
+    return f"none of the keywords {_shown(keywords)} in title or body"
+
+
+def _paths(wanted: Any, event: NormalizedEvent) -> str | None:
+    globs = _strings(wanted)
+    if not event.paths:
+        return f"event has no changed paths to match {_shown(globs)}"
+    if any(path_matches(path, globs) for path in event.paths):
+        return None
+    return f"no changed path matches {_shown(globs)}"
+
+
+_CHECKS: dict[str, Callable[[Any, NormalizedEvent], str | None]] = {
+    "repo": _repo,
+    "branches": _globs_over("branch"),
+    "base_branches": _globs_over("base"),
+    "labels": _labels,
+    "authors": _authors,
+    "author_associations": _associations,
+    "draft": _draft,
+    "title_regex": _regex_over("title"),
+    "body_regex": _regex_over("body"),
+    "keywords": _keywords,
+    "paths": _paths,
+}

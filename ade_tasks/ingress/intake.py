@@ -1,0 +1,106 @@
+"""The request side of ingress: what a webhook endpoint does between verifying a delivery and
+answering it. One durable write (the event, or the refusal in a hook's delivery log) and a
+message to the ingress workers; matching and dispatching happen there (`ingress.dispatcher`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ade_tasks.db import ingress as ingress_db
+from ade_tasks.db.engine import SessionFactory, autocommit
+from ade_tasks.db.schema import IngressStatus
+from ade_tasks.dispatch import TaskSender
+from ade_tasks.errors import BrokerUnavailableError
+from ade_tasks.ingress.event import NormalizedEvent
+
+log = logging.getLogger(__name__)
+
+GITHUB = "github"
+
+
+@dataclass(frozen=True)
+class Intake:
+    """What became of a delivery: the stored event's id, or None for a duplicate."""
+
+    event_id: int | None
+    sent: bool = False
+
+    @property
+    def duplicate(self) -> bool:
+        return self.event_id is None
+
+
+def body_hash(body: bytes) -> str:
+    """The sha256 of a raw body (a replayed body is the same delivery, whatever its id)."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def store_event(
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    *,
+    source: str,
+    delivery_id: str | None,
+    event: NormalizedEvent | None,
+    event_key: str,
+    payload: dict[str, Any],
+    digest: str | None,
+    trigger_type: str | None = None,
+) -> Intake:
+    """Store the event (unless its delivery id or body hash was seen) and hand it to the
+    ingress workers. A broker that is down leaves it `received` for the recovery sweep."""
+    with autocommit(session_factory).begin() as session:
+        event_id = ingress_db.record_event(
+            session,
+            source=source,
+            delivery_id=delivery_id,
+            event_key=event.event_key if event else event_key,
+            trigger_type=event.trigger_type if event else trigger_type,
+            summary=event.summary if event else event_key,
+            body_hash=digest,
+            payload=payload,
+        )
+    if event_id is None:
+        return Intake(None)
+    return Intake(event_id, _send(sender, event_id))
+
+
+def store_malformed(
+    session_factory: SessionFactory, *, source: str, delivery_id: str | None, error: str
+) -> None:
+    """Keep a delivery whose body could not be read as a failed event, dispatching nothing."""
+    with session_factory.begin() as session:
+        event_id = ingress_db.record_event(
+            session,
+            source=source,
+            delivery_id=delivery_id,
+            event_key="malformed",
+            trigger_type=None,
+            summary=error,
+            body_hash=None,
+            payload={},
+        )
+        if event_id is not None:
+            ingress_db.finish_event(session, event_id, IngressStatus.FAILED, None, error)
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON document of a body; ValueError saying where it broke."""
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the body is not valid JSON ({exc})") from None
+
+
+def _send(sender: TaskSender, event_id: int) -> bool:
+    try:
+        sender.send_ingress(event_id)
+    except BrokerUnavailableError as exc:
+        log.warning("ingress event %s stored but not sent (%s); the sweep sends it", event_id, exc)
+        return False
+    return True
