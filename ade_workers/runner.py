@@ -34,7 +34,7 @@ from ade_tasks.dispatch import TaskSender, release_buffered, unrunnable_reason
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
 from ade_tasks.review import review
-from ade_tasks.rules.models import Disposition, Rule
+from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
 from ade_tasks.settings import Settings
 from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
 from ade_workers.chain import ChainState, StepRun, run_step
@@ -289,11 +289,9 @@ def _run_chain(
         find_lane=lambda name: _find_lane(sessions, rule.project, name),
     )
     pending: StepRecord | None = None  # the latest step, recorded with the run's outcome
-    for index in range(len(plan.done), len(actions) + 1):
+    for index in range(len(plan.done), len(actions)):
         if index == gate and index not in plan.approved and state.failure is None:
             return _park(sessions, run_id, worker, index, plan, pending)
-        if index == len(actions):
-            break
         action = actions[index]
         step = StepRecord(run_id, index, action.id, action.type, started_at=utcnow())
         monitor.step_started(step)
@@ -320,13 +318,27 @@ def _run_chain(
         if SHUTDOWN.is_set() and index + 1 < len(actions):
             state.failure = state.failure or (RunStatus.CANCELLED, SHUTDOWN_ERROR)
             break
-    status, error = state.failure or (RunStatus.SUCCEEDED, None)
-    if rule.outputs.disposition is not Disposition.EVIDENCE_ONLY and not SHUTDOWN.is_set():
+    # After the steps: the verification command, then (with verify_before_publish) a human.
+    index = len(actions)
+    unverified = False
+    if rule.verification.command and state.failure is None and len(plan.done) <= index:
         _record(sessions, pending)
-        pending = _publish_step(config, run_id, plan, state, status, len(actions), step_run)
+        pending = _verify_step(config, run_id, state, index, step_run)
+        if pending.status is not StepStatus.SUCCEEDED:
+            if rule.verification.required:
+                state.failure = (RunStatus.FAILED, f"verification failed: {pending.error}")
+            unverified = True
+    if gate == index and index not in plan.approved and state.failure is None:
+        return _park(sessions, run_id, worker, index, plan, pending)
+    status, error = state.failure or (RunStatus.SUCCEEDED, None)
+    publishes = rule.outputs.disposition is not Disposition.EVIDENCE_ONLY
+    if publishes and not unverified and not SHUTDOWN.is_set():
+        _record(sessions, pending)
+        publish_index = index + (1 if rule.verification.command else 0)
+        pending = _publish_step(config, run_id, plan, state, status, publish_index, step_run)
         if pending.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
             status, error = RunStatus.FAILED, f"step 'publish' failed: {pending.error}"
-    verdict = _review(rule, status, state)
+    verdict = _review(rule, status, state, unverified)
     with sessions.begin() as session:
         return _end(session, run_id, worker, status, error, pending, verdict)
 
@@ -457,7 +469,31 @@ def _publish_step(
     )
 
 
-def _review(rule: Rule, status: RunStatus, state: ChainState) -> runs_db.RunVerdict:
+def _verify_step(
+    config: RunnerConfig, run_id: str, state: ChainState, index: int, step_run: StepRun
+) -> StepRecord:
+    """Run the rule's verification command (in the run's lane, if it has one) as step
+    `verify`; its outcome decides whether the run's change is verified."""
+    command = step_run.rule.verification.command
+    assert command is not None
+    action = RunCommandAction(type="run-command", id="verify", command=command)
+    step = StepRecord(run_id, index, "verify", "verification", started_at=utcnow())
+    outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
+    state.remember("verify", outcome)
+    return replace(
+        step,
+        status=outcome.status,
+        finished_at=utcnow(),
+        exit_code=outcome.exit_code,
+        output=outcome.output,
+        result=outcome.result,
+        error=outcome.error,
+    )
+
+
+def _review(
+    rule: Rule, status: RunStatus, state: ChainState, unverified: bool
+) -> runs_db.RunVerdict:
     verification = rule.verification
     outcome = review(
         status,
@@ -465,7 +501,7 @@ def _review(rule: Rule, status: RunStatus, state: ChainState) -> runs_db.RunVerd
         context_sources=state.ran,
         threshold=rule.review_threshold,
         findings=len(state.findings),
-        verification_pending=verification.required and not verification.command,
+        verification_pending=unverified or (verification.required and not verification.command),
     )
     return runs_db.RunVerdict(
         outcome.queue_status, outcome.confidence, state.findings[:500] or None

@@ -592,7 +592,12 @@ class Outputs(_Document):
 
 
 class Verification(_Document):
-    """A command whose success verifies the run's change before publishing."""
+    """A command whose success verifies the run's change before publishing.
+
+    It runs after the steps (in the run's lane, if it has one) as step `verify`. When it fails,
+    nothing is published and the run lands in `verification-required`; with `required` the run
+    also fails. `required` without a command leaves every run `verification-required`.
+    """
 
     command: str | None = None
     required: bool = False

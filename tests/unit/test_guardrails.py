@@ -332,3 +332,37 @@ execution:
     assert rule_id == "gone"
     assert execute_run(session_factory, config, triggered_id, "w2") == RunStatus.SUCCEEDED
     assert (project / "deleted-lanes").read_text() == "brief\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "required", "status", "queue", "steps"),
+    [
+        ("test -f built", False, "succeeded", "completed-clean", ["build", "verify", "publish"]),
+        ("test -f missing", False, "succeeded", "verification-required", ["build", "verify"]),
+        ("test -f missing", True, "failed", "pending-review", ["build", "verify"]),
+    ],
+    ids=["verified", "unverified", "unverified-required"],
+)
+def test_the_verification_command_decides_publishing_and_the_review_queue(
+    session_factory: SessionFactory,
+    rules_dir: Path,
+    config: RunnerConfig,
+    command: str,
+    required: bool,
+    status: str,
+    queue: str,
+    steps: list[str],
+) -> None:
+    run_id = start(session_factory, rules_dir, f"""
+review_profile: full
+verification: {{command: "{command}", required: {str(required).lower()}}}
+outputs: {{disposition: comment-only}}
+execution: {{kind: built-in, actions: [{{id: build, type: run-command, command: "touch built"}}]}}
+""")  # fmt: skip
+
+    execute_run(session_factory, config, run_id, "w1")
+
+    run = run_of(session_factory, run_id)
+    with session_factory() as session:
+        recorded = [s.step_id for s in runs_db.list_steps(session, run_id)]
+    assert (run.status, run.queue_status, recorded) == (status, queue, steps)
