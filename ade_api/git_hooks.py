@@ -31,7 +31,7 @@ _PREAMBLE = """#!/bin/sh
 {marker}: emits {event} to ADE Tasks ({why}).
 # Installed by `ade-tasks hooks install`; `ade-tasks hooks uninstall` removes it. It runs in the
 # background with a {timeout}s timeout and always exits 0, so it never slows or fails git.
-ADE_TASKS={bin}
+ade_tasks={bin}
 ade_repo() {{
   git config --get ade.repo && return
   dir=$(git rev-parse --show-toplevel 2>/dev/null) || dir=$(pwd -P)
@@ -53,7 +53,7 @@ if [ -x "$0{backup}" ]; then "$0{backup}" "$@"; fi
     git diff --no-renames -z --name-only "$sha^" "$sha"
   else
     git ls-tree -z -r --name-only "$sha"
-  fi | "$ADE_TASKS" emit git.commit{url} --timeout {timeout} --paths-from - \\
+  fi | "$ade_tasks" emit git.commit{url} --timeout {timeout} --paths-from - \\
       --repo "$repo" --branch "$branch" --sha "$sha" --title "$title" --author "$author" \\
       --delivery-id "git.commit:$repo:$sha"
 ) </dev/null >/dev/null 2>&1 &
@@ -75,7 +75,7 @@ if [ -x "$0{backup}" ]; then printf '%s\\n' "$refs" | "$0{backup}" "$@"; fi
     case $old in
       *[!0]*) git diff --no-renames -z --name-only "$old" "$new" </dev/null ;;
       *) git ls-tree -z -r --name-only "$new" </dev/null ;;
-    esac | "$ADE_TASKS" emit git.push{url} --timeout {timeout} --paths-from - \\
+    esac | "$ade_tasks" emit git.push{url} --timeout {timeout} --paths-from - \\
         --repo "$repo" --branch "$branch" --sha "$sha" --title "$title" --author "$author" \\
         --delivery-id "git.push:$repo:$ref:$new"
   done

@@ -46,6 +46,9 @@ class GithubSettings(BaseModel):
     token: SecretStr | None = None
     # GitHub caps a delivery at 25 MB; larger bodies are refused (413) before being buffered.
     max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
+    # Repositories `ade-tasks poll github` watches (a JSON list: '["acme/api"]'); empty: the
+    # `repo` filters of enabled github.* triggers.
+    poll_repos: list[str] = []
 
 
 class ProviderSettings(BaseModel):

@@ -1,4 +1,5 @@
-"""GitHub REST side effects of a run: comments, labels and draft pull requests, each idempotent.
+"""GitHub REST side effects of a run: comments, labels and draft pull requests, each idempotent;
+and the read-only listings GitHub polling uses (`ade_tasks.ingress.poller`).
 
 Every write carries a hidden marker (`<!-- ade:run=... step=... -->`) or is keyed by its branch,
 so a retried call, or a retried run, finds its earlier effect and updates it instead of adding
@@ -11,8 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -29,6 +31,8 @@ API_VERSION = "2022-11-28"
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 # 100 pages of 100 comments: far beyond any real issue, but a loop bound all the same.
 _MAX_PAGES = 100
+# A listing stops after this many items (100 full pages), so it never asks for page 101.
+_MAX_ITEMS = _MAX_PAGES * 100
 _EXCERPT = 300
 
 
@@ -245,6 +249,58 @@ class GithubClient:
 
         return self._retrying(f"open a draft PR on {repo} from {head}", attempt, deadline)
 
+    # -- listings (GitHub polling) --------------------------------------------------------------
+
+    def list_issues(
+        self,
+        repo: str,
+        since: datetime,
+        *,
+        limit: int = _MAX_ITEMS,
+        deadline: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Issues and pull requests of `repo` (any state) updated at or after `since`, least
+        recently updated first; at most `limit` (a later `since` lists the rest)."""
+        path = f"/repos/{_check_repo(repo)}/issues"
+        query = {"state": "all", "since": _since(since), "sort": "updated", "direction": "asc"}
+        count = _check_limit(limit)
+        return self._retrying(
+            f"list the issues of {repo}",
+            lambda: self._listing(path, query, count, deadline),
+            deadline,
+        )
+
+    def list_issue_comments(
+        self,
+        repo: str,
+        since: datetime,
+        *,
+        limit: int = _MAX_ITEMS,
+        deadline: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Comments on any issue or pull request of `repo` updated at or after `since`, least
+        recently updated first; at most `limit` (a later `since` lists the rest)."""
+        path = f"/repos/{_check_repo(repo)}/issues/comments"
+        query = {"since": _since(since), "sort": "updated", "direction": "asc"}
+        count = _check_limit(limit)
+        return self._retrying(
+            f"list the issue comments of {repo}",
+            lambda: self._listing(path, query, count, deadline),
+            deadline,
+        )
+
+    def get_pull(self, repo: str, number: int, *, deadline: float | None = None) -> dict[str, Any]:
+        """Pull request `number` of `repo` with its head, base and merge state."""
+        path = f"/repos/{_check_repo(repo)}/pulls/{_check_number(number)}"
+
+        def attempt() -> dict[str, Any]:
+            data = self._request("GET", path, deadline)
+            if not isinstance(data, dict):
+                raise _unexpected("GET", path, "a pull request object")
+            return data
+
+        return self._retrying(f"get pull request {repo}#{number}", attempt, deadline)
+
     # -- plumbing -------------------------------------------------------------------------------
 
     def _retrying(self, what: str, attempt: Callable[[], T], deadline: float | None) -> T:
@@ -280,9 +336,23 @@ class GithubClient:
                     return _int(item, "id", "GET", path)
         return None
 
-    def _pages(self, path: str, deadline: float | None) -> Iterator[list[Any]]:
+    def _listing(
+        self, path: str, query: Mapping[str, Any], limit: int, deadline: float | None
+    ) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        per_page = min(limit, 100)
+        for page in self._pages(path, deadline, {**query, "per_page": per_page}):
+            items.extend(item for item in page if isinstance(item, dict))
+            # Stopping here also keeps the walk within _MAX_PAGES, whose overrun is an error.
+            if len(items) >= limit:
+                break
+        return items[:limit]
+
+    def _pages(
+        self, path: str, deadline: float | None, query: Mapping[str, Any] | None = None
+    ) -> Iterator[list[Any]]:
         url: str | None = path
-        params: dict[str, Any] | None = {"per_page": 100}
+        params: dict[str, Any] | None = dict(query) if query is not None else {"per_page": 100}
         for _ in range(_MAX_PAGES):
             if url is None:
                 return
@@ -398,6 +468,19 @@ def _check_number(number: int) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise InvalidInputError(f"issue or pull request number must be a positive int: {number!r}")
     return number
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_ITEMS:
+        raise InvalidInputError(f"a listing limit must be an int from 1 to {_MAX_ITEMS}: {limit!r}")
+    return limit
+
+
+def _since(when: datetime) -> str:
+    """GitHub's `since` form (`2024-05-01T10:00:00Z`); a naive datetime has no meaning here."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise InvalidInputError(f"`since` must be timezone-aware (UTC), got {when.isoformat()}")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

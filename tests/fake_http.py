@@ -2,7 +2,8 @@
 
 A `ScriptedServer` listens on 127.0.0.1 on a free port, records every request and answers
 either like GitHub's REST API (`kind="github"`) or like a Slack incoming webhook
-(`kind="webhook"`). Faults queued with `fail_next` / `delay_next` are served, one per matching
+(`kind="webhook"`). Issues, pull requests and comments seeded with `seed_issue` / `seed_pull` /
+`seed_comment` are listed as GitHub lists them (`since`, `sort=updated`, Link pagination). Faults queued with `fail_next` / `delay_next` are served, one per matching
 request, so a test scripts "500, then success" in one line.
 
     with ScriptedServer(repos=["acme/widgets"]) as server:
@@ -17,6 +18,7 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -75,6 +77,8 @@ class ScriptedServer:
         self.comments: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.labels: dict[tuple[str, int], list[str]] = {}
         self.pulls: dict[str, list[dict[str, Any]]] = {}
+        # Issues and pull requests as GET /issues lists them (a PR also has an entry in `pulls`).
+        self.issues: dict[str, list[dict[str, Any]]] = {}
         self._next_id = 1000
         self._closing = threading.Event()
         self._httpd = _Httpd(("127.0.0.1", 0), _Handler)
@@ -141,6 +145,146 @@ class ScriptedServer:
         with self.lock:
             return self._create_comment(repo, number, body)
 
+    def seed_issue(
+        self,
+        repo: str,
+        title: str,
+        *,
+        created_at: str,
+        updated_at: str | None = None,
+        closed_at: str | None = None,
+        user: str = "octocat",
+        body: str | None = None,
+        labels: Iterable[str] = (),
+        author_association: str = "MEMBER",
+    ) -> dict[str, Any]:
+        """Seed an issue as if someone had opened it (closed too when `closed_at` is given)."""
+        with self.lock:
+            issue = self._seed_issue_item(
+                repo,
+                title,
+                created_at,
+                updated_at or closed_at or created_at,
+                closed_at,
+                user,
+                body,
+                labels,
+                author_association,
+            )
+            return dict(issue)
+
+    def seed_pull(
+        self,
+        repo: str,
+        title: str,
+        *,
+        created_at: str,
+        updated_at: str | None = None,
+        closed_at: str | None = None,
+        merged_at: str | None = None,
+        user: str = "octocat",
+        body: str | None = None,
+        labels: Iterable[str] = (),
+        author_association: str = "MEMBER",
+        head: str = "feature",
+        base: str = "main",
+        head_sha: str = "a" * 40,
+        pushed_at: str | None = None,
+        draft: bool = False,
+    ) -> dict[str, Any]:
+        """Seed a pull request: its issue-view item for GET /issues and its details for
+        GET /pulls/{n} (`pushed_at` is the head repository's last push, default `created_at`)."""
+        with self.lock:
+            issue = self._seed_issue_item(
+                repo,
+                title,
+                created_at,
+                updated_at or closed_at or created_at,
+                closed_at,
+                user,
+                body,
+                labels,
+                author_association,
+            )
+            number = issue["number"]
+            issue["draft"] = draft
+            issue["pull_request"] = {
+                "url": f"{self.url}/repos/{repo}/pulls/{number}",
+                "html_url": f"{self.html_base}/{repo}/pull/{number}",
+                "merged_at": merged_at,
+            }
+            issue["html_url"] = f"{self.html_base}/{repo}/pull/{number}"
+            owner = repo.split("/")[0]
+            repository = {"full_name": repo, "pushed_at": pushed_at or created_at}
+            pull = {
+                **{k: issue[k] for k in ("id", "number", "state", "title", "body", "user")},
+                **{k: issue[k] for k in ("labels", "created_at", "updated_at", "closed_at")},
+                "author_association": author_association,
+                "draft": draft,
+                "merged": merged_at is not None,
+                "merged_at": merged_at,
+                "merged_by": {"login": user} if merged_at else None,
+                "head": {
+                    "label": f"{owner}:{head}",
+                    "ref": head,
+                    "sha": head_sha,
+                    "repo": repository,
+                },
+                "base": {
+                    "label": f"{owner}:{base}",
+                    "ref": base,
+                    "sha": "b" * 40,
+                    "repo": dict(repository),
+                },
+                "url": f"{self.url}/repos/{repo}/pulls/{number}",
+                "html_url": issue["html_url"],
+            }
+            self.pulls.setdefault(repo, []).append(pull)
+            return dict(issue)
+
+    def seed_comment(
+        self,
+        repo: str,
+        number: int,
+        body: str,
+        *,
+        created_at: str,
+        updated_at: str | None = None,
+        user: str = "octocat",
+        author_association: str = "MEMBER",
+    ) -> dict[str, Any]:
+        """Seed a comment on issue or PR `number`; like GitHub, it bumps the issue's updated_at."""
+        with self.lock:
+            issue = self._find_issue(repo, number)
+            comment = self._create_comment(repo, number, body)
+            cid = comment["id"]
+            kind = "pull" if issue is not None and "pull_request" in issue else "issues"
+            comment.update(
+                html_url=f"{self.html_base}/{repo}/{kind}/{number}#issuecomment-{cid}",
+                user={"login": user, "id": 2, "type": "User"},
+                author_association=author_association,
+                created_at=created_at,
+                updated_at=updated_at or created_at,
+            )
+            self.comments[(repo, number)][-1] = comment
+            if issue is not None:
+                self._touch(repo, number, updated_at or created_at)
+            return dict(comment)
+
+    def close_issue(self, repo: str, number: int, at: str, *, merged: bool = False) -> None:
+        """Close issue or PR `number` at `at` (a PR merged when `merged`)."""
+        with self.lock:
+            for item in [self._find_issue(repo, number), self._find_pull(repo, number)]:
+                if item is not None:
+                    item.update(state="closed", closed_at=at)
+            pull = self._find_pull(repo, number)
+            if pull is not None and merged:
+                pull.update(merged=True, merged_at=at, merged_by=pull["user"])
+                issue = self._find_issue(repo, number)
+                if issue is not None:
+                    issue["pull_request"]["merged_at"] = at
+            self._touch(repo, number, at)
+
     def requests_to(self, method: str, path_prefix: str = "") -> list[RecordedRequest]:
         """Recorded requests with `method` whose path starts with `path_prefix`."""
         with self.lock:
@@ -195,6 +339,13 @@ class ScriptedServer:
         rest, method = parts[3:], request.method
         body = request.json if isinstance(request.json, dict) else {}
         match rest:
+            case ["issues"] if method == "GET":
+                return self._list_issues(repo, request)
+            case ["issues", "comments"] if method == "GET":
+                return self._list_repo_comments(repo, request)
+            case ["pulls", num] if method == "GET" and num.isdigit():
+                pull = self._find_pull(repo, int(num))
+                return (200, {}, dict(pull)) if pull is not None else _error(404, "Not Found")
             case ["issues", "comments", cid] if method == "PATCH" and cid.isdigit():
                 return self._update_comment(repo, int(cid), body)
             case ["issues", num, "comments"] if method == "GET" and num.isdigit():
@@ -212,6 +363,64 @@ class ScriptedServer:
             case ["pulls", num] if method == "PATCH" and num.isdigit():
                 return self._update_pull(repo, int(num), body)
         return _error(404, "Not Found")
+
+    def _seed_issue_item(
+        self,
+        repo: str,
+        title: str,
+        created_at: str,
+        updated_at: str,
+        closed_at: str | None,
+        user: str,
+        body: str | None,
+        labels: Iterable[str],
+        author_association: str,
+    ) -> dict[str, Any]:
+        number = _seed_number(self, repo)
+        issue: dict[str, Any] = {
+            "id": self._new_id(),
+            "number": number,
+            "title": title,
+            "body": body,
+            "user": {"login": user, "id": 2, "type": "User"},
+            "labels": [{"id": 100 + i, "name": name} for i, name in enumerate(labels)],
+            "state": "closed" if closed_at else "open",
+            "author_association": author_association,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "closed_at": closed_at,
+            "url": f"{self.url}/repos/{repo}/issues/{number}",
+            "html_url": f"{self.html_base}/{repo}/issues/{number}",
+        }
+        self.issues.setdefault(repo, []).append(issue)
+        return issue
+
+    def _find_issue(self, repo: str, number: int) -> dict[str, Any] | None:
+        return next((i for i in self.issues.get(repo, []) if i["number"] == number), None)
+
+    def _find_pull(self, repo: str, number: int) -> dict[str, Any] | None:
+        return next((p for p in self.pulls.get(repo, []) if p["number"] == number), None)
+
+    def _touch(self, repo: str, number: int, at: str) -> None:
+        for item in [self._find_issue(repo, number), self._find_pull(repo, number)]:
+            # Pull requests opened through the API here carry no timestamps; they stay as they are.
+            if (
+                item is not None
+                and "updated_at" in item
+                and _instant(at) > _instant(item["updated_at"])
+            ):
+                item["updated_at"] = at
+
+    def _list_issues(self, repo: str, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        state = request.query.get("state", ["open"])[0]
+        found = [i for i in self.issues.get(repo, []) if state == "all" or i["state"] == state]
+        return _paginate(self, request, _sorted(_since_filter(found, request), request))
+
+    def _list_repo_comments(
+        self, repo: str, request: RecordedRequest
+    ) -> tuple[int, dict[str, str], Any]:
+        found = [c for (r, _), comments in self.comments.items() if r == repo for c in comments]
+        return _paginate(self, request, _sorted(_since_filter(found, request), request))
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -336,6 +545,52 @@ class ScriptedServer:
                     }
                 return 200, {}, dict(pull)
         return _error(404, "Not Found")
+
+
+def _seed_number(server: ScriptedServer, repo: str) -> int:
+    # Issues and pull requests share one number sequence per repository, as on GitHub.
+    taken = [i["number"] for i in server.issues.get(repo, [])]
+    taken += [p["number"] for p in server.pulls.get(repo, [])]
+    return max(taken, default=0) + 1
+
+
+def _instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _since_filter(items: list[dict[str, Any]], request: RecordedRequest) -> list[dict[str, Any]]:
+    since = request.query.get("since", [None])[0]
+    if since is None:
+        return list(items)
+    start = _instant(since)
+    return [item for item in items if _instant(item["updated_at"]) >= start]
+
+
+def _sorted(items: list[dict[str, Any]], request: RecordedRequest) -> list[dict[str, Any]]:
+    key = request.query.get("sort", ["created"])[0]
+    key = "updated_at" if key == "updated" else "created_at"
+    reverse = request.query.get("direction", ["desc"])[0] != "asc"
+    return sorted(items, key=lambda item: (_instant(item[key]), item["id"]), reverse=reverse)
+
+
+def _paginate(
+    server: ScriptedServer, request: RecordedRequest, items: list[dict[str, Any]]
+) -> tuple[int, dict[str, str], Any]:
+    """One page of `items` with GitHub's Link header; the links keep the request's query."""
+    per_page = min(int(request.query.get("per_page", ["30"])[0]), 100)
+    page = int(request.query.get("page", ["1"])[0])
+    last = max((len(items) + per_page - 1) // per_page, 1)
+    query = {k: v[0] for k, v in request.query.items() if k != "page"}
+    base = f"{server.url}{request.path}"
+    links = []
+    if page < last:
+        links.append(f'<{base}?{urlencode({**query, "page": page + 1})}>; rel="next"')
+        links.append(f'<{base}?{urlencode({**query, "page": last})}>; rel="last"')
+    if page > 1:
+        links.append(f'<{base}?{urlencode({**query, "page": 1})}>; rel="first"')
+    headers = {"Link": ", ".join(links)} if links else {}
+    chunk = items[(page - 1) * per_page : page * per_page]
+    return 200, headers, [dict(item) for item in chunk]
 
 
 def _error(status: int, message: str) -> tuple[int, dict[str, str], Any]:

@@ -57,6 +57,7 @@ def claim(
     now = utcnow()
     ordered = sorted(set(keys))
     won: list[OccurrenceKey] = []
+    statement = _claim_statement(session.get_bind().dialect.name)
     for start in range(0, len(ordered), CLAIM_BATCH):
         rows = [
             {
@@ -71,8 +72,21 @@ def claim(
             }
             for key in ordered[start : start + CLAIM_BATCH]
         ]
-        stmt = _insert(session).values(rows)
-        stmt = stmt.on_conflict_do_update(
+        # One compiled statement for every batch; SQLAlchemy sends each batch as a multi-row
+        # INSERT in the rows' (sorted) order ("insertmanyvalues").
+        result = session.execute(statement, rows)
+        won += [OccurrenceKey(*row[:4]) for row in result if row[4] == 0]
+    return sorted(won)
+
+
+_CLAIM_STATEMENTS: dict[str, Any] = {}
+
+
+def _claim_statement(dialect: str) -> Any:
+    statement = _CLAIM_STATEMENTS.get(dialect)
+    if statement is None:
+        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(OCCURRENCES)
+        statement = _CLAIM_STATEMENTS[dialect] = insert.on_conflict_do_update(
             index_elements=["rule_id", "trigger_index", "cron", "slot"],
             set_={"duplicate_claims": OCCURRENCES.c.duplicate_claims + 1},
         ).returning(
@@ -82,8 +96,7 @@ def claim(
             OCCURRENCES.c.slot,
             OCCURRENCES.c.duplicate_claims,
         )
-        won += [OccurrenceKey(*row[:4]) for row in session.execute(stmt) if row[4] == 0]
-    return sorted(won)
+    return statement
 
 
 def limit_lock_wait(session: Session, timeout: timedelta) -> None:
@@ -116,24 +129,51 @@ class Outcome:
     reason: str | None = None
 
 
+# PostgreSQL records a whole batch's outcomes in one statement over arrays.
+_RECORD_OUTCOMES_PG = text(
+    "UPDATE schedule_occurrences AS o SET outcome = v.outcome, run_id = v.run_id, "
+    "reason = v.reason FROM unnest(CAST(:rule_ids AS text[]), CAST(:indexes AS int[]), "
+    "CAST(:crons AS text[]), CAST(:slots AS timestamptz[]), CAST(:outcomes AS text[]), "
+    "CAST(:run_ids AS text[]), CAST(:reasons AS text[])) "
+    "AS v(rule_id, trigger_index, cron, slot, outcome, run_id, reason) "
+    "WHERE o.rule_id = v.rule_id AND o.trigger_index = v.trigger_index AND o.cron = v.cron "
+    "AND o.slot = v.slot"
+)
+
+
 def record_outcomes(session: Session, outcomes: Sequence[Outcome]) -> None:
-    """Record what came of claimed occurrences (one executemany for a whole batch)."""
-    if outcomes:
+    """Record what came of claimed occurrences (one statement for a whole batch)."""
+    if not outcomes:
+        return
+    if session.get_bind().dialect.name == "postgresql":
         session.execute(
-            _RECORD_OUTCOME,
-            [
-                {
-                    "rule_id": o.key.rule_id,
-                    "trigger_index": o.key.trigger_index,
-                    "cron": o.key.cron,
-                    "slot": o.key.slot,
-                    "outcome": o.outcome.value,
-                    "run_id": o.run_id,
-                    "reason": o.reason,
-                }
-                for o in outcomes
-            ],
+            _RECORD_OUTCOMES_PG,
+            {
+                "rule_ids": [o.key.rule_id for o in outcomes],
+                "indexes": [o.key.trigger_index for o in outcomes],
+                "crons": [o.key.cron for o in outcomes],
+                "slots": [o.key.slot for o in outcomes],
+                "outcomes": [o.outcome.value for o in outcomes],
+                "run_ids": [o.run_id for o in outcomes],
+                "reasons": [o.reason for o in outcomes],
+            },
         )
+        return
+    session.execute(
+        _RECORD_OUTCOME,
+        [
+            {
+                "rule_id": o.key.rule_id,
+                "trigger_index": o.key.trigger_index,
+                "cron": o.key.cron,
+                "slot": o.key.slot,
+                "outcome": o.outcome.value,
+                "run_id": o.run_id,
+                "reason": o.reason,
+            }
+            for o in outcomes
+        ],
+    )
 
 
 def last_slots(
