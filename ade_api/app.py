@@ -88,3 +88,15 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(ingress.router)
     return app
+
+
+def app_from_environment() -> FastAPI:
+    """The API as `ade-tasks api --workers N` serves it: each uvicorn worker process builds its
+    own app (and engine) from the `ADE_*` environment."""
+    from ade_tasks.settings import get_settings
+
+    settings = get_settings()
+    engine = create_db_engine(
+        settings.effective_database_url, pool_size=settings.db_pool_size, max_overflow=0
+    )
+    return create_app(settings, session_factory=create_session_factory(engine))

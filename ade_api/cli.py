@@ -439,26 +439,41 @@ def beat(settings: Settings, celery_args: tuple[str, ...]) -> None:
 @click.option("--host", default=None)
 @click.option("--port", type=int, default=None)
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="API processes (one per core serves webhooks fastest)",
+)
+@click.option(
     "--sync-rules/--no-sync-rules", default=True, help="load the rules directory at start-up"
 )
 @click.pass_obj
-def api(settings: Settings, host: str | None, port: int | None, sync_rules: bool) -> None:
+def api(
+    settings: Settings, host: str | None, port: int | None, workers: int, sync_rules: bool
+) -> None:
     """Serve the HTTP API."""
     import uvicorn
 
-    from ade_api.app import create_app
+    from ade_api.app import app_from_environment
     from ade_tasks.db.engine import create_db_engine, create_session_factory
     from ade_tasks.rules.sync import sync_rules_dir
 
-    factory = create_session_factory(create_db_engine(settings.effective_database_url))
     if sync_rules:
+        factory = create_session_factory(create_db_engine(settings.effective_database_url))
         loaded, _ = sync_rules_dir(factory, settings.rules_dir)
         for problem in loaded.problems:
             click.echo(f"rule problem: {problem}", err=True)
-    app = create_app(settings, session_factory=factory)
-    uvicorn.run(
-        app, host=host or settings.api_host, port=port or settings.api_port, log_level="info"
-    )
+    options: dict[str, Any] = {
+        "host": host or settings.api_host,
+        "port": port or settings.api_port,
+        "log_level": "info",
+        "access_log": settings.api_access_log,
+    }
+    if workers > 1:  # uvicorn starts the processes; each builds its app from the environment
+        uvicorn.run("ade_api.app:app_from_environment", factory=True, workers=workers, **options)
+    else:
+        uvicorn.run(app_from_environment(), **options)
 
 
 @main.command("dev")

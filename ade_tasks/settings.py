@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8787
     api_url: str = ""
+    # uvicorn's per-request access log costs CPU on every webhook; off unless asked for.
+    api_access_log: bool = False
+    # Database connections an API process keeps open. Requests beyond it wait for a free one
+    # instead of opening and closing extra connections under load.
+    db_pool_size: int = Field(default=20, ge=1, le=200)
 
     github: GithubSettings = Field(default_factory=GithubSettings)
     # Custom webhooks `POST /api/v1/webhooks/{hook}`: ADE_HOOKS__<hook>='{"scheme": ...}'.

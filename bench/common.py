@@ -80,3 +80,64 @@ def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
 def exit_on_sigterm(signum: int, _frame: object) -> None:
     """SIGTERM unwinds the finally blocks: children stopped, database dropped."""
     raise SystemExit(128 + signum)
+
+
+#: Redis databases with one owner each: every owner flushes its own, so nobody else may use it.
+REDIS_DB_OWNERS = {
+    10: "bench/webhooks.py",
+    11: "bench/beat.py",
+    12: "bench/dispatch.py",
+    13: "the integration tests",
+}
+
+
+def require_own_redis_db(url: str, owner: str) -> None:
+    """Refuse a Redis URL whose database belongs to another bench or to the tests."""
+    db = (urlsplit(url).path or "/0").strip("/") or "0"
+    holder = REDIS_DB_OWNERS.get(int(db), owner) if db.isdigit() else owner
+    if holder != owner:
+        raise BenchError(
+            f"Redis database {db} of {url!r} belongs to {holder}, which flushes it; "
+            "pick another database"
+        )
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of one process, from /proc; None when it is gone."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime stime
+
+
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a process and of its children, running or already exited, from /proc.
+
+    For servers that fork a short-lived child per connection (PostgreSQL): a child that exits
+    between two samples is no longer in /proc, but its time is in its parent's cutime + cstime.
+    """
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != pid:
+            child = _proc_stat(int(entry.name))
+            if child is not None and int(child[1]) == pid:  # ppid
+                ticks += sum(int(f) for f in child[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a process, from /proc; None when it is gone."""
+    fields = _proc_stat(pid)
+    return None if fields is None else int(fields[1])

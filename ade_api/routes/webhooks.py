@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from starlette.background import BackgroundTask
 
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.schemas import HookDeliveryOut, Problem
@@ -138,8 +139,9 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
         event_key=event.event_key,
         payload=event.to_payload(),
         digest=intake.body_hash(body),
+        prune=False,
     )
-    return _accepted(stored, event.trigger_type)
+    return _accepted(stored, event.trigger_type, services)
 
 
 @router.post("/{hook_id}", status_code=202, responses=ERRORS)
@@ -194,11 +196,12 @@ async def custom_webhook(
         payload=payload,
         digest=None,
         trigger_type="webhook",
+        prune=False,
     )
     outcome = "duplicate" if stored.duplicate else "accepted"
     code = 200 if stored.duplicate else 202
     await _log(services, hook_id, hook, request, body, code, outcome, stored.event_id)
-    return _accepted(stored, "webhook")
+    return _accepted(stored, "webhook", services)
 
 
 @router.get("/{hook_id}/deliveries")
@@ -207,11 +210,13 @@ def hook_deliveries(hook_id: str, session: SessionDep) -> list[HookDeliveryOut]:
     return [HookDeliveryOut.model_validate(r) for r in ingress_db.list_deliveries(session, hook_id)]
 
 
-def _accepted(stored: intake.Intake, trigger_type: str | None) -> JSONResponse:
+def _accepted(stored: intake.Intake, trigger_type: str | None, services: Services) -> JSONResponse:
     if stored.duplicate:
         return JSONResponse({"duplicate": True, "stored": False}, status_code=200)
     body = {"event_id": stored.event_id, "trigger_type": trigger_type, "queued": stored.sent}
-    return JSONResponse(body, status_code=202)
+    # The retention bounds are applied once the answer is sent (Starlette background task).
+    tasks = BackgroundTask(intake.prune_events, services.session_factory)
+    return JSONResponse(body, status_code=202, background=tasks if stored.prune_due else None)
 
 
 def _count(services: Services, hook_id: str) -> int:

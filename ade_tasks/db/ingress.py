@@ -50,7 +50,7 @@ def record_event(
     payload: dict[str, Any],
 ) -> int | None:
     """Store an event unless its delivery id or body hash was seen from this source (None:
-    a duplicate, nothing stored). Every `PRUNE_EVERY`th event prunes the table."""
+    a duplicate, nothing stored). The caller prunes when `prune_due(event_id)`."""
     params = {
         "source": source,
         "delivery_id": delivery_id,
@@ -62,9 +62,12 @@ def record_event(
         "received_at": utcnow(),
     }
     event_id = session.execute(_INSERT_EVENT, params).scalar_one_or_none()
-    if event_id is not None and event_id % PRUNE_EVERY == 0:
-        prune(session, utcnow())
     return None if event_id is None else int(event_id)
+
+
+def prune_due(event_id: int) -> bool:
+    """Does writing this event call for applying the retention bounds (every `PRUNE_EVERY`)?"""
+    return event_id % PRUNE_EVERY == 0
 
 
 def prune(session: Session, now: datetime) -> int:

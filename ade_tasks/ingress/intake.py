@@ -13,7 +13,7 @@ from typing import Any
 
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory, autocommit
-from ade_tasks.db.schema import IngressStatus
+from ade_tasks.db.schema import IngressStatus, utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
@@ -29,6 +29,7 @@ class Intake:
 
     event_id: int | None
     sent: bool = False
+    prune_due: bool = False  # the caller should apply the retention bounds (`prune_events`)
 
     @property
     def duplicate(self) -> bool:
@@ -51,9 +52,14 @@ def store_event(
     payload: dict[str, Any],
     digest: str | None,
     trigger_type: str | None = None,
+    prune: bool = True,
 ) -> Intake:
     """Store the event (unless its delivery id or body hash was seen) and hand it to the
-    ingress workers. A broker that is down leaves it `received` for the recovery sweep."""
+    ingress workers. A broker that is down leaves it `received` for the recovery sweep.
+
+    Every `PRUNE_EVERY`th event applies the table's retention bounds: here, or with
+    `prune=False` by the caller after answering (the API does it after sending its response,
+    so no delivery waits for the pruning)."""
     with autocommit(session_factory).begin() as session:
         event_id = ingress_db.record_event(
             session,
@@ -67,7 +73,16 @@ def store_event(
         )
     if event_id is None:
         return Intake(None)
-    return Intake(event_id, _send(sender, event_id))
+    due = ingress_db.prune_due(event_id)
+    if due and prune:
+        prune_events(session_factory)
+    return Intake(event_id, _send(sender, event_id), due and not prune)
+
+
+def prune_events(session_factory: SessionFactory) -> int:
+    """Apply the retention bounds of `ingress_events` now; how many events were dropped."""
+    with session_factory.begin() as session:
+        return ingress_db.prune(session, utcnow())
 
 
 def store_malformed(
