@@ -46,6 +46,17 @@ class GithubSettings(BaseModel):
     token: SecretStr | None = None
     # GitHub caps a delivery at 25 MB; larger bodies are refused (413) before being buffered.
     max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
+
+    @field_validator("webhook_secret", "token")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is not None and "CHANGE_ME" in value.get_secret_value():
+            name = f"ADE_GITHUB__{str(info.field_name).upper()}"
+            raise ValueError(
+                f"{name} still holds the CHANGE_ME placeholder from config/.env.example; "
+                "set the real value or unset it"
+            )
+        return value
     # Repositories `ade-tasks poll github` watches (a JSON list: '["acme/api"]'); empty: the
     # `repo` filters of enabled github.* triggers.
     poll_repos: list[str] = []

@@ -46,3 +46,8 @@ def test_placeholder_passwords_are_refused(monkeypatch: pytest.MonkeyPatch, name
     monkeypatch.setenv(name, "scheme://ade:CHANGE_ME@host/ade")
     with pytest.raises(ValidationError, match=f"{name} still holds the CHANGE_ME placeholder"):
         Settings()
+
+
+def test_a_placeholder_github_secret_is_refused() -> None:
+    with pytest.raises(ValidationError, match="ADE_GITHUB__WEBHOOK_SECRET still holds the CHANGE_ME"):
+        Settings(github={"webhook_secret": "CHANGE_ME"})
