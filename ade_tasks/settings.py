@@ -57,6 +57,7 @@ class GithubSettings(BaseModel):
                 "set the real value or unset it"
             )
         return value
+
     # Repositories `ade-tasks poll github` watches (a JSON list: '["acme/api"]'); empty: the
     # `repo` filters of enabled github.* triggers.
     poll_repos: list[str] = []

@@ -49,5 +49,7 @@ def test_placeholder_passwords_are_refused(monkeypatch: pytest.MonkeyPatch, name
 
 
 def test_a_placeholder_github_secret_is_refused() -> None:
-    with pytest.raises(ValidationError, match="ADE_GITHUB__WEBHOOK_SECRET still holds the CHANGE_ME"):
+    with pytest.raises(
+        ValidationError, match="ADE_GITHUB__WEBHOOK_SECRET still holds the CHANGE_ME"
+    ):
         Settings(github={"webhook_secret": "CHANGE_ME"})
