@@ -46,9 +46,15 @@ class TemplateContext:
 
 
 def render(
-    text: str, context: TemplateContext, where: str, *, escape: Callable[[str], str] | None = None
+    text: str,
+    context: TemplateContext,
+    where: str,
+    *,
+    escape: Callable[[str], str] | None = None,
+    escape_named: Callable[[str, str], str] | None = None,
 ) -> str:
-    """`text` with every `{{variable}}` replaced (through `escape`, e.g. shlex.quote, if given)."""
+    """`text` with every `{{variable}}` replaced (through `escape`, e.g. shlex.quote, if given;
+    `escape_named(name, value)` when the treatment depends on the variable)."""
     if "{{" not in text:
         return text
     references, malformed = _scan(text)
@@ -59,7 +65,11 @@ def render(
     # Substituted values are never scanned again, so trigger data cannot inject a reference.
     for match in references:
         value = to_text(lookup(match.group(1), context, where))
-        parts += [text[last : match.start()], escape(value) if escape else value]
+        if escape_named is not None:
+            value = escape_named(match.group(1), value)
+        elif escape is not None:
+            value = escape(value)
+        parts += [text[last : match.start()], value]
         last = match.end()
     parts.append(text[last:])
     return "".join(parts)
