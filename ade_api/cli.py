@@ -492,4 +492,5 @@ def dev(settings: Settings, port: int | None) -> None:
 # attach themselves to the groups above.
 import ade_api.cli_events  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
+import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
 from ade_api import cli_operations  # noqa: E402, F401

@@ -463,11 +463,15 @@ def _strings(value: Any) -> list[str]:
 
 
 class ToolPolicy(_Document):
-    """Which tools an agent may call; the engine enforces it, not the model."""
+    """Which tools an agent may call; the engine enforces it, not the model.
+
+    `sandbox_root` (relative to the worktree; default the worktree) bounds writes and commands.
+    """
 
     allowed_tools: list[str] = Field(default_factory=list)
     denied_tools: list[str] = Field(default_factory=list)
     fallback: Literal["allow", "deny", "ask"] = "deny"
+    sandbox_root: str | None = None
 
 
 ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
