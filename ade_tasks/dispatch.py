@@ -32,8 +32,9 @@ from ade_tasks.rules.models import (
 
 log = logging.getLogger(__name__)
 
-#: Execution kinds the workers of this version can run; others are refused at admission.
-RUNNABLE_KINDS = frozenset({"built-in"})
+#: Agent providers this version runs sessions with (the CLI agents are reported on by
+#: `ade-tasks providers` but not run yet).
+SESSION_PROVIDERS = frozenset({"openai", "anthropic"})
 
 
 class TaskSender(Protocol):
@@ -106,11 +107,13 @@ class DispatchResult:
 
 def unrunnable_reason(rule: Rule) -> str | None:
     """Why this version's workers cannot run the rule, or None when they can."""
-    if rule.execution.kind in RUNNABLE_KINDS:
+    execution = rule.execution
+    if execution.kind == "built-in" or execution.provider in SESSION_PROVIDERS:
         return None
     return (
-        f"rule {rule.id!r} uses execution kind {rule.execution.kind!r}, which this version "
-        "of ADE Tasks cannot run yet; only built-in actions run today"
+        f"rule {rule.id!r} runs an agent session with provider {execution.provider!r}, a CLI "
+        "agent this version can check (`ade-tasks providers`) but not run as a session yet; "
+        "use provider openai or anthropic"
     )
 
 

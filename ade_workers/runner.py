@@ -37,7 +37,8 @@ from ade_tasks.review import review
 from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
 from ade_tasks.settings import Settings
 from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
-from ade_workers.chain import ChainState, StepRun, run_step
+from ade_workers.agents.agent_run import AgentResult, park_for_tool, run_agent
+from ade_workers.chain import ChainState, StepRun, run_step, template_context
 from ade_workers.publish import publish
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,8 @@ def execute_run(
 
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            status = _run_chain(session_factory, config, run_id, worker, plan, deadline, monitor)
+            run = _run_agent if plan.rule.execution.kind == "agent-session" else _run_chain
+            status = run(session_factory, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
@@ -236,7 +238,6 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
     unrunnable = unrunnable_reason(rule)  # the rule may have changed since its dispatch
     if unrunnable:
         raise AdeError(unrunnable)
-    assert rule.execution.kind == "built-in"  # the only runnable kind today
     done: list[RunStepRow] = []
     approved: frozenset[int] = frozenset()
     if claimed.attempt > 1:  # resumed (after an approval): keep what the earlier attempt did
@@ -244,7 +245,7 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
         approved = approvals_db.approved_steps(session, claimed.id)
     return _Plan(
         rule=rule,
-        actions=list(rule.execution.actions),
+        actions=list(rule.execution.actions) if rule.execution.kind == "built-in" else [],
         trigger=dict(claimed.trigger),
         project_root=config.settings.project_root(rule.project),
         done=done,
@@ -341,6 +342,74 @@ def _run_chain(
     verdict = _review(rule, status, state, unverified)
     with sessions.begin() as session:
         return _end(session, run_id, worker, status, error, pending, verdict)
+
+
+def _run_agent(
+    session_factory: SessionFactory,
+    config: RunnerConfig,
+    run_id: str,
+    worker: str,
+    plan: _Plan,
+    deadline: _Deadline,
+    monitor: Watch,
+) -> RunStatus | None:
+    """Run (or resume) the rule's agent session as the run's one step, `session`; then
+    publish its report like a chain's result."""
+    sessions = autocommit(session_factory)
+    rule = plan.rule
+    base = _base_context(session_factory, config, run_id, plan, deadline, monitor)
+    state = ChainState()
+    step = StepRecord(run_id, 0, "session", "agent-session", started_at=utcnow())
+    monitor.step_started(step)
+    result = run_agent(
+        session_factory,
+        config.settings,
+        run_id=run_id,
+        rule=rule,
+        worktree=plan.project_root,
+        env={k: v for k, v in config.base_env.items() if k in base.env_allowlist},
+        deadline=deadline.at,
+        should_stop=base.should_stop,
+        template_context=template_context(rule, plan.trigger, state),
+    )
+    monitor.step_started(None)
+    if monitor.lost.is_set():
+        return None
+    if result.status is None:
+        return _park_agent(session_factory, run_id, worker, result)
+    state.remember("session", result.step)
+    state.ran = result.turns
+    finished = replace(
+        step,
+        status=result.step.status,
+        finished_at=utcnow(),
+        output=result.step.output,
+        result=result.step.result,
+        error=result.step.error,
+    )
+    status, error = result.status, result.error
+    if status is not RunStatus.SUCCEEDED:
+        error = f"agent session: {error}"
+    if rule.outputs.disposition is not Disposition.EVIDENCE_ONLY and not SHUTDOWN.is_set():
+        _record(sessions, finished)
+        step_run = StepRun(base=base, rule=rule, trigger=plan.trigger, find_lane=lambda _n: None)
+        finished = _publish_step(config, run_id, plan, state, status, 1, step_run)
+        if finished.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
+            status, error = RunStatus.FAILED, f"step 'publish' failed: {finished.error}"
+    verdict = _review(rule, status, state, False)
+    with sessions.begin() as session:
+        return _end(session, run_id, worker, status, error, finished, verdict)
+
+
+def _park_agent(
+    session_factory: SessionFactory, run_id: str, worker: str, result: AgentResult
+) -> RunStatus | None:
+    pending = result.pending
+    assert pending is not None
+    if not park_for_tool(session_factory, run_id, worker, pending):
+        return None
+    log.info("run %s is waiting for a decision on tool call %s", run_id, pending["tool"])
+    return RunStatus.WAITING
 
 
 def _record(sessions: SessionFactory, step: StepRecord | None) -> None:

@@ -13,7 +13,12 @@ from ade_tasks.errors import ConflictError
 
 
 def wait_for_approval(
-    session: Session, run_id: str, worker: str, step_index: int, reason: str
+    session: Session,
+    run_id: str,
+    worker: str,
+    step_index: int,
+    reason: str,
+    tool_call_id: str | None = None,
 ) -> bool:
     """Park a running run in `waiting` and open its approval; False if it was not ours."""
     parked = session.execute(
@@ -31,6 +36,7 @@ def wait_for_approval(
                 step_index=step_index,
                 reason=reason,
                 status=ApprovalStatus.PENDING,
+                tool_call_id=tool_call_id,
                 requested_at=utcnow(),
             )
         )
@@ -69,7 +75,8 @@ def decide(
     row.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
     row.decided_by, row.decided_at, row.note = by, at, note
     values: dict[str, object]
-    if approve:
+    if approve or row.tool_call_id is not None:
+        # A declined tool call is not the end of the session: the agent is told and goes on.
         values = {"status": RunStatus.QUEUED, "sent_at": at, "send_count": RunRow.send_count + 1}
     else:
         reason = f"rejected by {by}" + (f": {note}" if note else "")
@@ -104,3 +111,15 @@ def approvals_of(session: Session, run_id: str) -> Sequence[ApprovalRow]:
     return session.scalars(
         select(ApprovalRow).where(ApprovalRow.run_id == run_id).order_by(ApprovalRow.step_index)
     ).all()
+
+
+def tool_decisions(session: Session, run_id: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The run's tool calls an operator approved, and the ones declined."""
+    rows = session.execute(
+        select(ApprovalRow.tool_call_id, ApprovalRow.status).where(
+            ApprovalRow.run_id == run_id, ApprovalRow.tool_call_id.is_not(None)
+        )
+    ).all()
+    approved = frozenset(str(c) for c, s in rows if s == ApprovalStatus.APPROVED)
+    declined = frozenset(str(c) for c, s in rows if s == ApprovalStatus.REJECTED)
+    return approved, declined

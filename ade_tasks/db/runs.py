@@ -314,6 +314,14 @@ def append_event(
     )
 
 
+def events_of(session: Session, run_id: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """The run's transcript (kind, data), oldest first; only kinds starting with `prefix`."""
+    stmt = select(EVENTS.c.kind, EVENTS.c.data).where(EVENTS.c.run_id == run_id)
+    if prefix:
+        stmt = stmt.where(EVENTS.c.kind.startswith(prefix))
+    return [(kind, dict(data)) for kind, data in session.execute(stmt.order_by(EVENTS.c.id))]
+
+
 # --- listing with cursor pagination ---------------------------------------------------------
 
 

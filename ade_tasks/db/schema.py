@@ -310,6 +310,8 @@ class ApprovalRow(Base):
     step_index: Mapped[int] = mapped_column(Integer)
     reason: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))
+    # Set when an agent's tool call waits for the decision (the policy's fallback is `ask`).
+    tool_call_id: Mapped[str | None] = mapped_column(String(128))
     requested_at: Mapped[datetime] = mapped_column(default=utcnow)
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))

@@ -466,9 +466,13 @@ class ToolPolicy(_Document):
     """Which tools an agent may call; the engine enforces it, not the model.
 
     `sandbox_root` (relative to the worktree; default the worktree) bounds writes and commands.
+    By default the read-only tools are allowed and everything else falls to `fallback`
+    (`deny`); `todo` and `report` are always allowed unless denied.
     """
 
-    allowed_tools: list[str] = Field(default_factory=list)
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: ["read_file", "list_dir", "glob", "grep"]
+    )
     denied_tools: list[str] = Field(default_factory=list)
     fallback: Literal["allow", "deny", "ask"] = "deny"
     sandbox_root: str | None = None
@@ -491,6 +495,9 @@ class AgentExecution(_Document):
     tool_palette: list[ToolPalette] = Field(default_factory=lambda: list[ToolPalette](["repo"]))
     policy: ToolPolicy = Field(default_factory=ToolPolicy)
     max_turns: int = Field(default=30, ge=1, le=500)
+    max_tokens_per_turn: int = Field(default=4096, ge=256, le=200_000)
+    # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
+    untrusted_input: Literal["narrow", "allow"] = "narrow"
 
 
 Execution = Annotated[BuiltinExecution | AgentExecution, Field(discriminator="kind")]

@@ -166,9 +166,9 @@ def test_rules_whose_execution_kind_cannot_run_yet_are_refused(
         rules_dir,
         "agent",
         "id: agent\ntriggers: [{type: manual}]\n"
-        "execution: {kind: agent-session, provider: openai, model: m, prompt: p}\n",
+        "execution: {kind: agent-session, provider: codex, model: m, prompt: p}\n",
     )
-    with pytest.raises(AdmissionError, match="execution kind 'agent-session'"):
+    with pytest.raises(AdmissionError, match="provider 'codex', a CLI agent"):
         dispatch(session_factory, sender, "agent", TriggerEvent.manual())
     assert sender.sent == []
 

@@ -203,10 +203,10 @@ def test_a_rule_edited_into_an_agent_rule_after_dispatch_fails_clearly(
         session_factory,
         rules_dir,
         "r",
-        header + "execution: {kind: agent-session, provider: openai, model: m, prompt: p}\n",
+        header + "execution: {kind: agent-session, provider: claude-code, model: m, prompt: p}\n",
     )
     execute_run(session_factory, config, run_id, "test-worker")
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.FAILED
-    assert "execution kind 'agent-session'" in (run.error or "")
+    assert "provider 'claude-code', a CLI agent" in (run.error or "")

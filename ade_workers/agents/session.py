@@ -1,0 +1,306 @@
+"""The agent session: the tool loop between a model provider and the engine's tools.
+
+Each model turn is recorded before its tools run, and each tool result before the next model
+call, so a session can be rebuilt from its recorded events and continued after a crash or an
+operator's approval: recorded model turns are never asked again and recorded tool results never
+run again. The engine's policy, not the model, decides which calls run; a call the policy wants
+an operator to approve ends the session as "waiting" and frees the worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ade_tasks.agents.policy import COMMAND_TOOLS, WRITE_TOOLS, Policy, decide
+from ade_workers.agents.providers import (
+    Message,
+    ModelProvider,
+    ProviderError,
+    ProviderUnavailableError,
+    ToolSpec,
+)
+from ade_workers.agents.tools import TOOL_SPECS, ToolContext, ToolResult, run_tool
+
+TOOL_RESULT_CAP = 20_000
+"""Characters of one tool result the model sees and the transcript keeps."""
+
+SessionStatus = Literal["completed", "max_turns", "token_budget", "timed_out", "failed", "waiting"]
+Record = Callable[[str, dict[str, Any]], None]
+DECLINED = "declined by an operator"
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What one session may spend: model calls, tokens, and wall-clock time."""
+
+    max_turns: int
+    max_tokens: int | None
+    deadline: float
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    """How a session ended, what it reported, and what it cost."""
+
+    status: SessionStatus
+    summary: str
+    findings: list[dict[str, Any]]
+    confidence: float | None
+    input_tokens: int
+    output_tokens: int
+    turns: int
+    error: str | None
+    pending: dict[str, Any] | None
+
+
+@dataclass
+class _State:
+    """The conversation so far and what it cost, rebuilt from recorded events."""
+
+    messages: list[Message]
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    last_text: str = ""
+    last_calls: list[dict[str, Any]] | None = None  # None until the first model turn
+    done: set[str] = field(default_factory=set)
+    asked: set[str] = field(default_factory=set)
+    report: dict[str, Any] | None = None
+
+
+def run_session(
+    provider: ModelProvider,
+    *,
+    model: str,
+    max_tokens_per_turn: int,
+    system: str,
+    prompt: str,
+    tools: list[str],
+    policy: Policy,
+    tool_ctx: ToolContext,
+    limits: SessionLimits,
+    history: list[tuple[str, dict[str, Any]]],
+    record: Record,
+    approved: frozenset[str] = frozenset(),
+    declined: frozenset[str] = frozenset(),
+) -> SessionOutcome:
+    """Run, or continue from `history`, the tool loop until the model finishes or a limit hits."""
+    state = _replay(system, prompt, history)
+    if tool_ctx.report is None:
+        tool_ctx.report = state.report
+    specs: list[ToolSpec] = [
+        {
+            "name": name,
+            "description": TOOL_SPECS[name]["description"],
+            "parameters": TOOL_SPECS[name]["parameters"],
+        }
+        for name in tools
+    ]
+    while True:
+        # Calls of the latest turn without a recorded result: new ones, or left by a crash or
+        # an approval wait.
+        for call in state.last_calls or []:
+            if call["id"] in state.done:
+                continue
+            pending = _settle(call, state, tools, policy, tool_ctx, record, approved, declined)
+            if pending is not None:
+                return _outcome(state, tool_ctx, "waiting", pending["reason"], pending)
+        if tool_ctx.report is not None or state.last_calls == []:
+            return _outcome(state, tool_ctx, "completed", None)
+        stop = _over_budget(state, limits)
+        if stop is not None:
+            return _outcome(state, tool_ctx, *stop)
+        try:
+            turn = provider.complete(
+                state.messages,
+                specs,
+                model=model,
+                max_tokens=max_tokens_per_turn,
+                deadline=limits.deadline,
+            )
+        except (ProviderError, ProviderUnavailableError) as exc:
+            if time.monotonic() >= limits.deadline:
+                why = f"the session's deadline passed during a model call: {exc.message}"
+                return _outcome(state, tool_ctx, "timed_out", why)
+            return _outcome(state, tool_ctx, "failed", exc.message)
+        data: dict[str, Any] = {
+            "text": turn.text,
+            "tool_calls": [
+                _call_data(c.id, c.name, c.arguments, c.arguments_error) for c in turn.tool_calls
+            ],
+            "usage": {
+                "input_tokens": turn.usage.input_tokens,
+                "output_tokens": turn.usage.output_tokens,
+            },
+            "stop_reason": turn.stop_reason,
+        }
+        record("agent.model_turn", data)
+        _add_turn(state, data)
+
+
+def _call_data(
+    call_id: str, name: str, arguments: dict[str, Any], arguments_error: str | None
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+    if arguments_error is not None:
+        data["arguments_error"] = arguments_error
+    return data
+
+
+def _replay(system: str, prompt: str, history: list[tuple[str, dict[str, Any]]]) -> _State:
+    """The conversation and its cost as earlier attempts recorded them."""
+    state = _State(
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    )
+    for kind, data in history:
+        if kind == "agent.model_turn":
+            _add_turn(state, data)
+        elif kind == "agent.tool_result":
+            _add_result(state, data)
+        elif kind == "agent.approval_request":
+            state.asked.add(data["tool_call_id"])
+        # agent.refused is a note for people; its refusal was also recorded as a tool result.
+    return state
+
+
+def _add_turn(state: _State, data: dict[str, Any]) -> None:
+    usage = data.get("usage") or {}
+    state.turns += 1
+    state.input_tokens += int(usage.get("input_tokens") or 0)
+    state.output_tokens += int(usage.get("output_tokens") or 0)
+    state.last_text = data.get("text") or ""
+    calls = [dict(call) for call in data.get("tool_calls") or []]
+    state.last_calls = calls
+    # Results and approval requests that follow belong to this turn's calls.
+    state.done = set()
+    state.asked = set()
+    message: Message = {"role": "assistant", "content": state.last_text}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls
+        ]
+    state.messages.append(message)
+
+
+def _add_result(state: _State, data: dict[str, Any]) -> None:
+    state.done.add(data["tool_call_id"])
+    if data.get("report") is not None:
+        state.report = data["report"]
+    state.messages.append(
+        {
+            "role": "tool",
+            "tool_call_id": data["tool_call_id"],
+            "name": data["tool"],
+            "content": data["content"],
+            "is_error": bool(data["is_error"]),
+        }
+    )
+
+
+def _settle(
+    call: dict[str, Any],
+    state: _State,
+    tools: list[str],
+    policy: Policy,
+    ctx: ToolContext,
+    record: Record,
+    approved: frozenset[str],
+    declined: frozenset[str],
+) -> dict[str, Any] | None:
+    """Run or refuse one call and record its result; the approval request when one is needed."""
+    call_id, name, arguments = call["id"], call["name"], call["arguments"]
+    if name not in tools:
+        reason = f"tool {name} is not available in this session"
+        record("agent.refused", {"tool_call_id": call_id, "tool": name, "reason": reason})
+        result = ToolResult(False, reason)
+    elif call.get("arguments_error"):
+        result = ToolResult(False, f"{name}: {call['arguments_error']}")
+    else:
+        decision = decide(
+            policy, name, writes_or_runs_in=_target(name, arguments), worktree=ctx.worktree
+        )
+        if decision.verdict == "deny":
+            reason = f"refused: {decision.reason}"
+            record("agent.refused", {"tool_call_id": call_id, "tool": name, "reason": reason})
+            result = ToolResult(False, reason)
+        elif decision.verdict == "ask" and call_id in declined:
+            result = ToolResult(False, f"{name} was {DECLINED}; do not call it again this way")
+        elif decision.verdict == "ask" and call_id not in approved:
+            pending = {
+                "tool_call_id": call_id,
+                "tool": name,
+                "arguments": arguments,
+                "reason": decision.reason,
+            }
+            if call_id not in state.asked:
+                record("agent.approval_request", pending)
+                state.asked.add(call_id)
+            return pending
+        else:
+            result = run_tool(name, arguments, ctx)
+    content = result.content
+    if len(content) > TOOL_RESULT_CAP:
+        cut = len(content) - TOOL_RESULT_CAP
+        content = content[:TOOL_RESULT_CAP] + f"\n[... {cut} more characters cut; ask for less]"
+    data: dict[str, Any] = {
+        "tool_call_id": call_id,
+        "tool": name,
+        "ok": result.ok,
+        "content": content,
+        "is_error": not result.ok,
+    }
+    if name == "report" and result.ok:
+        # Kept so a resumed session knows it already reported without running the tool again.
+        data["report"] = dict(result.data)
+    record("agent.tool_result", data)
+    _add_result(state, data)
+    return None
+
+
+def _target(name: str, arguments: dict[str, Any]) -> Path | None:
+    """Where a call writes or runs, relative to the worktree, for the sandbox check."""
+    if name in WRITE_TOOLS:
+        path = arguments.get("path")
+        return Path(path).parent if isinstance(path, str) and path else Path(".")
+    if name in COMMAND_TOOLS:
+        return Path(".")
+    return None
+
+
+def _over_budget(state: _State, limits: SessionLimits) -> tuple[SessionStatus, str] | None:
+    if state.turns >= limits.max_turns:
+        return (
+            "max_turns",
+            f"stopped after {state.turns} model turns (max_turns {limits.max_turns})",
+        )
+    spent = state.input_tokens + state.output_tokens
+    if limits.max_tokens is not None and spent > limits.max_tokens:
+        return "token_budget", f"spent {spent} tokens, over the budget of {limits.max_tokens}"
+    if time.monotonic() >= limits.deadline:
+        return "timed_out", f"the session's deadline passed after {state.turns} model turns"
+    return None
+
+
+def _outcome(
+    state: _State,
+    ctx: ToolContext,
+    status: SessionStatus,
+    error: str | None,
+    pending: dict[str, Any] | None = None,
+) -> SessionOutcome:
+    report = ctx.report if status == "completed" else None
+    return SessionOutcome(
+        status=status,
+        summary=report["summary"] if report else state.last_text,
+        findings=list(report["findings"]) if report else [],
+        confidence=report.get("confidence") if report else None,
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        turns=state.turns,
+        error=error,
+        pending=pending,
+    )

@@ -1,0 +1,507 @@
+"""The agent tool loop against an in-process scripted provider and the real tools on a worktree.
+
+Every recorded event passes through JSON, as the runner stores it, and a resumed session gets
+those events back as its history.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ade_tasks.agents.policy import Policy
+from ade_workers.agents.providers import (
+    Message,
+    ModelTurn,
+    ProviderUnavailableError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
+from ade_workers.agents.tools import ToolContext
+
+Step = ModelTurn | Exception | Callable[[], ModelTurn]
+ALLOW = Policy(fallback="allow")
+ALL_TOOLS = ["read_file", "list_dir", "write_file", "bash", "todo", "report"]
+
+
+class ScriptedProvider:
+    """A `ModelProvider` answering each call with the next scripted turn, keeping what it got."""
+
+    def __init__(self, *steps: Step) -> None:
+        self.steps = list(steps)
+        self.requests: list[list[Message]] = []
+        self.tools: list[list[ToolSpec]] = []
+
+    def complete(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        *,
+        model: str,
+        max_tokens: int,
+        deadline: float | None,
+    ) -> ModelTurn:
+        self.requests.append(copy.deepcopy(messages))
+        self.tools.append(tools)
+        assert self.steps, "the session made a model call nobody scripted"
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step() if callable(step) else step
+
+
+class Transcript:
+    """The recorder: events as the runner would store them (JSON round trip)."""
+
+    def __init__(self, events: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+        self.events = list(events or [])
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, json.loads(json.dumps(data))))
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.events]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [data for k, data in self.events if k == kind]
+
+
+def turn(*calls: ToolCall, text: str = "", tokens: tuple[int, int] = (10, 5)) -> ModelTurn:
+    return ModelTurn(
+        text=text,
+        tool_calls=list(calls),
+        usage=Usage(*tokens),
+        stop_reason="tool_use" if calls else "end_turn",
+    )
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    root = tmp_path / "worktree"
+    root.mkdir()
+    (root / "README.md").write_text("hello\n")
+    return root
+
+
+def session(
+    provider: ScriptedProvider,
+    worktree: Path,
+    transcript: Transcript,
+    *,
+    policy: Policy = ALLOW,
+    tools: list[str] | None = None,
+    limits: SessionLimits | None = None,
+    approved: frozenset[str] = frozenset(),
+    declined: frozenset[str] = frozenset(),
+) -> SessionOutcome:
+    history = list(transcript.events)
+    return run_session(
+        provider,
+        model="m",
+        max_tokens_per_turn=512,
+        system="You are careful.",
+        prompt="Do the task.",
+        tools=ALL_TOOLS if tools is None else tools,
+        policy=policy,
+        tool_ctx=ToolContext(worktree=worktree, env={"PATH": os.environ["PATH"]}),
+        limits=limits or SessionLimits(max_turns=10, max_tokens=None, deadline=_in(60)),
+        history=history,
+        record=transcript,
+        approved=approved,
+        declined=declined,
+    )
+
+
+def _in(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def _last_tool_message(provider: ScriptedProvider) -> Message:
+    return provider.requests[-1][-1]
+
+
+def test_tool_call_round_trip_with_real_tools(worktree: Path) -> None:
+    # Given a model that writes a file, reads it back, then answers
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "write_file", {"path": "notes/a.txt", "content": "one\n"})),
+        turn(ToolCall("c2", "read_file", {"path": "notes/a.txt"})),
+        turn(text="All done."),
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript)
+
+    # Then the file was written and the model saw each result after its call
+    assert (worktree / "notes" / "a.txt").read_text() == "one\n"
+    assert (outcome.status, outcome.summary, outcome.turns) == ("completed", "All done.", 3)
+    assert (outcome.input_tokens, outcome.output_tokens, outcome.error) == (30, 15, None)
+    assert provider.requests[0] == [
+        {"role": "system", "content": "You are careful."},
+        {"role": "user", "content": "Do the task."},
+    ]
+    assert [spec["name"] for spec in provider.tools[0]] == ALL_TOOLS
+    assert _last_tool_message(provider) == {
+        "role": "tool",
+        "tool_call_id": "c2",
+        "name": "read_file",
+        "content": "     1\tone\n",
+        "is_error": False,
+    }
+    # And each model turn was recorded before its tool result
+    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"] * 2 + [
+        "agent.model_turn"
+    ]
+    assert transcript.events[0][1] == {
+        "text": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "name": "write_file",
+                "arguments": {"path": "notes/a.txt", "content": "one\n"},
+            }
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "stop_reason": "tool_use",
+    }
+
+
+def test_denied_tool_is_refused_and_the_session_goes_on(worktree: Path) -> None:
+    # Given a policy that denies bash, and a model that calls it, then answers
+    policy = Policy(denied_tools=("bash",), fallback="allow")
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "bash", {"command": "touch ran"})), turn(text="Could not run it.")
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript, policy=policy)
+
+    # Then the command never ran, the refusal was recorded and shown, and the session finished
+    assert not (worktree / "ran").exists()
+    assert transcript.of("agent.refused") == [
+        {"tool_call_id": "c1", "tool": "bash", "reason": "refused: bash is in denied_tools"}
+    ]
+    assert _last_tool_message(provider)["is_error"] is True
+    assert "bash is in denied_tools" in _last_tool_message(provider)["content"]
+    assert (outcome.status, outcome.summary) == ("completed", "Could not run it.")
+
+
+def test_write_outside_the_sandbox_is_refused(worktree: Path) -> None:
+    # Given a sandbox of src/ and a model writing outside it
+    policy = Policy(sandbox_root="src", fallback="allow")
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "write_file", {"path": "docs/x.md", "content": "x"})),
+        turn(text="ok"),
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    session(provider, worktree, transcript, policy=policy)
+
+    # Then the write was refused by the policy
+    assert not (worktree / "docs").exists()
+    (refused,) = transcript.of("agent.refused")
+    assert refused["reason"] == "refused: write_file outside sandbox_root src: ../docs"
+
+
+def test_tool_not_exposed_is_refused(worktree: Path) -> None:
+    # Given a read-only session and a model calling bash anyway
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "bash", {"command": "touch ran"})), turn(text="ok")
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript, tools=["read_file", "report"])
+
+    # Then nothing ran and the model was told the tool is not available
+    assert not (worktree / "ran").exists()
+    (result,) = transcript.of("agent.tool_result")
+    assert result == {
+        "tool_call_id": "c1",
+        "tool": "bash",
+        "ok": False,
+        "content": "tool bash is not available in this session",
+        "is_error": True,
+    }
+    assert outcome.status == "completed"
+
+
+def test_bad_arguments_are_shown_to_the_model(worktree: Path) -> None:
+    # Given a call whose arguments could not be parsed
+    bad = ToolCall("c1", "read_file", {}, arguments_error="arguments are not valid JSON")
+    provider = ScriptedProvider(turn(bad), turn(text="ok"))
+    transcript = Transcript()
+
+    # When the session runs
+    session(provider, worktree, transcript)
+
+    # Then the model got the parse error as an error result
+    message = _last_tool_message(provider)
+    assert message["is_error"] is True
+    assert "not valid JSON" in message["content"]
+
+
+ASK = Policy(allowed_tools=("read_file",), fallback="ask")
+APPEND = ToolCall("c1", "bash", {"command": "echo ran >> log.txt"})
+
+
+def _waiting(worktree: Path) -> tuple[SessionOutcome, Transcript]:
+    transcript = Transcript()
+    outcome = session(ScriptedProvider(turn(APPEND)), worktree, transcript, policy=ASK)
+    return outcome, transcript
+
+
+def test_ask_parks_the_session_waiting_with_the_pending_call(worktree: Path) -> None:
+    # When a model calls a tool the policy asks about
+    outcome, transcript = _waiting(worktree)
+
+    # Then the session waits for an operator, nothing ran, and the request was recorded
+    pending = {
+        "tool_call_id": "c1",
+        "tool": "bash",
+        "arguments": {"command": "echo ran >> log.txt"},
+        "reason": "no rule allows bash; the policy's fallback is ask",
+    }
+    assert (outcome.status, outcome.pending, outcome.turns) == ("waiting", pending, 1)
+    assert not (worktree / "log.txt").exists()
+    assert transcript.kinds() == ["agent.model_turn", "agent.approval_request"]
+    assert transcript.of("agent.approval_request") == [pending]
+
+
+def test_resume_approved_runs_the_call_once_and_completes(worktree: Path) -> None:
+    # Given a session waiting on approval of c1
+    _, transcript = _waiting(worktree)
+    provider = ScriptedProvider(turn(text="Appended."))
+
+    # When it resumes with c1 approved
+    outcome = session(provider, worktree, transcript, policy=ASK, approved=frozenset({"c1"}))
+
+    # Then the command ran once, the first model call was not repeated, and the session ended
+    assert (worktree / "log.txt").read_text() == "ran\n"
+    assert len(provider.requests) == 1
+    assert _last_tool_message(provider)["tool_call_id"] == "c1"
+    assert (outcome.status, outcome.summary, outcome.turns) == ("completed", "Appended.", 2)
+    assert (outcome.input_tokens, outcome.output_tokens) == (20, 10)
+    assert len(transcript.of("agent.tool_result")) == 1
+
+
+def test_resume_declined_tells_the_model(worktree: Path) -> None:
+    # Given a session waiting on approval of c1
+    _, transcript = _waiting(worktree)
+    provider = ScriptedProvider(turn(text="Understood."))
+
+    # When it resumes with c1 declined
+    outcome = session(provider, worktree, transcript, policy=ASK, declined=frozenset({"c1"}))
+
+    # Then the command never ran and the model got the refusal
+    assert not (worktree / "log.txt").exists()
+    message = _last_tool_message(provider)
+    assert message["is_error"] is True
+    assert "declined by an operator" in message["content"]
+    assert outcome.status == "completed"
+
+
+def test_resume_without_an_answer_waits_again_without_a_second_request(worktree: Path) -> None:
+    # Given a session waiting on approval of c1
+    _, transcript = _waiting(worktree)
+
+    # When it resumes with no answer yet
+    outcome = session(ScriptedProvider(), worktree, transcript, policy=ASK)
+
+    # Then it is still waiting, with one approval request on record
+    assert outcome.status == "waiting"
+    assert len(transcript.of("agent.approval_request")) == 1
+
+
+LOOP = ToolCall("c", "list_dir", {})
+
+
+def test_max_turns_stops_with_the_partial_transcript(worktree: Path) -> None:
+    # Given a model that never stops calling tools, and two turns allowed
+    provider = ScriptedProvider(turn(LOOP), turn(LOOP), turn(LOOP))
+    transcript = Transcript()
+    limits = SessionLimits(max_turns=2, max_tokens=None, deadline=_in(60))
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript, limits=limits)
+
+    # Then it stopped after two turns, both recorded with their results
+    assert (outcome.status, outcome.turns) == ("max_turns", 2)
+    assert outcome.error == "stopped after 2 model turns (max_turns 2)"
+    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"] * 2
+
+
+def test_token_budget_stops_the_session(worktree: Path) -> None:
+    # Given 70 tokens a turn and a budget of 100
+    provider = ScriptedProvider(turn(LOOP, tokens=(60, 10)), turn(LOOP, tokens=(60, 10)))
+    transcript = Transcript()
+    limits = SessionLimits(max_turns=10, max_tokens=100, deadline=_in(60))
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript, limits=limits)
+
+    # Then it stopped once over budget, after the second turn's tools
+    assert (outcome.status, outcome.turns) == ("token_budget", 2)
+    assert (outcome.input_tokens, outcome.output_tokens) == (120, 20)
+    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"] * 2
+
+
+def test_deadline_stops_the_session(worktree: Path) -> None:
+    # Given a deadline that passes while the model answers its first turn
+    deadline = _in(0.2)
+
+    def slow() -> ModelTurn:
+        time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
+        return turn(LOOP)
+
+    provider = ScriptedProvider(slow, turn(LOOP))
+    transcript = Transcript()
+    limits = SessionLimits(max_turns=10, max_tokens=None, deadline=deadline)
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript, limits=limits)
+
+    # Then it timed out after that turn, its tool result recorded
+    assert (outcome.status, outcome.turns) == ("timed_out", 1)
+    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"]
+
+
+def test_provider_failure_fails_the_session(worktree: Path) -> None:
+    # Given a provider that gives up after its own retries on the second turn
+    provider = ScriptedProvider(turn(LOOP), ProviderUnavailableError("gave up after 3 attempts"))
+    transcript = Transcript()
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript)
+
+    # Then it failed with the provider's message, the first turn kept
+    assert (outcome.status, outcome.error, outcome.turns) == (
+        "failed",
+        "gave up after 3 attempts",
+        1,
+    )
+    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"]
+
+
+def test_report_ends_the_session_with_findings(worktree: Path) -> None:
+    # Given a model that reports a finding alongside a todo update
+    report = ToolCall(
+        "c1",
+        "report",
+        {
+            "summary": "One problem.",
+            "findings": [
+                {"severity": "warning", "path": "README.md", "line": 1, "message": "Too short"}
+            ],
+            "confidence": 0.8,
+        },
+    )
+    notes = ToolCall("c2", "todo", {"items": [{"content": "review", "status": "done"}]})
+    provider = ScriptedProvider(turn(report, notes, text="Reporting."))
+    transcript = Transcript()
+
+    # When the session runs
+    outcome = session(provider, worktree, transcript)
+
+    # Then it completed with the report, after the turn's other call, with no further model call
+    assert outcome.status == "completed"
+    assert (outcome.summary, outcome.confidence) == ("One problem.", 0.8)
+    assert outcome.findings == [
+        {"severity": "warning", "path": "README.md", "line": 1, "message": "Too short"}
+    ]
+    assert [r["tool"] for r in transcript.of("agent.tool_result")] == ["report", "todo"]
+
+
+def test_resume_after_a_crash_runs_only_the_unfinished_call(worktree: Path) -> None:
+    # Given a recorded turn with two calls, only the first with a recorded result
+    first = {"tool_call_id": "a", "tool": "bash", "ok": True, "content": "", "is_error": False}
+    calls = [
+        {"id": "a", "name": "bash", "arguments": {"command": "echo a >> log.txt"}},
+        {"id": "b", "name": "bash", "arguments": {"command": "echo b >> log.txt"}},
+    ]
+    transcript = Transcript(
+        [
+            (
+                "agent.model_turn",
+                {
+                    "text": "Two commands.",
+                    "tool_calls": calls,
+                    "usage": {"input_tokens": 50, "output_tokens": 7},
+                    "stop_reason": "tool_use",
+                },
+            ),
+            ("agent.tool_result", first),
+        ]
+    )
+    provider = ScriptedProvider(turn(text="Both done."))
+
+    # When the session resumes
+    outcome = session(provider, worktree, transcript)
+
+    # Then only b ran, the recorded turn was not asked again, and its cost still counts
+    assert (worktree / "log.txt").read_text() == "b\n"
+    assert len(provider.requests) == 1
+    assert [m.get("tool_call_id") for m in provider.requests[0][3:]] == ["a", "b"]
+    assert provider.requests[0][2]["tool_calls"] == calls
+    assert (outcome.status, outcome.turns, outcome.input_tokens) == ("completed", 2, 60)
+
+
+def test_resume_after_the_report_completes_without_a_model_call(worktree: Path) -> None:
+    # Given a session that crashed after storing its report
+    report = ToolCall("c1", "report", {"summary": "Fine."})
+    transcript = Transcript()
+    session(ScriptedProvider(turn(report)), worktree, transcript)
+    del transcript.events[2:]
+
+    # When it resumes
+    outcome = session(ScriptedProvider(), worktree, transcript)
+
+    # Then it completes from the recorded report
+    assert (outcome.status, outcome.summary) == ("completed", "Fine.")
+
+
+def test_path_outside_the_worktree_is_refused_by_the_tool(worktree: Path) -> None:
+    # Given a file beside the worktree and a model reading it
+    (worktree.parent / "secret.txt").write_text("s3cret\n")
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "read_file", {"path": "../secret.txt"})), turn(text="ok")
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    session(provider, worktree, transcript)
+
+    # Then the tool refused it and the model never saw the file
+    (result,) = transcript.of("agent.tool_result")
+    assert result["is_error"] is True
+    assert "refused" in result["content"]
+    assert "s3cret" not in json.dumps(provider.requests)
+
+
+def test_long_tool_output_is_capped(worktree: Path) -> None:
+    # Given a file far longer than the result cap
+    (worktree / "big.txt").write_text(("y" * 99 + "\n") * 500)
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "read_file", {"path": "big.txt"})), turn(text="ok")
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    session(provider, worktree, transcript)
+
+    # Then the model and the transcript got the same capped text
+    (result,) = transcript.of("agent.tool_result")
+    assert len(result["content"]) < 20_100
+    assert result["content"].endswith("more characters cut; ask for less]")
+    assert _last_tool_message(provider)["content"] == result["content"]
