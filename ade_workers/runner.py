@@ -361,17 +361,23 @@ def _run_agent(
     state = ChainState()
     step = StepRecord(run_id, 0, "session", "agent-session", started_at=utcnow())
     monitor.step_started(step)
-    result = run_agent(
-        session_factory,
-        config.settings,
-        run_id=run_id,
-        rule=rule,
-        worktree=plan.project_root,
-        env={k: v for k, v in config.base_env.items() if k in base.env_allowlist},
-        deadline=deadline.at,
-        should_stop=base.should_stop,
-        template_context=template_context(rule, plan.trigger, state),
-    )
+    try:
+        result = run_agent(
+            session_factory,
+            config.settings,
+            run_id=run_id,
+            rule=rule,
+            worktree=plan.project_root,
+            env={k: v for k, v in config.base_env.items() if k in base.env_allowlist},
+            deadline=deadline.at,
+            should_stop=base.should_stop,
+            template_context=template_context(rule, plan.trigger, state),
+        )
+    except AdeError as exc:  # e.g. the prompt names a trigger field this trigger lacks
+        monitor.step_started(None)
+        failed = replace(step, status=StepStatus.FAILED, finished_at=utcnow(), error=exc.message)
+        with sessions.begin() as session:
+            return _end(session, run_id, worker, RunStatus.FAILED, exc.message, failed)
     monitor.step_started(None)
     if monitor.lost.is_set():
         return None

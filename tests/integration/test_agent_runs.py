@@ -200,3 +200,17 @@ def test_an_outsiders_comment_taints_the_session_and_narrows_its_tools(
     (tainted,) = [data for kind, data in events if kind == "agent.tainted"]
     assert tainted["tools_narrowed"] and "stranger (NONE)" in tainted["reasons"][0]
     assert run.status == RunStatus.SUCCEEDED
+
+
+def test_a_prompt_naming_a_field_the_trigger_lacks_fails_the_run_clearly(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(rules_dir, session_factory)
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", TriggerEvent.manual()).run.id
+
+    status = execute_run(session_factory, config, run_id, "w1")
+
+    run, _ = run_of(session_factory, run_id)
+    assert status == RunStatus.FAILED
+    assert "unknown variable trigger.body" in (run.error or "")
+    assert llm.requests == []  # no model call was made
