@@ -332,16 +332,40 @@ def _run_chain(
     if gate == index and index not in plan.approved and state.failure is None:
         return _park(sessions, run_id, worker, index, plan, pending)
     status, error = state.failure or (RunStatus.SUCCEEDED, None)
-    publishes = rule.outputs.disposition is not Disposition.EVIDENCE_ONLY
-    if publishes and not unverified and not SHUTDOWN.is_set():
-        _record(sessions, pending)
-        publish_index = index + (1 if rule.verification.command else 0)
-        pending = _publish_step(config, run_id, plan, state, status, publish_index, step_run)
-        if pending.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
-            status, error = RunStatus.FAILED, f"step 'publish' failed: {pending.error}"
+    publish_index = index + (1 if rule.verification.command else 0)
+    return _publish_and_end(
+        sessions, config, run_id, worker, plan, state, step_run,
+        (status, error, pending), publish_index, publishes=not unverified, unverified=unverified,
+    )  # fmt: skip
+
+
+def _publish_and_end(
+    sessions: SessionFactory,
+    config: RunnerConfig,
+    run_id: str,
+    worker: str,
+    plan: _Plan,
+    state: ChainState,
+    step_run: StepRun,
+    outcome: tuple[RunStatus, str | None, StepRecord | None],
+    publish_index: int,
+    *,
+    publishes: bool = True,
+    unverified: bool = False,
+) -> RunStatus | None:
+    """Publish per the disposition (a failed publish fails a succeeded run), then record the
+    run's outcome with its review-queue verdict and its last step."""
+    status, error, last = outcome
+    rule = plan.rule
+    disposition = rule.outputs.disposition is not Disposition.EVIDENCE_ONLY
+    if disposition and publishes and not SHUTDOWN.is_set():
+        _record(sessions, last)
+        last = _publish_step(config, run_id, plan, state, status, publish_index, step_run)
+        if last.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
+            status, error = RunStatus.FAILED, f"step 'publish' failed: {last.error}"
     verdict = _review(rule, status, state, unverified)
     with sessions.begin() as session:
-        return _end(session, run_id, worker, status, error, pending, verdict)
+        return _end(session, run_id, worker, status, error, last, verdict)
 
 
 def _run_agent(
@@ -396,15 +420,10 @@ def _run_agent(
     status, error = result.status, result.error
     if status is not RunStatus.SUCCEEDED:
         error = f"agent session: {error}"
-    if rule.outputs.disposition is not Disposition.EVIDENCE_ONLY and not SHUTDOWN.is_set():
-        _record(sessions, finished)
-        step_run = StepRun(base=base, rule=rule, trigger=plan.trigger, find_lane=lambda _n: None)
-        finished = _publish_step(config, run_id, plan, state, status, 1, step_run)
-        if finished.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
-            status, error = RunStatus.FAILED, f"step 'publish' failed: {finished.error}"
-    verdict = _review(rule, status, state, False)
-    with sessions.begin() as session:
-        return _end(session, run_id, worker, status, error, finished, verdict)
+    step_run = StepRun(base=base, rule=rule, trigger=plan.trigger, find_lane=lambda _n: None)
+    return _publish_and_end(
+        sessions, config, run_id, worker, plan, state, step_run, (status, error, finished), 1
+    )
 
 
 def _park_agent(

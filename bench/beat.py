@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 import yaml
@@ -78,6 +77,7 @@ from bench.common import (
     machine_idle_seconds,
     percentile,
     require_loopback,
+    require_own_redis_db,
     scratch_database,
     tail,
 )
@@ -85,7 +85,6 @@ from bench.common import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/11"
-RESERVED_REDIS_DBS = frozenset({12, 13})  # bench/dispatch.py and the integration tests
 
 # The vanilla side: read by `celery -A bench.beat beat` from its environment.
 ENTRIES_ENV = "BENCH_BEAT_ENTRIES"
@@ -765,9 +764,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("need 1 <= --rules <= 99999 and --beats >= 1")
     if not 0 < args.deadline <= 600 or not 0 < args.vanilla_deadline <= 3000:
         parser.error("need 0 < --deadline <= 600 and 0 < --vanilla-deadline <= 3000")
-    db = (urlsplit(args.redis_url).path or "/0").strip("/") or "0"
-    if db.isdigit() and int(db) in RESERVED_REDIS_DBS:
-        parser.error(f"Redis databases {sorted(RESERVED_REDIS_DBS)} belong to tests and benches")
+    try:
+        require_own_redis_db(args.redis_url, "bench/beat.py")
+    except BenchError as exc:
+        parser.error(str(exc))
     return args
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,6 @@ from ade_tasks.rules.models import AgentExecution, Rule
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_workers.actions import StepOutcome
-from ade_workers.agents.providers import ModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
@@ -61,7 +61,9 @@ class AgentResult:
     pending: dict[str, Any] | None = None  # the tool call a parked session waits on
 
 
-def provider_for(execution: AgentExecution, settings: Settings) -> ModelProvider:
+def provider_for(
+    execution: AgentExecution, settings: Settings
+) -> OpenAIProvider | AnthropicProvider:
     """The HTTP provider a rule names, with the endpoint and key from settings."""
     configured = settings.providers.get(execution.provider)
     base_url = (configured.base_url if configured else None) or DEFAULT_BASE_URLS[
@@ -113,21 +115,23 @@ def run_agent(
         should_stop=should_stop,
         time_left=lambda: deadline - time.monotonic(),
     )
-    outcome = run_session(
-        provider_for(execution, settings),
-        model=execution.model,
-        max_tokens_per_turn=execution.max_tokens_per_turn,
-        system=_system(execution, tools),
-        prompt=prompt.text,
-        tools=tools,
-        policy=policy,
-        tool_ctx=tool_ctx,
-        limits=limits,
-        history=history,
-        record=record,
-        approved=approved,
-        declined=declined,
-    )
+    # One HTTP client per session; closing it releases its connections.
+    with closing(provider_for(execution, settings)) as provider:
+        outcome = run_session(
+            provider,
+            model=execution.model,
+            max_tokens_per_turn=execution.max_tokens_per_turn,
+            system=_system(execution, tools),
+            prompt=prompt.text,
+            tools=tools,
+            policy=policy,
+            tool_ctx=tool_ctx,
+            limits=limits,
+            history=history,
+            record=record,
+            approved=approved,
+            declined=declined,
+        )
     _charge(session_factory, rule, outcome, history)
     return _result(outcome, prompt.reasons if narrowed else ())
 

@@ -71,5 +71,4 @@ def test_manual_inputs_are_the_operators_own() -> None:
 
     prompt = render_prompt("Run {{trigger.inputs.target}}", context(trigger), "prompt")
 
-    assert prompt == render_prompt("Run {{trigger.inputs.target}}", context(trigger), "prompt")
     assert not prompt.tainted and prompt.text == "Run tests/unit"
