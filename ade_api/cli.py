@@ -111,7 +111,9 @@ class Api:
 
     def __init__(self, settings: Settings, url: str | None) -> None:
         self.base = (url or settings.effective_api_url).rstrip("/")
-        self.client = httpx.Client(base_url=self.base, timeout=30)
+        token = settings.effective_api_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -126,6 +128,11 @@ class Api:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
+            if response.status_code == 401:
+                detail += (
+                    "; set ADE_API_TOKEN to a token from `ade-tasks tokens create` "
+                    "(the dev stack writes its own to .ade/api-token)"
+                )
             fail(f"{method} {path} answered {response.status_code}: {detail}", code=1)
         return response.json()
 
@@ -493,4 +500,4 @@ def dev(settings: Settings, port: int | None) -> None:
 import ade_api.cli_events  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
 import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
-from ade_api import cli_operations  # noqa: E402, F401
+from ade_api import cli_admin, cli_operations  # noqa: E402, F401

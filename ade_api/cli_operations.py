@@ -1,5 +1,5 @@
-"""CLI commands for what operators look after: approvals, the review queue, lanes and
-scheduled cleanups. Each is a thin call of the HTTP API (see `ade_api.cli.Api`)."""
+"""CLI commands for what operators look after: pending inputs (approvals), the review queue,
+lanes and scheduled cleanups. Each is a thin call of the HTTP API (see `ade_api.cli.Api`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ade_api.cli import Api, json_option, main, runs, url_option
+from ade_tasks.db.schema import Answer
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
 
@@ -54,6 +55,62 @@ def _decision_command(verb: str, effect: str) -> None:
 
 _decision_command("approve", "it resumes where it stopped")
 _decision_command("reject", "it ends cancelled")
+
+
+@main.group()
+def inputs() -> None:
+    """Pending inputs: agents' tool calls and gates waiting for an operator's answer."""
+
+
+def _input_line(item: dict[str, Any]) -> str:
+    what = f"tool {item['tool']}" if item["tool"] else f"gate before step {item['step_index'] + 1}"
+    answered = f" -> {item['answer']} by {item['decided_by']}" if item["answer"] else ""
+    expires = f" (declined at {item['expires_at'][:19]})" if item["expires_at"] else ""
+    args = f"\n        {json.dumps(item['arguments'])[:200]}" if item["arguments"] else ""
+    return (
+        f"{item['id']:>6}  {item['status']:<9} run {item['run_id']}  {what}{answered}{expires}"
+        f"{args}"
+    )
+
+
+@inputs.command("list")
+@click.option("--status", default="pending", show_default=True,
+              help="pending | approved | rejected | cancelled")  # fmt: skip
+@url_option
+@json_option
+@click.pass_obj
+def inputs_list(settings: Settings, status: str, url: str | None, as_json: bool) -> None:
+    """Inputs runs wait for, newest first."""
+    rows = Api(settings, url).call("GET", "/api/v1/inputs", params={"status": status})
+    _echo(rows, as_json, _input_line)
+
+
+@inputs.command("answer")
+@click.argument("input_id", type=int)
+@click.argument("answer", type=click.Choice([a.value for a in Answer]))
+@click.option("--by", default="cli", show_default=True, help="who answers")
+@click.option("--note", help="why (kept with the run)")
+@url_option
+@json_option
+@click.pass_obj
+def inputs_answer(
+    settings: Settings,
+    input_id: int,
+    answer: str,
+    by: str,
+    note: str | None,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Answer a pending input: accept, accept_for_session (the tool runs without asking for
+    the rest of the session), decline (the agent is told no) or cancel (the run ends)."""
+    body = {"answer": answer, "by": by, "note": note}
+    item = Api(settings, url).call("POST", f"/api/v1/inputs/{input_id}/answer", json=body)
+    if as_json:
+        click.echo(json.dumps(item, indent=2))
+        return
+    click.echo(_input_line(item["input"]))
+    click.echo(_run_line(item["run"]))
 
 
 @main.group()

@@ -8,6 +8,7 @@ record, a run queued before a restart is re-sent at start-up by the recovery swe
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -19,9 +20,11 @@ from celery import Celery
 from celery.beat import EmbeddedService
 
 from ade_api.app import create_app
+from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.rules import list_rules, load_rule
+from ade_tasks.db.schema import Role
 from ade_tasks.recovery import recover
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
@@ -72,6 +75,22 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def ensure_dev_token(session_factory: SessionFactory, settings: Settings) -> str:
+    """The local stack's admin token, written to `<data dir>/api-token` (0600) the first time so
+    the CLI in this directory is signed in; a token revoked since is replaced."""
+    path = settings.dev_token_file
+    current = path.read_text().strip() if path.exists() else ""
+    with session_factory.begin() as session:
+        if current and tokens_db.authenticate(session, current) is not None:
+            return f"admin token for the CLI and /ui in {path}"
+        _, secret = tokens_db.create_token(session, "dev", Role.ADMIN, "ade-tasks dev")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    return f"created an admin token for the CLI and /ui in {path}"
+
+
 def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
@@ -119,6 +138,8 @@ def run_dev(settings: Settings) -> None:
         )
     )
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
+    token_note = ensure_dev_token(session_factory, settings)
+    echo(f"      {token_note}")
     echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
     # uvicorn handles SIGINT/SIGTERM, then re-raises the signal it caught once it has stopped; a
     # TERM (systemd, docker, `kill`) must get the same clean stop as Ctrl-C, not the default death.

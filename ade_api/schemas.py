@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ade_tasks.db.schema import ApprovalRow, RunRow, RunStepRow
+from ade_tasks.db.schema import Answer, ApprovalRow, RunRow, RunStepRow
 
 
 class Problem(BaseModel):
@@ -73,11 +73,16 @@ class ApprovalOut(BaseModel):
 
     model_config = ConfigDict(from_attributes=True)
 
+    id: int
     run_id: str
     step_index: int
     reason: str
-    status: str = Field(description="pending | approved | rejected")
+    status: str = Field(description="pending | approved | rejected | cancelled")
+    tool: str | None = Field(description="the agent's tool the input asks about (None: a gate)")
+    arguments: dict[str, Any] | None = Field(description="the tool call's arguments")
+    answer: str | None = Field(description="accept | accept_for_session | decline | cancel")
     requested_at: datetime
+    expires_at: datetime | None = Field(description="declined unanswered at this time")
     decided_at: datetime | None
     decided_by: str | None
     note: str | None
@@ -98,6 +103,23 @@ class RunDetail(RunOut):
             steps=[StepOut.model_validate(s) for s in steps],
             approvals=[ApprovalOut.model_validate(a) for a in approvals or []],
         )
+
+
+class InputAnswer(BaseModel):
+    """An operator's answer to a pending input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: Answer
+    by: str = Field(default="api", max_length=255, description="who answered (until tokens exist)")
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class AnsweredInput(BaseModel):
+    """The input as answered, and its run as it now stands."""
+
+    input: ApprovalOut
+    run: RunOut
 
 
 class Decision(BaseModel):

@@ -24,17 +24,12 @@ from ade_tasks.guardrails import budget_exhausted, rate_limited
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.models import (
     OverlapPolicy,
-    Rule,
     ScheduleTrigger,
     TriggerType,
     canonical_trigger_type,
 )
 
 log = logging.getLogger(__name__)
-
-#: Agent providers this version runs sessions with (the CLI agents are reported on by
-#: `ade-tasks providers` but not run yet).
-SESSION_PROVIDERS = frozenset({"openai", "anthropic"})
 
 
 class TaskSender(Protocol):
@@ -105,18 +100,6 @@ class DispatchResult:
     send_error: str | None = None
 
 
-def unrunnable_reason(rule: Rule) -> str | None:
-    """Why this version's workers cannot run the rule, or None when they can."""
-    execution = rule.execution
-    if execution.kind == "built-in" or execution.provider in SESSION_PROVIDERS:
-        return None
-    return (
-        f"rule {rule.id!r} runs an agent session with provider {execution.provider!r}, a CLI "
-        "agent this version can check (`ade-tasks providers`) but not run as a session yet; "
-        "use provider openai or anthropic"
-    )
-
-
 def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str, Any]) -> None:
     """A schedule fires only while the rule still has that trigger with the same cron, so an
     edit between a beat's tick and its fire never fires the old schedule."""
@@ -132,9 +115,9 @@ def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str
 
 def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
-    unrunnable = unrunnable_reason(snapshot.rule) or snapshot.untrusted_reason()
-    if unrunnable:
-        raise AdmissionError(unrunnable)
+    untrusted = snapshot.untrusted_reason()
+    if untrusted:
+        raise AdmissionError(untrusted)
     payload = dict(trigger.payload)
     if kind == TriggerType.SCHEDULE:
         _check_schedule_unchanged(snapshot, payload)

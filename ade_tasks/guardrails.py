@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.ade_actions import CATALOG
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import RunRow, RunStatus
-from ade_tasks.rules.models import AdeActionStep, Rule
+from ade_tasks.rules.models import AdeActionStep, AgentSessionStep, Rule
 
 RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 #: Action types that change nothing outside the run; `require_human` lets them run before the
@@ -33,7 +33,7 @@ def approval_gate(rule: Rule) -> int | None:
     `verify_before_publish` waits after the last step, before publishing; `require_human`
     waits before the first step that has a side effect.
     """
-    actions = rule.execution.actions if rule.execution.kind == "built-in" else []
+    actions = rule.execution.actions
     if rule.guardrails.verify_before_publish:
         return len(actions)
     if not rule.guardrails.require_human:
@@ -49,6 +49,8 @@ def is_side_effect_free(action: object) -> bool:
     if isinstance(action, AdeActionStep):
         spec = CATALOG.get(action.action)
         return spec is not None and spec.side_effect_free
+    if isinstance(action, AgentSessionStep):  # plan mode: read-only tools and the report
+        return action.permission_mode == "plan"
     return getattr(action, "type", None) in SIDE_EFFECT_FREE
 
 
@@ -105,4 +107,17 @@ def budget_exhausted(session: Session, rule: Rule, cluster_cap: float | None) ->
     for seconds, what in budget_left(session, rule, cluster_cap):
         if seconds <= 0:
             return f"skipped: {what} is used up for today (UTC); it resets at midnight UTC"
+    budget = rule.guardrails.budget
+    if budget.tokens_per_day is None and budget.cost_per_day_usd is None:
+        return None
+    used = usage_db.usage_on(session, usage_db.day_of(datetime.now(UTC)), rule.billing_code)
+    for cap, spent, what in (
+        (budget.tokens_per_day, used.tokens, "token budget"),
+        (budget.cost_per_day_usd, used.cost_usd, "cost budget (USD)"),
+    ):
+        if cap is not None and spent >= cap:
+            return (
+                f"skipped: the {what} of {rule.billing_code} ({cap:g}/day) is used up for "
+                "today (UTC); it resets at midnight UTC"
+            )
     return None

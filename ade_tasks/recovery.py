@@ -21,6 +21,7 @@ class RecoveryReport:
     """What one sweep did."""
 
     failed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
     resent: list[str] = field(default_factory=list)
     unsent: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
@@ -32,22 +33,29 @@ def recover(
 ) -> RecoveryReport:
     """Fail runs whose lease expired ("worker lost") and re-send queued runs nobody claimed.
 
+    An agent session whose worker died is queued again and re-sent at once instead: the next
+    worker continues it from its recorded events (see `runs_db.fail_expired_leases`).
+
     A re-sent run that is in fact still in the broker is harmless: the first delivery claims
     it and the second finds it claimed. `requeue_after` bounds how long a queued run may wait
     for a worker before its message is presumed lost.
     """
     report = RecoveryReport()
     with session_factory.begin() as session:
-        report.failed = runs_db.fail_expired_leases(session)
+        expired = runs_db.fail_expired_leases(session)
+    report.failed = expired.failed
     with session_factory.begin() as session:
         runs = runs_db.take_unsent_runs(session, requeue_after)
-    for run in runs:
+    # A resumed session that cannot be sent now stays queued: `take_unsent_runs` re-sends it.
+    resumed = {run.id for run in expired.resumed}
+    for run in [*expired.resumed, *runs]:
         try:
             sender.send_run(run.id, queue=run.queue, rule_id=run.rule_id)
-            report.resent.append(run.id)
         except BrokerUnavailableError as exc:
             log.warning("could not re-send run %s: %s", run.id, exc)
             report.unsent.append(run.id)
+            continue
+        (report.resumed if run.id in resumed else report.resent).append(run.id)
     # Buffered runs are normally released by the worker that ends a run of the same rule; a
     # worker that died (or a rule whose limit was raised) leaves them for this sweep.
     with session_factory() as session:
@@ -71,10 +79,11 @@ def recover(
         except BrokerUnavailableError as exc:
             log.warning("could not re-send ingress event %s: %s", event_id, exc)
             break
-    if report.failed or report.resent or report.released or report.resent_events:
+    if report.failed or report.resumed or report.resent or report.released or report.resent_events:
         log.info(
-            "recovery: failed %s (worker lost), re-sent %s, released %s",
+            "recovery: failed %s (worker lost), resumed %s (worker lost), re-sent %s, released %s",
             report.failed,
+            report.resumed,
             report.resent,
             report.released,
         )

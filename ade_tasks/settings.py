@@ -64,10 +64,24 @@ class GithubSettings(BaseModel):
 
 
 class ProviderSettings(BaseModel):
-    """An LLM provider endpoint."""
+    """An LLM provider: an HTTP endpoint and key, or the executable of a CLI agent."""
 
     base_url: str | None = None
     api_key: SecretStr | None = None
+    binary: str | None = None  # claude-code / codex: the CLI to run (default: found on PATH)
+
+
+class ModelPrice(BaseModel):
+    """What a model costs, in US dollars per million tokens."""
+
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost of this many tokens."""
+        return (
+            input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok
+        ) / 1_000_000
 
 
 class Settings(BaseSettings):
@@ -90,6 +104,8 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8787
     api_url: str = ""
+    # The token the CLI sends (`ade-tasks tokens create`); else the file `ade-tasks dev` writes.
+    api_token: SecretStr | None = None
     # uvicorn's per-request access log costs CPU on every webhook; off unless asked for.
     api_access_log: bool = False
     # Database connections an API process keeps open. Requests beyond it wait for a free one
@@ -102,6 +118,9 @@ class Settings(BaseSettings):
     # A webhook body must arrive within this many seconds (a slow-drip upload is cut off).
     ingress_read_timeout: float = Field(default=10.0, gt=0)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    # Prices per model for agent cost budgets:
+    # ADE_MODEL_PRICES='{"gpt-4.1": {"input_usd_per_mtok": 2, "output_usd_per_mtok": 8}}'.
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
     # Run path timing (seconds). The lease must outlive several heartbeats.
     lease_seconds: float = Field(default=60.0, gt=0)
@@ -163,10 +182,29 @@ class Settings(BaseSettings):
         host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::") else self.api_host
         return f"http://{host}:{self.api_port}"
 
+    @property
+    def dev_token_file(self) -> Path:
+        """Where `ade-tasks dev` keeps the admin token of the local stack (mode 0600)."""
+        return self.data_dir / "api-token"
+
+    @property
+    def effective_api_token(self) -> str | None:
+        """The token CLI commands send: ADE_API_TOKEN, else the dev stack's token file."""
+        if self.api_token is not None:
+            return self.api_token.get_secret_value()
+        try:
+            return self.dev_token_file.read_text().strip() or None
+        except OSError:
+            return None
+
     def lanes_dir(self, project: str) -> Path:
         """Where the lanes of a project live (default: `<data_dir>/lanes/<project>`)."""
         root = self.lanes_root or (self.data_dir / "lanes")
         return Path(os.path.realpath(root / project))
+
+    def provider(self, name: str) -> ProviderSettings | None:
+        """A provider's settings by its rule name (`claude-code` is `CLAUDE_CODE` in env names)."""
+        return self.providers.get(name) or self.providers.get(name.replace("-", "_"))
 
     def project_root(self, name: str) -> Path:
         """The real path of a configured project; `default` is the working directory."""

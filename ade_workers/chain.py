@@ -54,7 +54,8 @@ class ChainState:
             "result": outcome.result,
         }
         if outcome.status is not StepStatus.SKIPPED:
-            self.ran += 1
+            # An agent step's model turns each brought context in, like a step does.
+            self.ran += max(1, int(outcome.result.get("turns") or 0))
         self.findings.extend(outcome.result.get("findings") or [])
         lane = outcome.result.get("lane")
         if isinstance(lane, dict) and "path" in lane:
@@ -106,7 +107,7 @@ def run_step(
     state.masker = state.masker.merge(masker)
     step_context = replace(
         step_run.base, step_index=index, step_id=action.id, cwd_root=cwd_root, lane=lane,
-        masker=state.masker,
+        masker=state.masker, template=context,
     )  # fmt: skip
     policy = RetryPolicy(attempts=action.retry)
     attempt = 0

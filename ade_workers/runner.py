@@ -30,15 +30,15 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.runs import StepRecord
 from ade_tasks.db.schema import RunStatus, RunStepRow, StepStatus, utcnow
-from ade_tasks.dispatch import TaskSender, release_buffered, unrunnable_reason
+from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
 from ade_tasks.review import review
 from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
 from ade_tasks.settings import Settings
 from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
-from ade_workers.agents.agent_run import AgentResult, park_for_tool, run_agent
-from ade_workers.chain import ChainState, StepRun, run_step, template_context
+from ade_workers.agents.agent_run import park_for_tool
+from ade_workers.chain import ChainState, StepRun, run_step
 from ade_workers.publish import publish
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,7 @@ def execute_run(
 
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
-            run = _run_agent if plan.rule.execution.kind == "agent-session" else _run_chain
-            status = run(session_factory, config, run_id, worker, plan, deadline, monitor)
+            status = _run_chain(session_factory, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
@@ -235,9 +234,6 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
         rule = snapshot.rule
         if snapshot.untrusted_reason():
             raise AdeError(snapshot.untrusted_reason())
-    unrunnable = unrunnable_reason(rule)  # the rule may have changed since its dispatch
-    if unrunnable:
-        raise AdeError(unrunnable)
     done: list[RunStepRow] = []
     approved: frozenset[int] = frozenset()
     if claimed.attempt > 1:  # resumed (after an approval): keep what the earlier attempt did
@@ -245,7 +241,7 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
         approved = approvals_db.approved_steps(session, claimed.id)
     return _Plan(
         rule=rule,
-        actions=list(rule.execution.actions) if rule.execution.kind == "built-in" else [],
+        actions=list(rule.execution.actions),
         trigger=dict(claimed.trigger),
         project_root=config.settings.project_root(rule.project),
         done=done,
@@ -301,6 +297,9 @@ def _run_chain(
         if monitor.lost.is_set():
             log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
             return None
+        if outcome.status is StepStatus.WAITING:  # an agent's tool call waits for an answer
+            _record(sessions, pending)
+            return _park_for_tool(sessions, run_id, worker, outcome.result["pending"])
         state.remember(action.id, outcome)
         if state.failure is None:
             failure = _failure(action, index, outcome, deadline)
@@ -368,72 +367,12 @@ def _publish_and_end(
         return _end(session, run_id, worker, status, error, last, verdict)
 
 
-def _run_agent(
-    session_factory: SessionFactory,
-    config: RunnerConfig,
-    run_id: str,
-    worker: str,
-    plan: _Plan,
-    deadline: _Deadline,
-    monitor: Watch,
+def _park_for_tool(
+    sessions: SessionFactory, run_id: str, worker: str, pending: dict[str, Any]
 ) -> RunStatus | None:
-    """Run (or resume) the rule's agent session as the run's one step, `session`; then
-    publish its report like a chain's result."""
-    sessions = autocommit(session_factory)
-    rule = plan.rule
-    base = _base_context(session_factory, config, run_id, plan, deadline, monitor)
-    state = ChainState()
-    step = StepRecord(run_id, 0, "session", "agent-session", started_at=utcnow())
-    monitor.step_started(step)
-    try:
-        result = run_agent(
-            session_factory,
-            config.settings,
-            run_id=run_id,
-            rule=rule,
-            worktree=plan.project_root,
-            env={k: v for k, v in config.base_env.items() if k in base.env_allowlist},
-            deadline=deadline.at,
-            should_stop=base.should_stop,
-            template_context=template_context(rule, plan.trigger, state),
-        )
-    except AdeError as exc:  # e.g. the prompt names a trigger field this trigger lacks
-        monitor.step_started(None)
-        failed = replace(step, status=StepStatus.FAILED, finished_at=utcnow(), error=exc.message)
-        with sessions.begin() as session:
-            return _end(session, run_id, worker, RunStatus.FAILED, exc.message, failed)
-    monitor.step_started(None)
-    if monitor.lost.is_set():
+    if not park_for_tool(sessions, run_id, worker, pending):
         return None
-    if result.status is None:
-        return _park_agent(session_factory, run_id, worker, result)
-    state.remember("session", result.step)
-    state.ran = result.turns
-    finished = replace(
-        step,
-        status=result.step.status,
-        finished_at=utcnow(),
-        output=result.step.output,
-        result=result.step.result,
-        error=result.step.error,
-    )
-    status, error = result.status, result.error
-    if status is not RunStatus.SUCCEEDED:
-        error = f"agent session: {error}"
-    step_run = StepRun(base=base, rule=rule, trigger=plan.trigger, find_lane=lambda _n: None)
-    return _publish_and_end(
-        sessions, config, run_id, worker, plan, state, step_run, (status, error, finished), 1
-    )
-
-
-def _park_agent(
-    session_factory: SessionFactory, run_id: str, worker: str, result: AgentResult
-) -> RunStatus | None:
-    pending = result.pending
-    assert pending is not None
-    if not park_for_tool(session_factory, run_id, worker, pending):
-        return None
-    log.info("run %s is waiting for a decision on tool call %s", run_id, pending["tool"])
+    log.info("run %s is waiting for an answer on tool call %s", run_id, pending["tool"])
     return RunStatus.WAITING
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from celery import Celery, Task
 
+from ade_tasks.approvals import expire_inputs
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.ingress.dispatcher import dispatch_ingress_event
@@ -82,6 +83,14 @@ def register_tasks(
             runtime.sender,
             requeue_after=timedelta(seconds=settings.requeue_after_seconds),
         )
-        return {"failed": report.failed, "resent": report.resent, "unsent": report.unsent}
+        # Tool calls nobody answered within their session's approval_timeout_min.
+        declined = expire_inputs(runtime.session_factory, runtime.sender)
+        return {
+            "failed": report.failed,
+            "resumed": report.resumed,
+            "resent": report.resent,
+            "unsent": report.unsent,
+            "declined_unanswered": declined,
+        }
 
     return runtime

@@ -1,13 +1,23 @@
-"""What operators look after besides runs: pending approvals, lanes and scheduled cleanups."""
+"""What operators look after besides runs: pending inputs, lanes and scheduled cleanups."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import ApprovalOut, CleanupOut, LaneOut, Problem
+from ade_api.schemas import (
+    AnsweredInput,
+    ApprovalOut,
+    CleanupOut,
+    InputAnswer,
+    LaneOut,
+    Problem,
+    RunOut,
+)
+from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.schema import ApprovalStatus, CleanupStatus, LaneStatus
@@ -15,13 +25,32 @@ from ade_tasks.db.schema import ApprovalStatus, CleanupStatus, LaneStatus
 router = APIRouter(prefix="/api/v1", tags=["operations"])
 
 
-@router.get("/approvals")
-def list_approvals(
+@router.get("/inputs")
+@router.get("/approvals", deprecated=True, summary="List Inputs (old name)")
+def list_inputs(
     session: SessionDep, status: ApprovalStatus | None = ApprovalStatus.PENDING
 ) -> list[ApprovalOut]:
-    """Approvals, newest first; pending ones unless `status` says otherwise."""
+    """Inputs runs wait for (an agent's tool call, or a gate before a step), newest first;
+    pending ones unless `status` says otherwise."""
     rows = approvals_db.list_approvals(session, status.value if status else None)
     return [ApprovalOut.model_validate(row) for row in rows]
+
+
+INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "no such input"},
+    409: {"model": Problem, "description": "the input is not pending (already answered)"},
+    422: {"model": Problem, "description": "accept_for_session for a gate, or a bad body"},
+}
+
+
+@router.post("/inputs/{input_id}/answer", responses=INPUT_ERRORS)
+async def answer(input_id: int, body: InputAnswer, services: ServicesDep) -> AnsweredInput:
+    """Answer a pending input; an accepted or declined tool call re-queues the session."""
+    row, run = await run_in_threadpool(
+        answer_input, services.session_factory, services.sender, input_id, body.answer,
+        by=body.by, note=body.note,
+    )  # fmt: skip
+    return AnsweredInput(input=ApprovalOut.model_validate(row), run=RunOut.of(run))
 
 
 @router.get("/lanes")

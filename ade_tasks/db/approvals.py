@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import ApprovalRow, ApprovalStatus, RunRow, RunStatus, utcnow
-from ade_tasks.errors import ConflictError
+from ade_tasks.db.schema import Answer, ApprovalRow, ApprovalStatus, RunRow, RunStatus, utcnow
+from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The agent's tool call an approval asks about."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    expires_at: datetime | None = None
 
 
 def wait_for_approval(
@@ -18,7 +30,7 @@ def wait_for_approval(
     worker: str,
     step_index: int,
     reason: str,
-    tool_call_id: str | None = None,
+    call: ToolCall | None = None,
 ) -> bool:
     """Park a running run in `waiting` and open its approval; False if it was not ours."""
     parked = session.execute(
@@ -36,7 +48,10 @@ def wait_for_approval(
                 step_index=step_index,
                 reason=reason,
                 status=ApprovalStatus.PENDING,
-                tool_call_id=tool_call_id,
+                tool_call_id=call.call_id if call else None,
+                tool=call.tool if call else None,
+                arguments=call.arguments if call else None,
+                expires_at=call.expires_at if call else None,
                 requested_at=utcnow(),
             )
         )
@@ -67,25 +82,67 @@ def pending_approval(session: Session, run_id: str) -> ApprovalRow:
     return row
 
 
+def pending_input(session: Session, approval_id: int) -> ApprovalRow:
+    """A pending input by id, locked; NotFoundError or a clear "not pending" ConflictError."""
+    row = session.scalar(select(ApprovalRow).where(ApprovalRow.id == approval_id).with_for_update())
+    if row is None:
+        raise NotFoundError(
+            f"no pending input {approval_id}; list them with `ade-tasks inputs list`"
+        )
+    if row.status != ApprovalStatus.PENDING:
+        raise ConflictError(
+            f"input {approval_id} is not pending: it was already answered "
+            f"({row.answer or row.status} by {row.decided_by})"
+        )
+    return row
+
+
 def decide(
-    session: Session, row: ApprovalRow, approve: bool, by: str, note: str | None, at: datetime
+    session: Session, row: ApprovalRow, answer: Answer, by: str, note: str | None, at: datetime
 ) -> None:
-    """Record the decision and move the run on: back to `queued` (the caller sends it) or
+    """Record the answer and move the run on: back to `queued` (the caller sends it) or
     `cancelled` with the operator's reason."""
-    row.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
-    row.decided_by, row.decided_at, row.note = by, at, note
+    if answer is Answer.ACCEPT_FOR_SESSION and row.tool_call_id is None:
+        raise InvalidInputError(
+            f"accept_for_session answers an agent's tool call; run {row.run_id!r} waits before "
+            "a step: answer accept, decline or cancel"
+        )
+    accepted = answer in (Answer.ACCEPT, Answer.ACCEPT_FOR_SESSION)
+    row.status = {
+        Answer.ACCEPT: ApprovalStatus.APPROVED,
+        Answer.ACCEPT_FOR_SESSION: ApprovalStatus.APPROVED,
+        Answer.DECLINE: ApprovalStatus.REJECTED,
+        Answer.CANCEL: ApprovalStatus.CANCELLED,
+    }[answer]
+    row.answer, row.decided_by, row.decided_at, row.note = answer.value, by, at, note
     values: dict[str, object]
-    if approve or row.tool_call_id is not None:
+    if accepted or (answer is Answer.DECLINE and row.tool_call_id is not None):
         # A declined tool call is not the end of the session: the agent is told and goes on.
         values = {"status": RunStatus.QUEUED, "sent_at": at, "send_count": RunRow.send_count + 1}
     else:
-        reason = f"rejected by {by}" + (f": {note}" if note else "")
+        verb = "cancelled" if answer is Answer.CANCEL else "rejected"
+        reason = f"{verb} by {by}" + (f": {note}" if note else "")
         values = {"status": RunStatus.CANCELLED, "finished_at": at, "error": reason}
     session.execute(
         update(RunRow)
         .where(RunRow.id == row.run_id, RunRow.status == RunStatus.WAITING)
         .values(**values)
     )
+
+
+def expired_inputs(session: Session, now: datetime, limit: int = 100) -> Sequence[ApprovalRow]:
+    """Pending inputs past their deadline, locked for this sweep (others skip them)."""
+    return session.scalars(
+        select(ApprovalRow)
+        .where(
+            ApprovalRow.status == ApprovalStatus.PENDING,
+            ApprovalRow.expires_at.is_not(None),
+            ApprovalRow.expires_at < now,
+        )
+        .order_by(ApprovalRow.expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
 
 
 def list_approvals(session: Session, status: str | None = "pending") -> Sequence[ApprovalRow]:
@@ -113,13 +170,27 @@ def approvals_of(session: Session, run_id: str) -> Sequence[ApprovalRow]:
     ).all()
 
 
-def tool_decisions(session: Session, run_id: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The run's tool calls an operator approved, and the ones declined."""
+@dataclass(frozen=True)
+class ToolDecisions:
+    """What operators answered about a run's tool calls."""
+
+    approved: frozenset[str]  # call ids
+    declined: frozenset[str]  # call ids
+    tools_for_session: frozenset[str]  # tool names accepted for the rest of the session
+
+
+def tool_decisions(session: Session, run_id: str) -> ToolDecisions:
+    """The run's tool calls an operator approved or declined, and the tools accepted for the
+    rest of the session."""
     rows = session.execute(
-        select(ApprovalRow.tool_call_id, ApprovalRow.status).where(
-            ApprovalRow.run_id == run_id, ApprovalRow.tool_call_id.is_not(None)
-        )
+        select(
+            ApprovalRow.tool_call_id, ApprovalRow.status, ApprovalRow.answer, ApprovalRow.tool
+        ).where(ApprovalRow.run_id == run_id, ApprovalRow.tool_call_id.is_not(None))
     ).all()
-    approved = frozenset(str(c) for c, s in rows if s == ApprovalStatus.APPROVED)
-    declined = frozenset(str(c) for c, s in rows if s == ApprovalStatus.REJECTED)
-    return approved, declined
+    return ToolDecisions(
+        approved=frozenset(str(c) for c, s, _, _ in rows if s == ApprovalStatus.APPROVED),
+        declined=frozenset(str(c) for c, s, _, _ in rows if s == ApprovalStatus.REJECTED),
+        tools_for_session=frozenset(
+            str(t) for _, _, a, t in rows if a == Answer.ACCEPT_FOR_SESSION and t
+        ),
+    )

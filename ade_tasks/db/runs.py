@@ -440,30 +440,86 @@ def take_unsent_runs(session: Session, older_than: timedelta, limit: int = 500) 
     return taken
 
 
-def fail_expired_leases(session: Session, now: datetime | None = None) -> list[str]:
-    """End running runs whose worker stopped renewing its lease: status failed, "worker lost"."""
+#: How often the sweep puts an agent session whose worker died back in the queue; after that
+#: the run fails, so a session that kills its worker (e.g. runs it out of memory) cannot loop.
+MAX_WORKER_LOST_RESUMES = 2
+RESUMED_EVENT = "run.resumed_after_worker_lost"
+WORKER_LOST = (
+    "worker lost: the worker running this run stopped renewing its lease "
+    "(it crashed or was killed); trigger the rule again to retry"
+)
+
+
+@dataclass(frozen=True)
+class ExpiredLeases:
+    """What the lease sweep did: runs it failed, and sessions it queued again (to send now)."""
+
+    failed: list[str] = field(default_factory=list)
+    resumed: list[RunRow] = field(default_factory=list)
+
+
+def _session_resumes(session: Session, run_id: str) -> int | None:
+    """How often the run was resumed after losing its worker; None when it has no recorded
+    agent session (nothing to resume from)."""
+    rows = session.execute(
+        select(EVENTS.c.kind, func.count())
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.kind.in_(("agent.model_turn", RESUMED_EVENT)))
+        .group_by(EVENTS.c.kind)
+    )
+    counts = {str(kind): int(count) for kind, count in rows}
+    return counts.get(RESUMED_EVENT, 0) if counts.get("agent.model_turn") else None
+
+
+def fail_expired_leases(session: Session, now: datetime | None = None) -> ExpiredLeases:
+    """End running runs whose worker stopped renewing its lease: status failed, "worker lost".
+
+    An agent session with a recorded model turn is queued again instead (up to
+    MAX_WORKER_LOST_RESUMES times): the next worker rebuilds it from its events without asking
+    recorded turns again or re-running recorded tool calls. Its `session` step stays `running`,
+    as while it waits for an approval; the resumed attempt records its outcome over it.
+    """
     now = now or utcnow()
     expired = session.scalars(
         select(RunRow.id).where(RunRow.status == RunStatus.RUNNING, RunRow.lease_expires_at < now)
     ).all()
-    failed = []
+    done = ExpiredLeases()
     for run_id in expired:
+        still_expired = (
+            RunRow.id == run_id,
+            RunRow.status == RunStatus.RUNNING,
+            RunRow.lease_expires_at < now,
+        )
+        resumes = _session_resumes(session, run_id)
+        if resumes is not None and resumes < MAX_WORKER_LOST_RESUMES:
+            # Marked sent now: the caller sends it, and `take_unsent_runs` only if that fails.
+            resumed = session.execute(
+                update(RunRow)
+                .where(*still_expired)
+                .values(
+                    status=RunStatus.QUEUED,
+                    worker=None,
+                    lease_expires_at=None,
+                    sent_at=now,
+                    send_count=RunRow.send_count + 1,
+                )
+                .returning(RunRow.id)
+            ).scalar_one_or_none()
+            if resumed is not None:
+                append_event(session, run_id, RESUMED_EVENT, {"resume": resumes + 1})
+                row = session.get(RunRow, run_id)
+                assert row is not None
+                done.resumed.append(row)
+            continue
+        error = WORKER_LOST
+        if resumes is not None:  # a session past the cap
+            error = (
+                f"worker lost: the agent session lost its worker again after it was resumed "
+                f"{resumes} times (at most {MAX_WORKER_LOST_RESUMES}); trigger the rule again"
+            )
         result = session.execute(
             update(RunRow)
-            .where(
-                RunRow.id == run_id,
-                RunRow.status == RunStatus.RUNNING,
-                RunRow.lease_expires_at < now,
-            )
-            .values(
-                status=RunStatus.FAILED,
-                finished_at=now,
-                lease_expires_at=None,
-                error=(
-                    "worker lost: the worker running this run stopped renewing its lease "
-                    "(it crashed or was killed); trigger the rule again to retry"
-                ),
-            )
+            .where(*still_expired)
+            .values(status=RunStatus.FAILED, finished_at=now, lease_expires_at=None, error=error)
             .returning(RunRow.id)
         ).scalar_one_or_none()
         if result is not None:
@@ -473,8 +529,8 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> list[s
                 .values(status=StepStatus.FAILED, finished_at=now, error="worker lost")
             )
             append_event(session, run_id, "run.worker_lost", {"worker_lease_expired": True})
-            failed.append(run_id)
-    return failed
+            done.failed.append(run_id)
+    return done
 
 
 # --- overlap policy ---------------------------------------------------------------------------

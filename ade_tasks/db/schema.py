@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -83,6 +84,7 @@ class StepStatus(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     SKIPPED = "skipped"
+    WAITING = "waiting"  # an agent step parked on an operator's answer (never recorded)
 
 
 class Base(DeclarativeBase):
@@ -294,6 +296,21 @@ class ApprovalStatus(StrEnum):
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
+    CANCELLED = "cancelled"
+
+
+class Answer(StrEnum):
+    """What an operator answers a pending input (wire values).
+
+    `accept_for_session` also lets the rest of the agent session call the same tool without
+    asking; `decline` tells the agent no (a chain's gate: the run ends cancelled); `cancel`
+    ends the run.
+    """
+
+    ACCEPT = "accept"
+    ACCEPT_FOR_SESSION = "accept_for_session"
+    DECLINE = "decline"
+    CANCEL = "cancel"
 
 
 class ApprovalRow(Base):
@@ -303,6 +320,11 @@ class ApprovalRow(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "step_index", name="uq_approvals_run_id_step_index"),
         Index("ix_approvals_status", "status"),
+        Index(
+            "ix_approvals_expires_at",
+            "expires_at",
+            postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
@@ -312,6 +334,11 @@ class ApprovalRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     # Set when an agent's tool call waits for the decision (the policy's fallback is `ask`).
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
+    tool: Mapped[str | None] = mapped_column(String(128))
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    answer: Mapped[str | None] = mapped_column(String(32))
+    #: An unanswered tool call is declined at this time (None: it waits indefinitely).
+    expires_at: Mapped[datetime | None]
     requested_at: Mapped[datetime] = mapped_column(default=utcnow)
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))
@@ -404,3 +431,51 @@ class HookRateRow(Base):
     hook_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     window: Mapped[datetime] = mapped_column(primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Role(StrEnum):
+    """What an API token may do (wire values); each role may do what the ones below it may.
+
+    `viewer` reads everything but secrets; `operator` also triggers, cancels, retries, answers
+    inputs and moves runs in the review queue; `admin` also manages rules, trust and tokens.
+    """
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
+
+
+class ApiTokenRow(Base):
+    """A bearer token for the API, stored as the SHA-256 of its secret (never the secret)."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (Index("ix_api_tokens_token_hash", "token_hash", unique=True),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64))
+    prefix: Mapped[str] = mapped_column(String(16))  # shown in listings to tell tokens apart
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(128))
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class AuditRow(Base):
+    """One state-changing API call: who, what, when, and how it ended."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"),)
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(512))
+    status_code: Mapped[int] = mapped_column(Integer)

@@ -253,6 +253,51 @@ Trigger = Annotated[
 ]
 
 
+class ToolPolicy(_Document):
+    """Which tools an agent may call; the engine enforces it, not the model.
+
+    `sandbox_root` (relative to the worktree; default the worktree) bounds writes and commands.
+    By default the read-only tools are allowed and everything else falls to `fallback`
+    (`deny`); `todo` and `report` are always allowed unless denied.
+    """
+
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: ["read_file", "list_dir", "glob", "grep"]
+    )
+    denied_tools: list[str] = Field(default_factory=list)
+    fallback: Literal["allow", "deny", "ask"] = "deny"
+    sandbox_root: str | None = None
+
+
+ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
+
+
+class AgentSession(_Document):
+    """What an agent session is, wherever it runs: a whole rule or one step of a chain.
+
+    The session works in its lane's worktree (or the project root; `plan` mode is read-only).
+    `max_tokens` and `max_cost_usd` bound one session (the rule's daily budget bounds all its
+    sessions of a day); cost comes from the per-model price table in settings.
+    `approval_timeout_min` declines a tool call nobody answered in time (default: wait).
+    """
+
+    provider: Literal["openai", "anthropic", "claude-code", "codex"]
+    model: str
+    prompt: str = Field(min_length=1)
+    system: str | None = None
+    system_mode: Literal["append", "replace"] = "append"
+    permission_mode: Literal["plan", "edit", "full-auto"] = "plan"
+    tool_palette: list[ToolPalette] = Field(default_factory=lambda: list[ToolPalette](["repo"]))
+    policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    max_turns: int = Field(default=30, ge=1, le=500)
+    max_tokens_per_turn: int = Field(default=4096, ge=256, le=200_000)
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    approval_timeout_min: float | None = Field(default=None, gt=0, le=60 * 24 * 30)
+    # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
+    untrusted_input: Literal["narrow", "allow"] = "narrow"
+
+
 # --- execution -----------------------------------------------------------------------------
 
 
@@ -371,6 +416,14 @@ class AdeActionStep(_Step):
         return self
 
 
+class AgentSessionStep(_Step, AgentSession):
+    """An agent session as one step of a chain: its prompt sees the earlier steps' outputs,
+    and it works in the step's lane like any other step."""
+
+    type: Literal["agent-session"]
+    timeout_sec: StepTimeout = MAX_STEP_TIMEOUT_SEC
+
+
 ACTION_MODELS: dict[str, type[_Step]] = {
     "run-command": RunCommandAction,
     "run-tests": RunTestsAction,
@@ -378,6 +431,7 @@ ACTION_MODELS: dict[str, type[_Step]] = {
     "delete-lane": DeleteLaneAction,
     "predict-conflicts": PredictConflictsAction,
     "ade-action": AdeActionStep,
+    "agent-session": AgentSessionStep,
 }
 KNOWN_ACTION_TYPES = tuple(ACTION_MODELS)
 #: Step fields that may hold `{{...}}` templates and `${env:NAME}` secret references.
@@ -401,7 +455,8 @@ Action = Annotated[
         | CreateLaneAction
         | DeleteLaneAction
         | PredictConflictsAction
-        | AdeActionStep,
+        | AdeActionStep
+        | AgentSessionStep,
         Field(discriminator="type"),
     ],
     BeforeValidator(_known_action),
@@ -444,6 +499,8 @@ def _step_problems(action: _Step, index: int, earlier: list[str]) -> list[str]:
         problems += check_condition(
             action.condition, earlier_steps=earlier, where=f"{where}.condition"
         )
+    if isinstance(action, AgentSessionStep):  # rendered by the session, fencing outsiders' text
+        problems += check_template(action.prompt, earlier_steps=earlier, where=f"{where}.prompt")
     for name in TEMPLATED_FIELDS:
         value = getattr(action, name, None)
         problems += check_secrets(value, f"{where}.{name}")
@@ -462,42 +519,24 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-class ToolPolicy(_Document):
-    """Which tools an agent may call; the engine enforces it, not the model.
+class AgentExecution(AgentSession):
+    """A rule whose whole work is one AI coding-agent session under a permission policy.
 
-    `sandbox_root` (relative to the worktree; default the worktree) bounds writes and commands.
-    By default the read-only tools are allowed and everything else falls to `fallback`
-    (`deny`); `todo` and `report` are always allowed unless denied.
+    It runs as a chain of one `agent-session` step named `session`; `lane` works as a step's
+    `lane` does (by default the trigger's lane, e.g. of a `lane.created` event).
     """
-
-    allowed_tools: list[str] = Field(
-        default_factory=lambda: ["read_file", "list_dir", "glob", "grep"]
-    )
-    denied_tools: list[str] = Field(default_factory=list)
-    fallback: Literal["allow", "deny", "ask"] = "deny"
-    sandbox_root: str | None = None
-
-
-ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
-
-
-class AgentExecution(_Document):
-    """An AI coding-agent session under a permission policy."""
 
     kind: Literal["agent-session"]
     queue: str | None = None
-    provider: Literal["openai", "anthropic", "claude-code", "codex"]
-    model: str
-    prompt: str = Field(min_length=1)
-    system: str | None = None
-    system_mode: Literal["append", "replace"] = "append"
-    permission_mode: Literal["plan", "edit", "full-auto"] = "plan"
-    tool_palette: list[ToolPalette] = Field(default_factory=lambda: list[ToolPalette](["repo"]))
-    policy: ToolPolicy = Field(default_factory=ToolPolicy)
-    max_turns: int = Field(default=30, ge=1, le=500)
-    max_tokens_per_turn: int = Field(default=4096, ge=256, le=200_000)
-    # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
-    untrusted_input: Literal["narrow", "allow"] = "narrow"
+    lane: str | None = None
+
+    @property
+    def actions(self) -> list[AgentSessionStep]:
+        """The chain this execution runs: its one step, `session`."""
+        fields = self.model_dump(exclude={"kind", "queue"}, exclude_none=True)
+        return [
+            AgentSessionStep.model_validate({**fields, "id": "session", "type": "agent-session"})
+        ]
 
 
 Execution = Annotated[BuiltinExecution | AgentExecution, Field(discriminator="kind")]
@@ -667,8 +706,16 @@ class Rule(_Document):
 
     @property
     def effective_queue(self) -> str:
-        """The queue its runs go to: the rule's own, the execution's, or the kind's default."""
-        return self.queue or self.execution.queue or DEFAULT_QUEUES[self.execution.kind]
+        """The queue its runs go to: the rule's own, the execution's, or the kind's default
+        (a chain with an agent-session step goes where agent sessions go)."""
+        agentic = self.execution.kind == "agent-session" or any(
+            step.type == "agent-session" for step in self.execution.actions
+        )
+        return (
+            self.queue
+            or self.execution.queue
+            or DEFAULT_QUEUES["agent-session" if agentic else "built-in"]
+        )
 
     def has_trigger(self, kind: str) -> bool:
         """Does any trigger of this rule have this (canonical) type?"""

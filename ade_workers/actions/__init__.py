@@ -14,6 +14,7 @@ from ade_tasks.dispatch import TaskSender
 from ade_tasks.rules.models import Rule
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
+from ade_tasks.templating import TemplateContext
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class StepContext:
     settings: Settings | None = None
     #: Dispatches the lane events a step emits to the rules they trigger.
     sender: TaskSender | None = None
+    #: What `{{...}}` may refer to at this step (an agent step renders its prompt with it).
+    template: TemplateContext | None = None
 
     @property
     def root(self) -> Path:
@@ -70,6 +73,7 @@ def registry() -> dict[str, ActionExecutor]:
     from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
     from ade_workers.actions.run_command import run_command
     from ade_workers.actions.run_tests import run_tests
+    from ade_workers.agents.agent_run import agent_session
 
     return {
         "run-command": run_command,
@@ -78,4 +82,5 @@ def registry() -> dict[str, ActionExecutor]:
         "delete-lane": delete_lane,
         "predict-conflicts": predict_conflicts,
         "ade-action": ade_action,
+        "agent-session": agent_session,
     }

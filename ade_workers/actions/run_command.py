@@ -27,7 +27,7 @@ def child_env(context: StepContext, action: Any) -> dict[str, str]:
     if context.lane is not None:
         env["ADE_LANE_NAME"] = context.lane.name
         env["ADE_LANE_BRANCH"] = context.lane.branch
-    env.update(action.env)
+    env.update(getattr(action, "env", {}))  # an agent step has no env of its own
     return env
 
 

@@ -1,10 +1,12 @@
-"""A claimed run of an `agent-session` rule: build the session from the rule and its trigger,
-run the tool loop (`session.run_session`), and turn its outcome into the run's result.
+"""The `agent-session` step: build a session from the step and its run, run the tool loop
+(`session.run_session`, or a CLI agent), and turn its outcome into the step's outcome.
 
-Everything the session does is persisted as run events before the next model call, so a
-redelivered or approved run resumes from its transcript. A tool call the policy answers with
-`ask` parks the run in `waiting` with an approval naming the call: no worker waits for a human.
-Approving re-queues the run and the call runs; declining re-queues it and the agent is told.
+A rule whose execution is an agent session runs as a chain of this one step (`session`), so
+a session and a chain's agent step share lanes, approvals, publishing and the review queue.
+Everything the session does is persisted as run events (tagged with the step's id) before the
+next model call, so a redelivered or answered run resumes from its transcript. A tool call the
+policy answers with `ask` ends the step as `waiting`: the runner parks the run on a pending
+input naming the call, and no worker waits for a human.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from ade_tasks.agents.policy import READ_ONLY_TOOLS, Policy, exposed_tools
@@ -23,11 +25,14 @@ from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
-from ade_tasks.rules.models import AgentExecution, Rule
-from ade_tasks.secrets import Masker
+from ade_tasks.db.schema import StepStatus, utcnow
+from ade_tasks.errors import AdeError
+from ade_tasks.rules.models import AgentSession, AgentSessionStep, Rule
 from ade_tasks.settings import Settings
-from ade_workers.actions import StepOutcome
+from ade_tasks.templating import TemplateError
+from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.run_command import child_env
+from ade_workers.agents.cli_session import run_cli_session
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
@@ -35,11 +40,12 @@ from ade_workers.agents.tools import ToolContext
 
 log = logging.getLogger(__name__)
 
-HTTP_PROVIDERS = ("openai", "anthropic")
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
 }
+#: CLI agents and the executable each is found as when settings name none.
+CLI_BINARIES = {"claude-code": "claude", "codex": "codex"}
 DEFAULT_SYSTEM = (
     "You are an automation agent of ADE Tasks working in a git worktree. Use only the tools "
     "you are given; paths are relative to the worktree. When you are done, call `report` once "
@@ -47,182 +53,231 @@ DEFAULT_SYSTEM = (
 )
 #: Approvals of tool calls use step indexes from here on (below are the chain's gates).
 TOOL_APPROVAL_BASE = 10_000
+#: Events of a rule-level session carry no step id (they were recorded before chains had
+#: agent steps); they belong to its one step.
+SESSION_STEP = "session"
+
+Record = Callable[[str, dict[str, Any]], None]
 
 
-@dataclass(frozen=True)
-class AgentResult:
-    """What the runner records for a finished (or parked) session."""
-
-    status: RunStatus | None  # None: parked in `waiting`
-    error: str | None
-    step: StepOutcome
-    findings: list[dict[str, Any]]
-    turns: int
-    pending: dict[str, Any] | None = None  # the tool call a parked session waits on
-
-
-def provider_for(
-    execution: AgentExecution, settings: Settings
-) -> OpenAIProvider | AnthropicProvider:
-    """The HTTP provider a rule names, with the endpoint and key from settings."""
-    configured = settings.providers.get(execution.provider)
-    base_url = (configured.base_url if configured else None) or DEFAULT_BASE_URLS[
-        execution.provider
-    ]
+def provider_for(session: AgentSession, settings: Settings) -> OpenAIProvider | AnthropicProvider:
+    """The HTTP provider a session names, with the endpoint and key from settings."""
+    configured = settings.provider(session.provider)
+    base_url = (configured.base_url if configured else None) or DEFAULT_BASE_URLS[session.provider]
     key = configured.api_key.get_secret_value() if configured and configured.api_key else None
-    if execution.provider == "anthropic":
+    if session.provider == "anthropic":
         return AnthropicProvider(base_url=base_url, api_key=key)
     return OpenAIProvider(base_url=base_url, api_key=key)
 
 
-def run_agent(
-    session_factory: SessionFactory,
-    settings: Settings,
-    *,
-    run_id: str,
-    rule: Rule,
-    worktree: Path,
-    env: dict[str, str],
-    deadline: float,
-    should_stop: Callable[[], bool],
-    template_context: Any,
-) -> AgentResult:
-    """Run (or resume) the rule's agent session for this run."""
-    execution = rule.execution
-    assert isinstance(execution, AgentExecution)
-    policy = Policy.from_rule(execution.policy)
-    tools = exposed_tools(list(execution.tool_palette), execution.permission_mode, policy)
-    prompt = render_prompt(execution.prompt, template_context, f"rule {rule.id!r} prompt")
-    narrowed = prompt.tainted and execution.untrusted_input != "allow"
+def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome:
+    """Run (or resume) the step's agent session in the step's worktree."""
+    sessions, settings, template = context.sessions, context.settings, context.template
+    assert sessions is not None and settings is not None and template is not None
+    try:
+        prompt = render_prompt(action.prompt, template, f"step {action.id!r} prompt")
+        limits = _limits(sessions, settings, context.rule, action, context)
+    except (AdeError, TemplateError) as exc:
+        return StepOutcome(StepStatus.FAILED, error=exc.message)
+    policy = Policy.from_rule(action.policy)
+    tools = exposed_tools(list(action.tool_palette), action.permission_mode, policy)
+    narrowed = prompt.tainted and action.untrusted_input != "allow"
     if narrowed:
         tools = [t for t in tools if t in READ_ONLY_TOOLS or t == "report"]
-    with session_factory() as session:
-        history = runs_db.events_of(session, run_id, "agent.")
-        approved, declined = approvals_db.tool_decisions(session, run_id)
-    record = _recorder(session_factory, run_id)
+    with sessions() as session:
+        history = [
+            (kind, data)
+            for kind, data in runs_db.events_of(session, context.run_id, "agent.")
+            if data.get("step", SESSION_STEP) == action.id
+        ]
+        decisions = approvals_db.tool_decisions(session, context.run_id)
+    record = _recorder(sessions, context.run_id, action.id)
     if not history and prompt.tainted:
         record("agent.tainted", {"reasons": list(prompt.reasons), "tools_narrowed": narrowed})
-    limits = SessionLimits(
-        max_turns=execution.max_turns,
-        max_tokens=_tokens_left(session_factory, rule),
-        deadline=deadline,
-    )
     tool_ctx = ToolContext(
-        worktree=worktree,
-        env=env,
-        masker=Masker.none(),
-        kill_grace=settings.kill_grace_seconds,
-        should_stop=should_stop,
-        time_left=lambda: deadline - time.monotonic(),
+        worktree=context.root,
+        env=child_env(context, action),
+        masker=context.masker,
+        kill_grace=context.kill_grace,
+        should_stop=context.should_stop,
+        time_left=lambda: limits.deadline - time.monotonic(),
     )
-    # One HTTP client per session; closing it releases its connections.
-    with closing(provider_for(execution, settings)) as provider:
-        outcome = run_session(
-            provider,
-            model=execution.model,
-            max_tokens_per_turn=execution.max_tokens_per_turn,
-            system=_system(execution, tools),
-            prompt=prompt.text,
-            tools=tools,
-            policy=policy,
-            tool_ctx=tool_ctx,
-            limits=limits,
-            history=history,
-            record=record,
-            approved=approved,
-            declined=declined,
-        )
-    _charge(session_factory, rule, outcome, history)
-    return _result(outcome, prompt.reasons if narrowed else ())
+    if action.provider in CLI_BINARIES:
+        outcome = _cli_session(action, settings, prompt.text, tool_ctx, limits, record)
+    else:
+        # One HTTP client per session; closing it releases its connections.
+        with closing(provider_for(action, settings)) as provider:
+            outcome = run_session(
+                provider,
+                model=action.model,
+                max_tokens_per_turn=action.max_tokens_per_turn,
+                system=_system(action, tools),
+                prompt=prompt.text,
+                tools=tools,
+                policy=policy,
+                tool_ctx=tool_ctx,
+                limits=limits,
+                history=history,
+                record=record,
+                decisions=decisions,
+            )
+    _charge(sessions, context.rule, outcome, history, limits)
+    return _step_outcome(outcome, action, prompt.reasons if narrowed else ())
 
 
 def park_for_tool(
     session_factory: SessionFactory, run_id: str, worker: str, pending: dict[str, Any]
 ) -> bool:
-    """Park the run until an operator decides on the pending tool call."""
+    """Park the run on a pending input for the tool call; False if the run was not ours."""
     reason = (
         f"the agent wants to call {pending['tool']} ({pending.get('reason', 'policy: ask')}); "
-        f"approve or reject it with `ade-tasks runs approve|reject {run_id}`"
+        f"answer it with `ade-tasks inputs answer <id> accept|accept_for_session|decline|cancel`"
+    )
+    timeout = pending.get("timeout_min")
+    call = approvals_db.ToolCall(
+        call_id=str(pending["tool_call_id"]),
+        tool=str(pending["tool"]),
+        arguments=dict(pending.get("arguments") or {}),
+        expires_at=utcnow() + timedelta(minutes=timeout) if timeout else None,
     )
     with session_factory.begin() as session:
         count = len(approvals_db.approvals_of(session, run_id))
         return approvals_db.wait_for_approval(
-            session,
-            run_id,
-            worker,
-            TOOL_APPROVAL_BASE + count,
-            reason,
-            tool_call_id=str(pending["tool_call_id"]),
+            session, run_id, worker, TOOL_APPROVAL_BASE + count, reason, call
         )
 
 
-def _recorder(
-    session_factory: SessionFactory, run_id: str
-) -> Callable[[str, dict[str, Any]], None]:
+def _cli_session(
+    action: AgentSessionStep,
+    settings: Settings,
+    prompt: str,
+    tool_ctx: ToolContext,
+    limits: SessionLimits,
+    record: Record,
+) -> SessionOutcome:
+    """A headless CLI agent session; it starts afresh when a run is resumed (the CLI keeps
+    no transcript the engine could continue)."""
+    configured = settings.provider(action.provider)
+    ran = run_cli_session(
+        action,
+        binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
+        prompt=prompt,
+        system=action.system,
+        worktree=tool_ctx.worktree,
+        env=tool_ctx.env,
+        deadline=limits.deadline,
+        should_stop=tool_ctx.should_stop,
+        kill_grace=tool_ctx.kill_grace,
+        record=record,
+        masker=tool_ctx.masker,
+    )
+    outcome = ran.outcome
+    if ran.cost_usd is not None:  # Claude Code reports its cost; else the price table's
+        return replace(outcome, cost_usd=ran.cost_usd)
+    return replace(outcome, cost_usd=limits.cost(outcome.input_tokens, outcome.output_tokens))
+
+
+def _recorder(session_factory: SessionFactory, run_id: str, step_id: str) -> Record:
     def record(kind: str, data: dict[str, Any]) -> None:
         with session_factory.begin() as session:
-            runs_db.append_event(session, run_id, kind, data)
+            runs_db.append_event(session, run_id, kind, {**data, "step": step_id})
 
     return record
 
 
-def _system(execution: AgentExecution, tools: list[str]) -> str:
+def _system(action: AgentSession, tools: list[str]) -> str:
     described = f"Tools available in this session: {', '.join(tools) or 'none'}."
-    if execution.system and execution.system_mode == "replace":
-        return f"{execution.system}\n\n{described}"
-    extra = f"\n\n{execution.system}" if execution.system else ""
+    if action.system and action.system_mode == "replace":
+        return f"{action.system}\n\n{described}"
+    extra = f"\n\n{action.system}" if action.system else ""
     return f"{DEFAULT_SYSTEM}{extra}\n\n{described}"
 
 
-def _tokens_left(session_factory: SessionFactory, rule: Rule) -> int | None:
-    cap = rule.guardrails.budget.tokens_per_day
-    if cap is None:
-        return None
-    with session_factory() as session:
-        used = usage_db.usage_on(session, usage_db.day_of(utcnow()), rule.billing_code).tokens
-    return max(0, cap - used)
+def _limits(
+    sessions: SessionFactory,
+    settings: Settings,
+    rule: Rule,
+    action: AgentSessionStep,
+    context: StepContext,
+) -> SessionLimits:
+    """The session's own limits, tightened by what the rule's daily budget has left."""
+    budget = rule.guardrails.budget
+    max_tokens, max_cost = action.max_tokens, action.max_cost_usd
+    if budget.tokens_per_day is not None or budget.cost_per_day_usd is not None:
+        with sessions() as session:
+            used = usage_db.usage_on(session, usage_db.day_of(utcnow()), rule.billing_code)
+        if budget.tokens_per_day is not None:
+            left = max(0, budget.tokens_per_day - used.tokens)
+            max_tokens = left if max_tokens is None else min(max_tokens, left)
+        if budget.cost_per_day_usd is not None:
+            left_usd = max(0.0, budget.cost_per_day_usd - used.cost_usd)
+            max_cost = left_usd if max_cost is None else min(max_cost, left_usd)
+    price = settings.model_prices.get(action.model)
+    if max_cost is not None and price is None:
+        raise AdeError(
+            f"rule {rule.id!r} has a cost budget, but model {action.model!r} has no price; add "
+            f'it to ADE_MODEL_PRICES, e.g. {{"{action.model}": {{"input_usd_per_mtok": 3, '
+            '"output_usd_per_mtok": 15}}'
+        )
+    return SessionLimits(
+        max_turns=action.max_turns,
+        max_tokens=max_tokens,
+        deadline=time.monotonic() + min(context.time_left(), action.timeout_sec),
+        max_cost_usd=max_cost,
+        price=price,
+    )
 
 
 def _charge(
-    session_factory: SessionFactory,
+    sessions: SessionFactory,
     rule: Rule,
     outcome: SessionOutcome,
     history: list[tuple[str, dict[str, Any]]],
+    limits: SessionLimits,
 ) -> None:
-    """Charge the tokens this attempt spent to the rule's billing code."""
-    earlier = sum(
-        int(data.get("usage", {}).get("input_tokens", 0))
-        + int(data.get("usage", {}).get("output_tokens", 0))
-        for kind, data in history
-        if kind == "agent.model_turn"
-    )
-    spent = outcome.input_tokens + outcome.output_tokens - earlier
-    if spent > 0:
-        with session_factory.begin() as session:
-            usage_db.add_usage(session, rule.billing_code, usage_db.day_of(utcnow()), tokens=spent)
+    """Charge what this attempt spent (not what earlier attempts did) to the billing code."""
+    earlier_in = earlier_out = 0
+    for kind, data in history:
+        if kind == "agent.model_turn":
+            earlier_in += int(data.get("usage", {}).get("input_tokens", 0))
+            earlier_out += int(data.get("usage", {}).get("output_tokens", 0))
+    spent_in = outcome.input_tokens - earlier_in
+    spent_out = outcome.output_tokens - earlier_out
+    if spent_in + spent_out <= 0:
+        return
+    cost = (outcome.cost_usd or 0.0) - (limits.cost(earlier_in, earlier_out) or 0.0)
+    with sessions.begin() as session:
+        usage_db.add_usage(
+            session,
+            rule.billing_code,
+            usage_db.day_of(utcnow()),
+            tokens=spent_in + spent_out,
+            cost_usd=max(0.0, cost),
+        )
 
 
-def _result(outcome: SessionOutcome, narrowed: tuple[str, ...]) -> AgentResult:
-    result = {
+STEP_STATUS = {
+    "completed": StepStatus.SUCCEEDED,
+    "timed_out": StepStatus.TIMED_OUT,
+    "waiting": StepStatus.WAITING,
+}
+
+
+def _step_outcome(
+    outcome: SessionOutcome, action: AgentSessionStep, narrowed: tuple[str, ...]
+) -> StepOutcome:
+    result: dict[str, Any] = {
+        "session_status": outcome.status,
         "turns": outcome.turns,
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
+        "cost_usd": outcome.cost_usd,
         "findings": outcome.findings,
         "confidence": outcome.confidence,
         "narrowed_by_untrusted_input": list(narrowed),
     }
-    status_of = {
-        "completed": RunStatus.SUCCEEDED,
-        "timed_out": RunStatus.TIMED_OUT,
-        "waiting": None,
-    }
-    status = status_of.get(outcome.status, RunStatus.FAILED)
-    error = None if outcome.status == "completed" else (outcome.error or outcome.status)
-    step_status = {
-        RunStatus.SUCCEEDED: StepStatus.SUCCEEDED,
-        RunStatus.TIMED_OUT: StepStatus.TIMED_OUT,
-    }.get(status or RunStatus.FAILED, StepStatus.FAILED)
-    if outcome.status == "waiting":
-        step_status = StepStatus.RUNNING
-    step = StepOutcome(step_status, output=outcome.summary, result=result, error=error)
-    return AgentResult(status, error, step, outcome.findings, outcome.turns, outcome.pending)
+    if outcome.pending is not None:
+        result["pending"] = {**outcome.pending, "timeout_min": action.approval_timeout_min}
+    status = STEP_STATUS.get(outcome.status, StepStatus.FAILED)
+    error = None if status is StepStatus.SUCCEEDED else (outcome.error or outcome.status)
+    return StepOutcome(status, output=outcome.summary, result=result, error=error)

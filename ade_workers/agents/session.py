@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ade_tasks.agents.policy import COMMAND_TOOLS, WRITE_TOOLS, Policy, decide
+from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.settings import ModelPrice
 from ade_workers.agents.providers import (
     Message,
     ModelProvider,
@@ -28,18 +30,27 @@ from ade_workers.agents.tools import TOOL_SPECS, ToolContext, ToolResult, run_to
 TOOL_RESULT_CAP = 20_000
 """Characters of one tool result the model sees and the transcript keeps."""
 
-SessionStatus = Literal["completed", "max_turns", "token_budget", "timed_out", "failed", "waiting"]
+SessionStatus = Literal[
+    "completed", "max_turns", "token_budget", "cost_budget", "timed_out", "failed", "waiting"
+]
 Record = Callable[[str, dict[str, Any]], None]
 DECLINED = "declined by an operator"
+NO_DECISIONS = ToolDecisions(frozenset(), frozenset(), frozenset())
 
 
 @dataclass(frozen=True)
 class SessionLimits:
-    """What one session may spend: model calls, tokens, and wall-clock time."""
+    """What one session may spend: model calls, tokens, dollars and wall-clock time."""
 
     max_turns: int
     max_tokens: int | None
     deadline: float
+    max_cost_usd: float | None = None
+    price: ModelPrice | None = None  # needed to count cost
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """What this many tokens cost (None: the model has no price)."""
+        return None if self.price is None else self.price.cost(input_tokens, output_tokens)
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class SessionOutcome:
     turns: int
     error: str | None
     pending: dict[str, Any] | None
+    cost_usd: float | None = None
 
 
 @dataclass
@@ -85,8 +97,7 @@ def run_session(
     limits: SessionLimits,
     history: list[tuple[str, dict[str, Any]]],
     record: Record,
-    approved: frozenset[str] = frozenset(),
-    declined: frozenset[str] = frozenset(),
+    decisions: ToolDecisions = NO_DECISIONS,
 ) -> SessionOutcome:
     """Run, or continue from `history`, the tool loop until the model finishes or a limit hits."""
     state = _replay(system, prompt, history)
@@ -106,14 +117,14 @@ def run_session(
         for call in state.last_calls or []:
             if call["id"] in state.done:
                 continue
-            pending = _settle(call, state, tools, policy, tool_ctx, record, approved, declined)
+            pending = _settle(call, state, tools, policy, tool_ctx, record, decisions)
             if pending is not None:
-                return _outcome(state, tool_ctx, "waiting", pending["reason"], pending)
+                return _outcome(state, limits, tool_ctx, "waiting", pending["reason"], pending)
         if tool_ctx.report is not None or state.last_calls == []:
-            return _outcome(state, tool_ctx, "completed", None)
+            return _outcome(state, limits, tool_ctx, "completed", None)
         stop = _over_budget(state, limits)
         if stop is not None:
-            return _outcome(state, tool_ctx, *stop)
+            return _outcome(state, limits, tool_ctx, *stop)
         try:
             turn = provider.complete(
                 state.messages,
@@ -125,8 +136,8 @@ def run_session(
         except (ProviderError, ProviderUnavailableError) as exc:
             if time.monotonic() >= limits.deadline:
                 why = f"the session's deadline passed during a model call: {exc.message}"
-                return _outcome(state, tool_ctx, "timed_out", why)
-            return _outcome(state, tool_ctx, "failed", exc.message)
+                return _outcome(state, limits, tool_ctx, "timed_out", why)
+            return _outcome(state, limits, tool_ctx, "failed", exc.message)
         data: dict[str, Any] = {
             "text": turn.text,
             "tool_calls": [
@@ -208,8 +219,7 @@ def _settle(
     policy: Policy,
     ctx: ToolContext,
     record: Record,
-    approved: frozenset[str],
-    declined: frozenset[str],
+    decisions: ToolDecisions,
 ) -> dict[str, Any] | None:
     """Run or refuse one call and record its result; the approval request when one is needed."""
     call_id, name, arguments = call["id"], call["name"], call["arguments"]
@@ -227,9 +237,13 @@ def _settle(
             reason = f"refused: {decision.reason}"
             record("agent.refused", {"tool_call_id": call_id, "tool": name, "reason": reason})
             result = ToolResult(False, reason)
-        elif decision.verdict == "ask" and call_id in declined:
+        elif decision.verdict == "ask" and call_id in decisions.declined:
             result = ToolResult(False, f"{name} was {DECLINED}; do not call it again this way")
-        elif decision.verdict == "ask" and call_id not in approved:
+        elif (
+            decision.verdict == "ask"
+            and call_id not in decisions.approved
+            and name not in decisions.tools_for_session
+        ):
             pending = {
                 "tool_call_id": call_id,
                 "tool": name,
@@ -280,6 +294,12 @@ def _over_budget(state: _State, limits: SessionLimits) -> tuple[SessionStatus, s
     spent = state.input_tokens + state.output_tokens
     if limits.max_tokens is not None and spent > limits.max_tokens:
         return "token_budget", f"spent {spent} tokens, over the budget of {limits.max_tokens}"
+    cost = limits.cost(state.input_tokens, state.output_tokens)
+    if limits.max_cost_usd is not None and cost is not None and cost > limits.max_cost_usd:
+        return (
+            "cost_budget",
+            f"spent ${cost:.4f}, over the budget of ${limits.max_cost_usd:g}",
+        )
     if time.monotonic() >= limits.deadline:
         return "timed_out", f"the session's deadline passed after {state.turns} model turns"
     return None
@@ -287,6 +307,7 @@ def _over_budget(state: _State, limits: SessionLimits) -> tuple[SessionStatus, s
 
 def _outcome(
     state: _State,
+    limits: SessionLimits,
     ctx: ToolContext,
     status: SessionStatus,
     error: str | None,
@@ -303,4 +324,5 @@ def _outcome(
         turns=state.turns,
         error=error,
         pending=pending,
+        cost_usd=limits.cost(state.input_tokens, state.output_tokens),
     )

@@ -17,10 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 
+from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.schema import Role
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery_app import CelerySender, create_celery_app
@@ -166,7 +169,12 @@ class Cluster:
         argv = [str(BIN / "ade-tasks"), "api", "--port", str(port), "--no-sync-rules"]
         child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"api-{port}.log", self.tmp)
         self.children.append(child)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        token = self.env["ADE_API_TOKEN"]
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            timeout=10,
+            headers={"Authorization": f"Bearer {token}"},
+        )
         wait_until(
             lambda: client.get("/healthz").status_code == 200, 30, f"the API (log: {child.log})"
         )
@@ -195,7 +203,11 @@ def cluster(database_url: str, redis_url: str, project: Path, tmp_path: Path) ->
         recovery_interval_seconds=1,
     )
     engine = create_db_engine(database_url)
-    cluster = Cluster(settings, child_env(values), tmp_path, create_session_factory(engine), [])
+    session_factory = create_session_factory(engine)
+    with session_factory.begin() as session:  # the CLI and test clients call as an admin
+        _, values["ADE_API_TOKEN"] = tokens_db.create_token(session, "tests", Role.ADMIN, "tests")
+    settings = settings.model_copy(update={"api_token": SecretStr(values["ADE_API_TOKEN"])})
+    cluster = Cluster(settings, child_env(values), tmp_path, session_factory, [])
     yield cluster
     for child in cluster.children:
         child.stop()

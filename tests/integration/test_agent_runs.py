@@ -6,19 +6,24 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from ade_tasks.approvals import decide_run
+from ade_tasks.approvals import answer_input, decide_run, expire_inputs
+from ade_tasks.db import approvals as approvals_db
+from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.db.schema import QueueStatus, RunStatus
+from ade_tasks.db.schema import Answer, ApprovalRow, QueueStatus, RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
-from ade_tasks.settings import ProviderSettings
+from ade_tasks.errors import ConflictError
+from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 from tests.git_project import make_git_project, make_runner_config
@@ -214,3 +219,214 @@ def test_a_prompt_naming_a_field_the_trigger_lacks_fails_the_run_clearly(
     assert status == RunStatus.FAILED
     assert "unknown variable trigger.body" in (run.error or "")
     assert llm.requests == []  # no model call was made
+
+
+def _pending_input(session_factory: SessionFactory, run_id: str) -> ApprovalRow:
+    with session_factory() as session:
+        (row,) = [a for a in approvals_db.approvals_of(session, run_id) if a.status == "pending"]
+        session.expunge(row)
+    return row
+
+
+def test_accept_for_session_lets_later_calls_of_that_tool_run_without_asking(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(rules_dir, session_factory, "policy: {fallback: ask}\n  permission_mode: edit")
+    llm.script(
+        tool_calls(("call_1", "write_file", {"path": "a.txt", "content": "a"})),
+        tool_calls(("call_2", "write_file", {"path": "b.txt", "content": "b"})),
+        text("wrote both"),
+    )
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+    assert execute_run(session_factory, config, run_id, "w1") == RunStatus.WAITING
+    pending = _pending_input(session_factory, run_id)
+    assert (pending.tool, pending.arguments) == ("write_file", {"path": "a.txt", "content": "a"})
+
+    sender = InMemorySender()
+    answer_input(session_factory, sender, pending.id, Answer.ACCEPT_FOR_SESSION, by="alice")
+    status = execute_run(session_factory, config, run_id, "w2")
+
+    run, _ = run_of(session_factory, run_id)
+    root = config.settings.project_root("default")
+    assert status == RunStatus.SUCCEEDED, run.error
+    assert (root / "a.txt").read_text() == "a" and (root / "b.txt").read_text() == "b"
+    assert [s[0] for s in sender.sent] == [run_id]  # the answer re-sent the run
+    with session_factory() as session:
+        answers = [(a.tool, a.answer) for a in approvals_db.approvals_of(session, run_id)]
+    assert answers == [("write_file", "accept_for_session")]  # call_2 never asked
+
+
+def test_cancel_ends_the_run_and_a_second_answer_is_not_pending(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(rules_dir, session_factory, "policy: {fallback: ask}\n  permission_mode: edit")
+    llm.script(tool_calls(("call_1", "write_file", {"path": "a.txt", "content": "a"})))
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+    execute_run(session_factory, config, run_id, "w1")
+    pending = _pending_input(session_factory, run_id)
+
+    _, run = answer_input(
+        session_factory, InMemorySender(), pending.id, Answer.CANCEL, by="bob", note="not now"
+    )
+
+    assert run.status == RunStatus.CANCELLED and run.error == "cancelled by bob: not now"
+    with pytest.raises(ConflictError, match=f"input {pending.id} is not pending.*cancel by bob"):
+        answer_input(session_factory, InMemorySender(), pending.id, Answer.ACCEPT, by="carol")
+    assert not (config.settings.project_root("default") / "a.txt").exists()
+
+
+def test_an_unanswered_call_is_declined_when_its_approval_timeout_passes(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(
+        rules_dir, session_factory,
+        "policy: {fallback: ask}\n  permission_mode: edit\n  approval_timeout_min: 30",
+    )  # fmt: skip
+    llm.script(
+        tool_calls(("call_1", "write_file", {"path": "a.txt", "content": "a"})),
+        text("understood, not writing"),
+    )
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+    execute_run(session_factory, config, run_id, "w1")
+    sender = InMemorySender()
+
+    assert expire_inputs(session_factory, sender, utcnow() + timedelta(minutes=29)) == []
+    assert expire_inputs(session_factory, sender, utcnow() + timedelta(minutes=31)) == [run_id]
+    status = execute_run(session_factory, config, run_id, "w2")
+
+    run, events = run_of(session_factory, run_id)
+    assert status == RunStatus.SUCCEEDED, run.error
+    assert not (config.settings.project_root("default") / "a.txt").exists()
+    (result,) = [data for kind, data in events if kind == "agent.tool_result"]
+    assert result["is_error"] and "declined by an operator" in result["content"]
+    with session_factory() as session:
+        (decided,) = approvals_db.approvals_of(session, run_id)
+    assert (decided.answer, decided.decided_by) == ("decline", "approval-timeout")
+
+
+def test_a_cost_budget_stops_the_session_and_keeps_its_transcript(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    # Each recorded turn is 82 + 17 tokens: $0.99 at $10,000 per million tokens.
+    price = ModelPrice(input_usd_per_mtok=10_000, output_usd_per_mtok=10_000)
+    settings = config.settings.model_copy(update={"model_prices": {"gpt-4o-mini": price}})
+    config = RunnerConfig(settings, config.executors, config.base_env)
+    agent_rule(rules_dir, session_factory, "max_cost_usd: 1.5")
+    llm.script(
+        tool_calls(("call_1", "list_dir", {"path": "."})),
+        tool_calls(("call_2", "read_file", {"path": "src/app.py"})),
+    )
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+
+    status = execute_run(session_factory, config, run_id, "w1")
+
+    run, events = run_of(session_factory, run_id)
+    assert status == RunStatus.FAILED
+    assert "spent $1.9800, over the budget of $1.5" in (run.error or "")
+    assert [kind for kind, _ in events].count("agent.tool_result") == 2  # transcript kept
+    assert len(llm.requests) == 2
+    with session_factory() as session:
+        used = usage_db.usage_on(session, usage_db.day_of(utcnow()), "auto:reviewer")
+    assert used.tokens == 198 and used.cost_usd == pytest.approx(1.98)
+
+
+def test_a_rule_without_a_price_for_its_model_cannot_hold_a_cost_budget(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(rules_dir, session_factory, "max_cost_usd: 1.5")
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+
+    assert execute_run(session_factory, config, run_id, "w1") == RunStatus.FAILED
+
+    run, _ = run_of(session_factory, run_id)
+    assert "model 'gpt-4o-mini' has no price; add it to ADE_MODEL_PRICES" in (run.error or "")
+    assert llm.requests == []
+
+
+def test_an_agent_step_in_a_chain_sees_earlier_steps_and_works_in_the_runs_lane(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    add_rule(session_factory, rules_dir, "fixer", """
+id: fixer
+triggers: [{type: manual}]
+execution:
+  kind: built-in
+  actions:
+    - {id: lane, type: create-lane, name: fix}
+    - {id: failing, type: run-command, command: "echo 'test_app failed: expected 2'"}
+    - id: agent
+      type: agent-session
+      provider: openai
+      model: gpt-4o-mini
+      permission_mode: edit
+      policy: {allowed_tools: [read_file, write_file]}
+      prompt: "Fix this failure: {{steps.failing.output}}"
+    - {id: after, type: run-command, command: "cat fix.txt; echo ' / {{steps.agent.output}}'"}
+""")  # fmt: skip
+    llm.script(
+        tool_calls(("call_1", "write_file", {"path": "fix.txt", "content": "fixed"})),
+        text("wrote the fix"),
+    )
+    run_id = dispatch(session_factory, InMemorySender(), "fixer", TriggerEvent.manual()).run.id
+
+    status = execute_run(session_factory, config, run_id, "w1")
+
+    run, events = run_of(session_factory, run_id)
+    assert status == RunStatus.SUCCEEDED, run.error
+    assert run.queue == "ade.agent"  # a chain with an agent step goes to the agent queue
+    prompt = llm.requests[0].json["messages"][-1]["content"]
+    assert "test_app failed: expected 2" in prompt
+    with session_factory() as session:
+        steps = {s.step_id: s for s in runs_db.list_steps(session, run_id)}
+        (lane,) = lanes_db.list_lanes(session, None)
+    assert not (config.settings.project_root("default") / "fix.txt").exists()
+    assert (Path(lane.path) / "fix.txt").read_text() == "fixed"  # the lane's worktree
+    assert steps["after"].output.strip() == "fixed / wrote the fix"
+    assert steps["agent"].result["turns"] == 2
+    assert {data["step"] for _, data in events} == {"agent"}
+
+
+def test_a_claude_code_rule_runs_the_cli_and_records_its_capability_report(
+    session_factory: SessionFactory,
+    rules_dir: Path,
+    config: RunnerConfig,
+    tmp_path: Path,
+) -> None:
+    fake = Path(__file__).parents[1] / "fake_cli" / "claude"
+    stream = Path(__file__).parents[1] / "fixtures/agents/claude-code/stream-json.tool-use.jsonl"
+    providers = {"claude-code": ProviderSettings(binary=str(fake))}
+    settings = config.settings.model_copy(
+        update={
+            "providers": providers,
+            "command_env_allowlist": (*config.settings.command_env_allowlist, "FAKE_CLI_STREAM"),
+        }
+    )
+    env = {**config.base_env, "FAKE_CLI_STREAM": str(stream)}
+    config = RunnerConfig(settings, config.executors, env)
+    add_rule(session_factory, rules_dir, "cli", """
+id: cli
+triggers: [{type: manual}]
+execution:
+  kind: agent-session
+  provider: claude-code
+  model: claude-sonnet-4-5
+  policy: {fallback: ask}
+  prompt: Summarise the project.
+""")  # fmt: skip
+    run_id = dispatch(session_factory, InMemorySender(), "cli", TriggerEvent.manual()).run.id
+
+    status = execute_run(session_factory, config, run_id, "w1")
+
+    run, events = run_of(session_factory, run_id)
+    assert status == RunStatus.SUCCEEDED, run.error
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "agent.capabilities" and "agent.cli_result" in kinds
+    (report,) = [data for kind, data in events if kind == "agent.capabilities"]
+    fallback = [i for i in report["items"] if i["aspect"] == "fallback"]
+    assert fallback[0]["support"] == "unsupported"  # `ask` cannot be honoured headless
+    (result,) = [data for kind, data in events if kind == "agent.cli_result"]
+    with session_factory() as session:
+        (step,) = runs_db.list_steps(session, run_id)
+        used = usage_db.usage_on(session, usage_db.day_of(utcnow()), "auto:cli")
+    assert step.result["cost_usd"] == result["cost_usd"] and result["cost_usd"] > 0
+    assert used.cost_usd == pytest.approx(result["cost_usd"])

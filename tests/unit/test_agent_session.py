@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ade_tasks.agents.policy import Policy
+from ade_tasks.db.approvals import ToolDecisions
 from ade_workers.agents.providers import (
     Message,
     ModelTurn,
@@ -102,6 +103,7 @@ def session(
     limits: SessionLimits | None = None,
     approved: frozenset[str] = frozenset(),
     declined: frozenset[str] = frozenset(),
+    tools_for_session: frozenset[str] = frozenset(),
 ) -> SessionOutcome:
     history = list(transcript.events)
     return run_session(
@@ -116,8 +118,7 @@ def session(
         limits=limits or SessionLimits(max_turns=10, max_tokens=None, deadline=_in(60)),
         history=history,
         record=transcript,
-        approved=approved,
-        declined=declined,
+        decisions=ToolDecisions(approved, declined, tools_for_session),
     )
 
 

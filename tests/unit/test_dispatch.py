@@ -158,21 +158,6 @@ def test_run_history_pages_newest_first_with_a_cursor(
     assert seen == list(reversed(ids))
 
 
-def test_rules_whose_execution_kind_cannot_run_yet_are_refused(
-    session_factory: SessionFactory, sender: InMemorySender, rules_dir: Path
-) -> None:
-    add_rule(
-        session_factory,
-        rules_dir,
-        "agent",
-        "id: agent\ntriggers: [{type: manual}]\n"
-        "execution: {kind: agent-session, provider: codex, model: m, prompt: p}\n",
-    )
-    with pytest.raises(AdmissionError, match="provider 'codex', a CLI agent"):
-        dispatch(session_factory, sender, "agent", TriggerEvent.manual())
-    assert sender.sent == []
-
-
 def test_a_batch_dispatches_each_trigger_as_dispatch_would_one_result_each(
     session_factory: SessionFactory, sender: InMemorySender, rules_dir: Path, rules: None
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
-from ade_tasks.settings import Settings
+from ade_tasks.settings import ProviderSettings, Settings
 from ade_workers.actions import registry
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
@@ -188,9 +189,12 @@ execution:
     assert (project / "count").read_text() == "x\n"
 
 
-def test_a_rule_edited_into_an_agent_rule_after_dispatch_fails_clearly(
-    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+def test_a_rule_edited_into_a_cli_agent_rule_whose_cli_is_missing_fails_clearly(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, tmp_path: Path
 ) -> None:
+    missing = str(tmp_path / "no-such-claude")
+    providers = {"claude-code": ProviderSettings(binary=missing)}
+    config = replace(config, settings=config.settings.model_copy(update={"providers": providers}))
     header = "id: r\ntriggers: [{type: manual}]\n"
     add_rule(
         session_factory,
@@ -209,4 +213,4 @@ def test_a_rule_edited_into_an_agent_rule_after_dispatch_fails_clearly(
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.FAILED
-    assert "provider 'claude-code', a CLI agent" in (run.error or "")
+    assert f"claude-code is not installed: `{missing}` not found" in (run.error or "")

@@ -53,3 +53,26 @@ def test_a_placeholder_github_secret_is_refused() -> None:
         ValidationError, match="ADE_GITHUB__WEBHOOK_SECRET still holds the CHANGE_ME"
     ):
         Settings(github={"webhook_secret": "CHANGE_ME"})
+
+
+def test_cli_providers_and_model_prices_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ADE_PROVIDERS__CLAUDE_CODE__BINARY", "/opt/claude/bin/claude")
+    prices = '{"gpt-4.1": {"input_usd_per_mtok": 2, "output_usd_per_mtok": 8}}'
+    monkeypatch.setenv("ADE_MODEL_PRICES", prices)
+
+    settings = Settings()
+
+    configured = settings.provider("claude-code")
+    assert configured is not None and configured.binary == "/opt/claude/bin/claude"
+    assert settings.provider("codex") is None
+    assert settings.model_prices["gpt-4.1"].cost(1_000_000, 500_000) == 6.0
+
+
+def test_a_negative_model_price_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "ADE_MODEL_PRICES", '{"m": {"input_usd_per_mtok": -1, "output_usd_per_mtok": 1}}'
+    )
+    with pytest.raises(ValidationError, match="input_usd_per_mtok"):
+        Settings()

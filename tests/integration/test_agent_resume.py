@@ -1,0 +1,104 @@
+"""A worker SIGKILLed mid-session: the recovery sweep queues the session again and the next
+worker continues it from its recorded events, without repeating the tool call it had finished.
+
+Real parts: PostgreSQL, Redis, `celery worker` processes, `ade-tasks beat` driving the sweep,
+and a scripted OpenAI-compatible model server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.db import runs as runs_db
+from ade_tasks.dispatch import TriggerEvent, dispatch
+from tests.conftest import write_rule
+from tests.fake_llm import Reply, ScriptedModelServer
+from tests.integration.conftest import Cluster
+from tests.integration.test_agent_runs import text, tool_calls
+from tests.integration.test_run_path import finished
+from tests.support import wait_until
+
+HANG = 30.0  # the interrupted model call never answers before the worker is killed
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+def add_agent_rule(cluster: Cluster) -> None:
+    rules_dir = cluster.tmp / "rules"
+    write_rule(
+        rules_dir,
+        "agent.yaml",
+        """
+        id: agent
+        triggers: [{type: manual}]
+        execution:
+          kind: agent-session
+          provider: openai
+          model: gpt-4o-mini
+          permission_mode: full-auto
+          tool_palette: [git]
+          policy: {allowed_tools: [bash]}
+          prompt: "Append one line to side-effect.txt, then say done."
+        """,
+    )
+    cluster.sync_rules(rules_dir)
+
+
+def events(cluster: Cluster, run_id: str) -> list[tuple[str, dict[str, object]]]:
+    with cluster.session_factory() as session:
+        return runs_db.events_of(session, run_id)
+
+
+def test_a_session_whose_worker_is_killed_resumes_without_repeating_its_tool_call(
+    cluster: Cluster, project: Path, llm: ScriptedModelServer
+) -> None:
+    add_agent_rule(cluster)
+    llm.script(
+        tool_calls(("call_1", "bash", {"command": "echo once >> side-effect.txt"})),
+        Reply(body=text("never seen").body, delay=HANG),  # the worker dies waiting for this
+        text("done after the resume"),
+    )
+    providers = {"openai": {"base_url": llm.url, "api_key": "sk-test-key"}}
+    env = {"ADE_PROVIDERS": json.dumps(providers)}
+    victim = cluster.worker(queues="ade.agent", env=env)
+    cluster.worker(queues="ade.control")  # the recovery sweep runs here ...
+    cluster.beat()  # ... sent every second by `ade-tasks beat`
+    run_id = dispatch(
+        cluster.session_factory, cluster.sender(), "agent", TriggerEvent.manual()
+    ).run.id
+
+    def tool_ran_and_model_asked_again() -> bool:
+        kinds = [kind for kind, _ in events(cluster, run_id)]
+        return "agent.tool_result" in kinds and len(llm.requests) == 2
+
+    wait_until(tool_ran_and_model_asked_again, 30, "the tool call, then the next model call")
+    victim.signal(signal.SIGKILL)
+    cluster.worker(queues="ade.agent", env=env)
+
+    row = finished(cluster, run_id, timeout=60)
+
+    assert row.status == "succeeded", row.error
+    assert row.attempt == 2
+    assert (project / "side-effect.txt").read_text() == "once\n"
+    recorded = events(cluster, run_id)
+    kinds = [kind for kind, _ in recorded]
+    assert [d["tool_call_id"] for k, d in recorded if k == "agent.tool_result"] == ["call_1"]
+    assert kinds.count("agent.model_turn") == 2  # turn 1, then the reply asked again
+    assert kinds.count(runs_db.RESUMED_EVENT) == 1 and "run.worker_lost" not in kinds
+    # The hung turn was asked again with the same conversation, ending in the recorded result.
+    assert len(llm.requests) == 3
+    hung, again = llm.requests[1].json["messages"], llm.requests[2].json["messages"]
+    assert again == hung
+    assert again[-1]["role"] == "tool" and again[-1]["tool_call_id"] == "call_1"
+    with cluster.session_factory() as session:
+        (step,) = runs_db.list_steps(session, run_id)
+    assert (step.step_id, step.status) == ("session", "succeeded")

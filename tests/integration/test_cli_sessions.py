@@ -1,0 +1,536 @@
+"""CLI agent sessions run for real: the fake `claude` / `codex` executables replay recorded
+streams (or hang, fail, print noise) and `run_cli_session` turns them into run events and a
+`SessionOutcome`. No services needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ade_tasks.rules.models import AgentExecution, ToolPolicy
+from ade_tasks.secrets import Masker
+from ade_workers.agents.cli_session import (
+    REPORT_INSTRUCTION,
+    CliSessionOutcome,
+    parse_report,
+    run_cli_session,
+)
+from tests.support import wait_until
+
+TESTS = Path(__file__).resolve().parent.parent
+FIXTURES = TESTS / "fixtures" / "agents"
+FAKE_CLI = TESTS / "fake_cli"
+BINARIES = {"claude-code": "claude", "codex": "codex"}
+REPORT_TEXT = (
+    "Reviewed the change.\n\n```json\n"
+    + json.dumps(
+        {
+            "summary": "Two problems in the parser",
+            "findings": [
+                {"severity": "error", "path": "src/parse.py", "line": 12, "message": "off by one"},
+                {"severity": "warning", "path": "src/parse.py", "message": "slow loop"},
+                {"severity": "catastrophic", "message": "not a known severity"},
+                "not an object",
+            ],
+            "confidence": 0.8,
+        }
+    )
+    + "\n```"
+)
+
+
+class Recorder:
+    """Collects the events a session records, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.events]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        matches = [data for k, data in self.events if k == kind]
+        assert len(matches) == 1, f"{kind}: {len(matches)} events in {self.kinds()}"
+        return matches[0]
+
+
+def execution(provider: str, **overrides: Any) -> AgentExecution:
+    fields: dict[str, Any] = {
+        "kind": "agent-session",
+        "provider": provider,
+        "model": "test-model",
+        "prompt": "review the change",
+        "max_turns": 7,
+        "permission_mode": "edit",
+        "policy": ToolPolicy(allowed_tools=["Read", "Grep"], denied_tools=["WebFetch"]),
+    }
+    fields.update(overrides)
+    return AgentExecution(**fields)
+
+
+def run(
+    tmp_path: Path,
+    provider: str,
+    stream: Path | None,
+    *,
+    extra_env: dict[str, str] | None = None,
+    binary: str | None = None,
+    timeout: float = 30.0,
+    system: str | None = "be thorough",
+    masker: Masker | None = None,
+    should_stop: Any = lambda: False,
+    **overrides: Any,
+) -> tuple[CliSessionOutcome, Recorder]:
+    worktree = tmp_path / "worktree"
+    worktree.mkdir(exist_ok=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FAKE_CLI_")},
+        "FAKE_CLI_ARGV_LOG": str(tmp_path / "argv.log"),
+        **({"FAKE_CLI_STREAM": str(stream)} if stream else {}),
+        **(extra_env or {}),
+    }
+    recorder = Recorder()
+    outcome = run_cli_session(
+        execution(provider, **overrides),
+        binary=binary or str(FAKE_CLI / BINARIES[provider]),
+        prompt="review the change",
+        system=system,
+        worktree=worktree,
+        env=env,
+        deadline=time.monotonic() + timeout,
+        should_stop=should_stop,
+        kill_grace=0.5,
+        record=recorder,
+        masker=masker,
+    )
+    return outcome, recorder
+
+
+def logged_argv(tmp_path: Path) -> list[str]:
+    lines = (tmp_path / "argv.log").read_text().splitlines()
+    assert len(lines) == 1
+    argv: list[str] = json.loads(lines[0])
+    return argv
+
+
+def jsonl(tmp_path: Path, name: str, objects: list[dict[str, Any]]) -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in objects))
+    return path
+
+
+def claude_result(text: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": text,
+        "session_id": "s-1",
+        "total_cost_usd": 0.01,
+        "usage": {"input_tokens": 5, "output_tokens": 6, "cache_read_input_tokens": 7},
+        "permission_denials": [],
+        **fields,
+    }
+
+
+def process_gone(pid: int) -> bool:
+    """Has `pid` exited? A zombie counts as gone (PID 1 here may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+# --- the report block ---------------------------------------------------------------------
+
+
+def test_parse_report_reads_the_last_json_block_and_drops_invalid_findings() -> None:
+    report = parse_report('first try\n```json\n{"summary": "old"}\n```\n' + REPORT_TEXT)
+
+    assert report.summary == "Two problems in the parser"
+    assert report.findings == [
+        {"severity": "error", "path": "src/parse.py", "line": 12, "message": "off by one"},
+        {"severity": "warning", "path": "src/parse.py", "message": "slow loop"},
+    ]
+    assert report.confidence == 0.8
+    assert len(report.notes) == 2
+    assert "findings[2].severity 'catastrophic'" in report.notes[0]
+    assert report.notes[1] == "findings[3] is not an object; dropped"
+
+
+@pytest.mark.parametrize(
+    ("text", "note"),
+    [
+        ("All good, nothing found.", "no ```json report block in the final message"),
+        ('Done.\n```json\n{"summary": oops}\n```', "the report block is not valid JSON"),
+        ("Done.\n```json\n[1, 2]\n```", "the report block is not a JSON object"),
+    ],
+)
+def test_parse_report_without_a_usable_block_keeps_the_text_as_summary(
+    text: str, note: str
+) -> None:
+    report = parse_report(text)
+
+    assert report.summary == text
+    assert report.findings == []
+    assert report.confidence is None
+    assert report.notes[0].startswith(note)
+
+
+def test_parse_report_ignores_bad_confidence_and_fills_a_missing_summary() -> None:
+    block = {"findings": [{"severity": "INFO", "message": "m", "line": 0}], "confidence": 7}
+    report = parse_report(f"Looked at it.\n```json\n{json.dumps(block)}\n```")
+
+    assert report.summary == "Looked at it."
+    assert report.findings == [{"severity": "info", "message": "m"}]
+    assert report.confidence is None
+    assert len(report.notes) == 3
+    assert parse_report(None).summary == ""
+
+
+# --- successful recorded streams ------------------------------------------------------------
+
+
+def test_claude_code_recorded_session_completes(tmp_path: Path) -> None:
+    result, recorder = run(
+        tmp_path, "claude-code", FIXTURES / "claude-code/stream-json.tool-use.jsonl"
+    )
+
+    outcome = result.outcome
+    assert outcome.status == "completed"
+    assert outcome.error is None
+    assert (outcome.input_tokens, outcome.output_tokens) == (18, 424)
+    assert result.cost_usd == 0.24722425
+    assert outcome.turns == 1
+    assert outcome.summary == "Here are the files in the current directory."
+    assert outcome.findings == []
+    assert outcome.pending is None
+    assert recorder.kinds() == [
+        "agent.capabilities",
+        "agent.tool_call",
+        "agent.tool_result",
+        "agent.cli_result",
+        "agent.report_note",
+    ]
+    assert recorder.events[0][1] == result.capabilities
+    assert result.capabilities["cli"] == "claude-code"
+    assert recorder.events[1][1]["name"] == "Bash"
+    cli_result = recorder.one("agent.cli_result")
+    assert cli_result["exit_code"] == 0
+    assert cli_result["session_id"] == "40e7b02d-c0f9-4876-9010-f514d4eb0603"
+    assert cli_result["usage"] == {
+        "input_tokens": 18,
+        "output_tokens": 424,
+        "cached_input_tokens": 17254,
+    }
+    assert cli_result["cost_usd"] == 0.24722425
+    assert cli_result["permission_denials"] == []
+    assert cli_result["errors"] == []
+
+    argv = logged_argv(tmp_path)
+    assert argv[:4] == ["-p", "--output-format", "stream-json", "--verbose"]
+    assert argv[argv.index("--model") + 1] == "test-model"
+    assert argv[argv.index("--max-turns") + 1] == "7"
+    assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
+    assert argv[argv.index("--append-system-prompt") + 1] == "be thorough"
+    assert argv[argv.index("--allowedTools") + 1 : argv.index("--disallowedTools")] == [
+        "Read",
+        "Grep",
+    ]
+    assert argv[argv.index("--disallowedTools") + 1 : argv.index("--")] == ["WebFetch"]
+    assert argv[-1] == f"review the change\n\n{REPORT_INSTRUCTION}"
+
+
+def test_claude_code_replace_system_mode_uses_system_prompt(tmp_path: Path) -> None:
+    result, _ = run(
+        tmp_path,
+        "claude-code",
+        FIXTURES / "claude-code/stream-json.text-only.jsonl",
+        system_mode="replace",
+        permission_mode="plan",
+    )
+
+    argv = logged_argv(tmp_path)
+    assert result.outcome.status == "completed"
+    assert result.outcome.summary == "4"
+    assert argv[argv.index("--system-prompt") + 1] == "be thorough"
+    assert "--append-system-prompt" not in argv
+    assert argv[argv.index("--permission-mode") + 1] == "plan"
+
+
+def test_codex_recorded_session_completes(tmp_path: Path) -> None:
+    result, recorder = run(
+        tmp_path,
+        "codex",
+        FIXTURES / "codex/exec-json.command-execution.jsonl",
+        permission_mode="plan",
+    )
+
+    outcome = result.outcome
+    assert outcome.status == "completed"
+    assert (outcome.input_tokens, outcome.output_tokens) == (6040, 129)
+    assert result.cost_usd is None
+    assert outcome.turns == 2  # reasoning + command, then the final message
+    assert outcome.summary.startswith("Files here:")
+    assert recorder.kinds() == [
+        "agent.capabilities",
+        "agent.reasoning",
+        "agent.tool_call",
+        "agent.tool_result",
+        "agent.message",
+        "agent.cli_result",
+        "agent.report_note",
+    ]
+    capabilities = {i["aspect"]: i for i in recorder.events[0][1]["items"]}
+    assert capabilities["system_prompt"]["support"] == "unsupported"
+    assert capabilities["max_turns"]["support"] == "unsupported"
+    cli_result = recorder.one("agent.cli_result")
+    assert cli_result["session_id"] == "019a2d7a-6455-7170-a661-c6d8b94c630a"
+    assert cli_result["usage"]["cached_input_tokens"] == 4992
+    assert cli_result["cost_usd"] is None
+
+    argv = logged_argv(tmp_path)
+    assert argv[:-1] == [
+        "exec",
+        "--json",
+        "--sandbox",
+        "read-only",
+        "--model",
+        "test-model",
+        "--",
+    ]
+    assert argv[-1] == (
+        f"Instructions:\nbe thorough\n\nTask:\nreview the change\n\n{REPORT_INSTRUCTION}"
+    )
+
+
+@pytest.mark.parametrize("provider", ["claude-code", "codex"])
+def test_report_block_in_the_final_message_becomes_findings(tmp_path: Path, provider: str) -> None:
+    if provider == "claude-code":
+        stream = jsonl(tmp_path, "s.jsonl", [claude_result(REPORT_TEXT)])
+    else:
+        stream = jsonl(
+            tmp_path,
+            "s.jsonl",
+            [
+                {"type": "thread.started", "thread_id": "t-1"},
+                {
+                    "type": "item.completed",
+                    "item": {"id": "i", "type": "agent_message", "text": REPORT_TEXT},
+                },
+                {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 2}},
+            ],
+        )
+
+    result, recorder = run(tmp_path, provider, stream)
+
+    outcome = result.outcome
+    assert outcome.status == "completed"
+    assert outcome.summary == "Two problems in the parser"
+    assert [f["message"] for f in outcome.findings] == ["off by one", "slow loop"]
+    assert outcome.findings[0] == {
+        "severity": "error",
+        "path": "src/parse.py",
+        "line": 12,
+        "message": "off by one",
+    }
+    assert outcome.confidence == 0.8
+    assert len(recorder.one("agent.report_note")["notes"]) == 2
+
+
+def test_stderr_noise_does_not_break_parsing_and_is_recorded(tmp_path: Path) -> None:
+    result, recorder = run(
+        tmp_path,
+        "claude-code",
+        FIXTURES / "claude-code/stream-json.text-only.jsonl",
+        extra_env={"FAKE_CLI_STDERR": "npm WARN deprecated something\nDebugger attached."},
+    )
+
+    assert result.outcome.status == "completed"
+    assert recorder.one("agent.cli_result")["errors"] == []
+    assert recorder.one("agent.cli_output") == {
+        "lines": ["npm WARN deprecated something", "Debugger attached."],
+        "total": 2,
+    }
+
+
+def test_secrets_in_the_stream_are_masked_before_recording(tmp_path: Path) -> None:
+    secret = "sk-test-must-never-appear-0123456789"
+    stream = jsonl(tmp_path, "s.jsonl", [claude_result(f"the key is {secret}")])
+
+    result, recorder = run(tmp_path, "claude-code", stream, masker=Masker([secret]))
+
+    assert result.outcome.summary == "the key is ***"
+    assert secret not in json.dumps(recorder.events)
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+def test_claude_code_error_result_fails_with_the_cli_message(tmp_path: Path) -> None:
+    recorded = json.loads(
+        (FIXTURES / "claude-code/result.error-during-execution.synthetic.json").read_text()
+    )
+    stream = jsonl(tmp_path, "error.jsonl", [recorded])
+
+    result, recorder = run(tmp_path, "claude-code", stream, extra_env={"FAKE_CLI_EXIT": "1"})
+
+    outcome = result.outcome
+    assert outcome.status == "failed"
+    assert outcome.error == "claude-code exited 1: claude ended with error_during_execution"
+    assert (outcome.input_tokens, outcome.output_tokens) == (50, 10)
+    assert result.cost_usd == 0.005
+    assert outcome.findings == []
+    assert recorder.kinds() == ["agent.capabilities", "agent.error", "agent.cli_result"]
+    assert recorder.one("agent.cli_result")["exit_code"] == 1
+
+
+def test_codex_turn_failed_fails_with_the_cli_message(tmp_path: Path) -> None:
+    lines = (FIXTURES / "codex/exec-json.incomplete.jsonl").read_text()
+    stream = tmp_path / "failed.jsonl"
+    stream.write_text(lines + '{"type":"turn.failed","error":{"message":"model overloaded"}}\n')
+
+    result, recorder = run(tmp_path, "codex", stream, extra_env={"FAKE_CLI_EXIT": "1"})
+
+    assert result.outcome.status == "failed"
+    assert result.outcome.error == "codex exited 1: codex turn.failed: model overloaded"
+    assert recorder.one("agent.cli_result")["errors"] == ["codex turn.failed: model overloaded"]
+
+
+def test_codex_truncated_stream_fails_even_with_exit_zero(tmp_path: Path) -> None:
+    result, _ = run(tmp_path, "codex", FIXTURES / "codex/exec-json.incomplete.jsonl")
+
+    assert result.outcome.status == "failed"
+    assert result.outcome.error == (
+        "codex failed: the stream ended without turn.completed (truncated)"
+    )
+
+
+def test_non_zero_exit_fails_and_names_the_last_output_line(tmp_path: Path) -> None:
+    result, recorder = run(
+        tmp_path,
+        "claude-code",
+        FIXTURES / "claude-code/stream-json.text-only.jsonl",
+        extra_env={"FAKE_CLI_EXIT": "3", "FAKE_CLI_STDERR": "Error: session store is locked"},
+    )
+
+    assert result.outcome.status == "failed"
+    assert (
+        result.outcome.error == "claude-code exited 3: last output: Error: session store is locked"
+    )
+    assert result.outcome.findings == []
+    assert recorder.one("agent.cli_result")["exit_code"] == 3
+
+
+def test_cli_without_output_fails_with_its_stderr(tmp_path: Path) -> None:
+    result, _ = run(tmp_path, "codex", None)  # the fake exits 2 without FAKE_CLI_STREAM
+
+    assert result.outcome.status == "failed"
+    assert result.outcome.error == (
+        "codex exited 2: the stream ended without turn.completed (truncated); "
+        "last output: fake codex: FAKE_CLI_STREAM is not set"
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "binary", "install"),
+    [
+        ("claude-code", "claude", "npm install -g @anthropic-ai/claude-code"),
+        ("codex", "codex", "npm install -g @openai/codex"),
+    ],
+)
+def test_missing_binary_says_how_to_install_it(
+    tmp_path: Path, provider: str, binary: str, install: str
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+
+    result, recorder = run(tmp_path, provider, None, binary=binary, extra_env={"PATH": str(empty)})
+
+    assert result.outcome.status == "failed"
+    assert result.outcome.error == (
+        f"{provider} is not installed: `{binary}` not found on PATH; install it ({install}) "
+        f"or set providers.{provider}.binary"
+    )
+    assert result.outcome.turns == 0
+    assert recorder.kinds() == ["agent.capabilities"]
+
+
+def test_missing_binary_at_a_path(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nowhere" / "claude")
+
+    result, _ = run(tmp_path, "claude-code", None, binary=missing)
+
+    assert result.outcome.error is not None
+    assert result.outcome.error.startswith(f"claude-code is not installed: `{missing}` not found;")
+
+
+@pytest.mark.parametrize("provider", ["claude-code", "codex"])
+def test_hanging_cli_times_out_and_its_process_group_dies(tmp_path: Path, provider: str) -> None:
+    pid_file = tmp_path / "pids"
+    stream = (
+        FIXTURES / "codex/exec-json.incomplete.jsonl"
+        if provider == "codex"
+        else jsonl(tmp_path, "partial.jsonl", [{"type": "system", "session_id": "s-9"}])
+    )
+    started = time.monotonic()
+
+    result, recorder = run(
+        tmp_path,
+        provider,
+        stream,
+        timeout=2.0,
+        extra_env={"FAKE_CLI_SLEEP": "120", "FAKE_CLI_PID_FILE": str(pid_file)},
+    )
+
+    elapsed = time.monotonic() - started
+    assert result.outcome.status == "timed_out"
+    assert result.outcome.error is not None
+    assert result.outcome.error.startswith(f"{provider} was killed at the session's deadline")
+    assert 1.5 < elapsed < 15
+    cli_result = recorder.one("agent.cli_result")
+    assert cli_result["timed_out"] is True
+    assert cli_result["exit_code"] is None
+    assert cli_result["session_id"] is not None  # what streamed before the hang was kept
+    leader, child = (int(pid) for pid in pid_file.read_text().split())
+    wait_until(lambda: process_gone(leader) and process_gone(child), 10, "the CLI's group to die")
+
+
+def test_should_stop_cancels_the_session(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    result, _ = run(
+        tmp_path,
+        "codex",
+        FIXTURES / "codex/exec-json.incomplete.jsonl",
+        extra_env={"FAKE_CLI_SLEEP": "120", "FAKE_CLI_PID_FILE": str(pid_file)},
+        should_stop=pid_file.exists,  # stop once the fake has started hanging
+    )
+
+    assert result.outcome.status == "failed"
+    assert result.outcome.error == "codex was cancelled"
+    leader, child = (int(pid) for pid in pid_file.read_text().split())
+    wait_until(lambda: process_gone(leader) and process_gone(child), 10, "the CLI's group to die")
+
+
+def test_passed_deadline_never_starts_the_cli(tmp_path: Path) -> None:
+    result, recorder = run(
+        tmp_path, "claude-code", FIXTURES / "claude-code/stream-json.text-only.jsonl", timeout=-1
+    )
+
+    assert result.outcome.status == "timed_out"
+    assert recorder.kinds() == ["agent.capabilities"]
+    assert not (tmp_path / "argv.log").exists()
+
+
+def test_an_http_provider_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a CLI agent provider"):
+        run(tmp_path, "openai", None, binary="claude")
