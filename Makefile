@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: dev test lint typecheck bench clean
 
@@ -14,11 +15,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# tests/e2e/test_web_ui.py drives Debian's Chromium (never a browser Playwright downloads).
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM) (Debian: apt-get install chromium)"; exit 1; }
+	@echo "installing Debian's chromium for the browser tests ..."
+	$(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get install -y -qq --no-install-recommends chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }'
+
 # The venv's bin comes first on PATH, so rule commands such as `python3 -m pytest` use it.
 dev: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ade-tasks dev
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest

@@ -3,39 +3,43 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
+from http import HTTPStatus
+from typing import Any
 
 from celery import Celery
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ade_api.auth import AuthMiddleware, required_role
 from ade_api.deps import Services
-from ade_api.routes import health, ingress, operations, rules, runs, webhooks
+from ade_api.problems import status_of
+from ade_api.routes import (
+    admin,
+    health,
+    ingress,
+    metrics,
+    operations,
+    rules,
+    runs,
+    usage,
+    webhooks,
+)
+from ade_api.schemas import Problem
+from ade_api.web import routes as web_routes
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
-from ade_tasks.errors import (
-    AdeError,
-    AdmissionError,
-    BrokerUnavailableError,
-    ConflictError,
-    InvalidInputError,
-    NotFoundError,
-    PolicyViolationError,
-)
+from ade_tasks.errors import AdeError
 from ade_tasks.settings import Settings
 from ade_workers.celery_app import CelerySender, create_celery_app
 
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
-STATUS_OF: list[tuple[type[AdeError], int, str]] = [
-    (NotFoundError, 404, "Not Found"),
-    (InvalidInputError, 422, "Invalid Request"),
-    (AdmissionError, 409, "Not Admitted"),
-    (ConflictError, 409, "Conflict"),
-    (PolicyViolationError, 403, "Policy Violation"),
-    (BrokerUnavailableError, 503, "Broker Unavailable"),
-]
 
 
 def problem(status: int, title: str, detail: str) -> JSONResponse:
@@ -46,11 +50,30 @@ def problem(status: int, title: str, detail: str) -> JSONResponse:
 
 async def _ade_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AdeError)
-    for kind, status, title in STATUS_OF:
-        if isinstance(exc, kind):
-            return problem(status, title, exc.message)
-    log.error("unhandled ADE error: %s", exc)
-    return problem(500, "Internal Error", exc.message)
+    known = status_of(exc)
+    if known is None:
+        log.error("unhandled ADE error: %s", exc)
+        return problem(500, "Internal Error", exc.message)
+    return problem(*known, exc.message)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (a body that is not JSON, a method not allowed) as problems."""
+    assert isinstance(exc, StarletteHTTPException)
+    return problem(exc.status_code, HTTPStatus(exc.status_code).phrase, str(exc.detail))
+
+
+async def _unstorable(_request: Request, exc: Exception) -> JSONResponse:
+    """A value the database refuses (an id beyond 64 bits, a NUL character in JSON text) is
+    the request's fault: a 422 naming the database's reason, not a 500."""
+    assert isinstance(exc, DataError)
+    reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "invalid value"
+    return problem(
+        422,
+        "Invalid Request",
+        f"the request holds a value the database cannot store ({reason}); ids are positive "
+        "64-bit integers and text must not contain NUL (\\u0000) characters",
+    )
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -76,18 +99,81 @@ def create_app(
     app = FastAPI(
         title="ADE Tasks",
         version="0.1.0",
-        description="Run history, rules and manual runs of an ADE Tasks cluster.",
+        description=(
+            "Run history, rules and manual runs of an ADE Tasks cluster. Every call but the "
+            "health probes and webhook deliveries needs `Authorization: Bearer <token>` "
+            "(`ade-tasks tokens create`): viewer reads, operator acts, admin manages."
+        ),
     )
     app.state.services = Services(settings, session_factory, sender or CelerySender(celery), celery)
     app.add_exception_handler(AdeError, _ade_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DataError, _unstorable)
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(runs.router)
     app.include_router(operations.router)
     app.include_router(webhooks.router)
     app.include_router(ingress.router)
+    app.include_router(admin.router)
+    app.include_router(metrics.router)
+    app.include_router(usage.router)
+    app.include_router(web_routes.router)
+    # Outermost: a call without a good enough token reaches no route (see ade_api.auth).
+    app.add_middleware(
+        AuthMiddleware, session_factory=session_factory, metrics_public=settings.metrics_public
+    )
+    app.openapi = partial(_openapi_with_security, app, settings.metrics_public)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]:
+    """The OpenAPI document with the bearer scheme and, per operation, the role it needs and
+    its 401/403 answers, so a generated client knows what to send."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearerToken"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "a token from `ade-tasks tokens create`",
+    }
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    components.setdefault("schemas", {}).setdefault("Problem", Problem.model_json_schema())
+    for path, item in schema.get("paths", {}).items():
+        for method, operation in item.items():
+            responses = operation.setdefault("responses", {})
+            # Every error is a problem document (see `problem`), whatever FastAPI assumed.
+            for code, response in responses.items():
+                if code.startswith(("4", "5")):
+                    response["content"] = problem
+            if "requestBody" in operation:
+                responses.setdefault(
+                    "400", {"description": "the body is not JSON", "content": problem}
+                )
+                responses.setdefault(
+                    "422", {"description": "the body is invalid", "content": problem}
+                )
+            needed = required_role(method.upper(), path, metrics_public=metrics_public)
+            if needed is None:
+                continue
+            operation["security"] = [{"bearerToken": []}]
+            operation["description"] = (
+                f"{operation.get('description', '')}\n\nNeeds the `{needed.value}` role."
+            ).strip()
+            responses = operation.setdefault("responses", {})
+            responses.setdefault(
+                "401", {"description": "no token, or unknown/revoked", "content": problem}
+            )
+            responses.setdefault(
+                "403", {"description": "the token's role is too low", "content": problem}
+            )
+    app.openapi_schema = schema
+    return schema
 
 
 def app_from_environment() -> FastAPI:

@@ -54,6 +54,13 @@ class Principal:
     token_id: int
 
 
+def actor(request: Any, by: str | None) -> str:
+    """Who a state-changing call is recorded as: the token's name, with the `by` the caller
+    gave (for a token several people share) in parentheses."""
+    principal: Principal = request.state.principal
+    return principal.name if not by or by == principal.name else f"{principal.name} ({by})"
+
+
 def required_role(method: str, path: str, *, metrics_public: bool) -> Role | None:
     """The least role a request needs; None when it needs no token."""
     if path in OPEN_PATHS or path.startswith(UI_OPEN):

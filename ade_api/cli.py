@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -104,6 +103,11 @@ def rules_sync(settings: Settings, directory: str | None) -> None:
 
 url_option = click.option("--url", help="API base URL (default: ADE_API_URL or the dev address)")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+by_option = click.option(
+    "--by",
+    default=None,
+    help="who acts, if several people share the token (recorded after its name)",
+)
 
 
 class Api:
@@ -281,44 +285,10 @@ def run(
 
 
 def _follow(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
-    """Poll the run, printing each step as it starts and ends, until the run ends."""
-    say = (lambda _msg: None) if quiet else click.echo
-    started = time.monotonic()
-    seen: dict[int, str] = {}
-    last_status, last_note = "", started
-    while True:
-        run = api.call("GET", f"/api/v1/runs/{run_id}")
-        if run["status"] != last_status:
-            where = f" on {run['worker']}" if run.get("worker") else ""
-            say(f"  status: {run['status']}{where}")
-            last_status, last_note = run["status"], time.monotonic()
-        for step in run["steps"]:
-            if seen.get(step["index"]) == step["status"]:
-                continue
-            seen[step["index"]] = step["status"]
-            label = f"step {step['index'] + 1} {step['step_id']} ({step['action_type']})"
-            if step["status"] == "running":
-                say(f"  > {label} ...")
-                continue
-            exit_code = f", exit {step['exit_code']}" if step["exit_code"] is not None else ""
-            say(f"  {MARK.get(step['status'], step['status'])}: {label}{exit_code}")
-            for line in step["output"].rstrip().splitlines()[-20:]:
-                say(f"      | {line}")
-        if run["status"] in TERMINAL:
-            elapsed = time.monotonic() - started
-            suffix = f": {run['error']}" if run["error"] else ""
-            say(f"run {run_id} {run['status']} after {elapsed:.1f}s{suffix}")
-            return dict(run)
-        if time.monotonic() - last_note > 10:
-            say(f"  ... still {run['status']} ({time.monotonic() - started:.0f}s)")
-            last_note = time.monotonic()
-        if timeout and time.monotonic() - started > timeout:
-            fail(
-                f"run {run_id} is still {run['status']} after {timeout:g}s; "
-                f"follow it with `ade-tasks runs show {run_id}`",
-                code=1,
-            )
-        time.sleep(0.3)
+    """Follow the run's event stream, printing its steps as they start and end, until it ends."""
+    from ade_api.cli_runs import follow_run
+
+    return follow_run(api, run_id, timeout, quiet=quiet)
 
 
 @main.group()
@@ -404,6 +374,12 @@ def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -
 @click.option("--queues", "-Q", default="ade.builtin,ade.agent,ade.control", show_default=True)
 @click.option("--concurrency", "-c", type=int, default=None)
 @click.option("--pool", "-P", default="prefork", show_default=True)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="serve this worker's Prometheus metrics on this port (ADE_WORKER_METRICS_PORT)",
+)
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def worker(
@@ -411,11 +387,14 @@ def worker(
     queues: str,
     concurrency: int | None,
     pool: str,
+    metrics_port: int | None,
     celery_args: tuple[str, ...],
 ) -> None:
     """A Celery worker (extra arguments go to `celery worker`)."""
     from ade_workers.celery_app import create_celery_app
 
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
     app = create_celery_app(settings, extra_queues=tuple(queues.split(",")))
     argv = [
         "worker",
@@ -464,6 +443,7 @@ def api(
 
     from ade_api.app import app_from_environment
     from ade_tasks.db.engine import create_db_engine, create_session_factory
+    from ade_tasks.logs import uvicorn_log_config
     from ade_tasks.rules.sync import sync_rules_dir
 
     if sync_rules:
@@ -477,6 +457,9 @@ def api(
         "log_level": "info",
         "access_log": settings.api_access_log,
     }
+    log_config = uvicorn_log_config(settings.log_format)
+    if log_config is not None:
+        options["log_config"] = log_config
     if workers > 1:  # uvicorn starts the processes; each builds its app from the environment
         uvicorn.run("ade_api.app:app_from_environment", factory=True, workers=workers, **options)
     else:
@@ -500,4 +483,6 @@ def dev(settings: Settings, port: int | None) -> None:
 import ade_api.cli_events  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
 import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
+import ade_api.cli_rules as _rule_commands  # noqa: E402, F401
+import ade_api.cli_runs as _run_commands  # noqa: E402, F401
 from ade_api import cli_admin, cli_operations  # noqa: E402, F401

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ade_api.cli import Api, json_option, main, runs, url_option
+from ade_api.cli import Api, by_option, json_option, main, runs, url_option
 from ade_tasks.db.schema import Answer
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
@@ -39,13 +39,18 @@ def _decision_command(verb: str, effect: str) -> None:
 
     @runs.command(verb, help=f"{verb.capitalize()} a run waiting for a human: {effect}.")
     @click.argument("run_id")
-    @click.option("--by", default="cli", show_default=True, help="who decides")
+    @by_option
     @click.option("--note", help="why (kept with the run)")
     @url_option
     @json_option
     @click.pass_obj
     def decide(
-        settings: Settings, run_id: str, by: str, note: str | None, url: str | None, as_json: bool
+        settings: Settings,
+        run_id: str,
+        by: str | None,
+        note: str | None,
+        url: str | None,
+        as_json: bool,
     ) -> None:
         item = Api(settings, url).call(
             "POST", f"/api/v1/runs/{run_id}/{verb}", json={"by": by, "note": note}
@@ -88,7 +93,7 @@ def inputs_list(settings: Settings, status: str, url: str | None, as_json: bool)
 @inputs.command("answer")
 @click.argument("input_id", type=int)
 @click.argument("answer", type=click.Choice([a.value for a in Answer]))
-@click.option("--by", default="cli", show_default=True, help="who answers")
+@by_option
 @click.option("--note", help="why (kept with the run)")
 @url_option
 @json_option
@@ -97,7 +102,7 @@ def inputs_answer(
     settings: Settings,
     input_id: int,
     answer: str,
-    by: str,
+    by: str | None,
     note: str | None,
     url: str | None,
     as_json: bool,

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_tasks.db.schema import Answer, ApprovalRow, RunRow, RunStepRow
+
+#: Who acts, when several people share a token: recorded after the token's name
+#: (see `ade_api.auth.actor`).
+By = Annotated[
+    str | None, Field(default=None, max_length=255, description="who, if the token is shared")
+]
 
 
 class Problem(BaseModel):
@@ -88,21 +94,106 @@ class ApprovalOut(BaseModel):
     note: str | None
 
 
+class StepUsage(BaseModel):
+    """Tokens and cost of one agent step."""
+
+    index: int | None = Field(description="None: a step still going, counted from its events")
+    step_id: str
+    final: bool = Field(description="from the finished step's result (else from its events)")
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    turns: int | None = None
+
+
+class AgentUsage(BaseModel):
+    """What the run's agent steps spent."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens: int = 0
+    cost_usd: float | None = Field(default=None, description="None: no priced model was used")
+    steps: list[StepUsage] = Field(default_factory=list)
+
+
 class RunDetail(RunOut):
-    """A run with its steps and approvals."""
+    """A run with its steps, approvals, agent usage and capability reports."""
 
     steps: list[StepOut]
     approvals: list[ApprovalOut] = Field(default_factory=list)
+    agent_usage: AgentUsage = Field(
+        default_factory=AgentUsage, description="tokens and cost of the run's agent steps"
+    )
+    capabilities: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the `agent.capabilities` reports of its CLI agent sessions, in order",
+    )
 
     @classmethod
     def with_steps(
-        cls, row: RunRow, steps: list[RunStepRow], approvals: list[ApprovalRow] | None = None
+        cls,
+        row: RunRow,
+        steps: list[RunStepRow],
+        approvals: list[ApprovalRow] | None = None,
+        *,
+        agent_usage: dict[str, Any] | None = None,
+        capabilities: list[dict[str, Any]] | None = None,
     ) -> RunDetail:
         return cls(
             **RunOut.of(row).model_dump(),
             steps=[StepOut.model_validate(s) for s in steps],
             approvals=[ApprovalOut.model_validate(a) for a in approvals or []],
+            agent_usage=AgentUsage.model_validate(agent_usage or {}),
+            capabilities=capabilities or [],
         )
+
+
+class RunEventOut(BaseModel):
+    """One line of a run's transcript. Step progress synthesized while following a run
+    (`step.started`, `step.finished`, `run.status`, `end`) has no id."""
+
+    id: int | None
+    at: datetime
+    kind: str
+    step_index: int | None
+    data: dict[str, Any]
+
+
+class RunCancel(BaseModel):
+    """An operator's cancellation of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: By = None
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class RunCancelled(BaseModel):
+    """The cancelled run and the status it had."""
+
+    run: RunOut
+    was: str = Field(description="queued | waiting | running")
+    message: str
+
+
+class RunRetry(BaseModel):
+    """An operator's retry of a finished run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: By = None
+
+
+class RunRetried(BaseModel):
+    """The new run a retry started (same rule, same trigger payload plus `retry_of`)."""
+
+    run_id: str
+    retry_of: str
+    status: str
+    created: bool = Field(description="false when the Idempotency-Key matched an earlier retry")
+    sent: bool
+    message: str
+    run_url: str
 
 
 class InputAnswer(BaseModel):
@@ -111,7 +202,7 @@ class InputAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     answer: Answer
-    by: str = Field(default="api", max_length=255, description="who answered (until tokens exist)")
+    by: By = None
     note: str | None = Field(default=None, max_length=4000)
 
 
@@ -127,7 +218,7 @@ class Decision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    by: str = Field(default="api", max_length=255, description="who decided (until tokens exist)")
+    by: By = None
     note: str | None = Field(default=None, max_length=4000)
 
 
@@ -264,7 +355,7 @@ class TrustRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     content_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    by: str = Field(default="api", max_length=255)
+    by: By = None
 
 
 class TrustGranted(BaseModel):

@@ -10,6 +10,7 @@ import os
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -150,6 +151,14 @@ class Settings(BaseSettings):
 
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     worker_concurrency: int = Field(default=2, ge=1)
+
+    # Observability (README "Metrics and logs"). False: `GET /metrics` needs a viewer token
+    # (checked by the API's auth middleware); True: anyone who reaches the API may scrape it.
+    metrics_public: bool = False
+    # "json": one JSON object per log line with run_id/rule_id/task_id (worker, beat, API).
+    log_format: Literal["text", "json"] = "text"
+    # A worker serves its own Prometheus metrics on this port (None: no metrics server).
+    worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("database_url", "broker_url")
     @classmethod

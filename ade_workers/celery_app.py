@@ -90,9 +90,12 @@ def create_celery_app(
         timezone="UTC",
         enable_utc=True,
     )
+    from ade_workers import metrics
     from ade_workers.tasks import register_tasks
 
     register_tasks(app, settings, session_factory)
+    # Signal handlers: log context and JSON lines for every task, worker metrics when configured.
+    metrics.install(app, settings)
     return app
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import (
     AnsweredInput,
@@ -44,11 +45,13 @@ INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/inputs/{input_id}/answer", responses=INPUT_ERRORS)
-async def answer(input_id: int, body: InputAnswer, services: ServicesDep) -> AnsweredInput:
+async def answer(
+    input_id: int, body: InputAnswer, request: Request, services: ServicesDep
+) -> AnsweredInput:
     """Answer a pending input; an accepted or declined tool call re-queues the session."""
     row, run = await run_in_threadpool(
         answer_input, services.session_factory, services.sender, input_id, body.answer,
-        by=body.by, note=body.note,
+        by=actor(request, body.by), note=body.note,
     )  # fmt: skip
     return AnsweredInput(input=ApprovalOut.model_validate(row), run=RunOut.of(run))
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
+import yaml
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import (
+    By,
     FireTime,
     ManualRunAccepted,
     ManualRunRequest,
@@ -25,7 +31,9 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch
-from ade_tasks.rules.models import ScheduleTrigger
+from ade_tasks.errors import RuleProblem
+from ade_tasks.rules.loader import parse_rule
+from ade_tasks.rules.models import Rule, ScheduleTrigger
 from ade_tasks.scheduling import ScheduleSpec, next_fire_times
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
@@ -34,24 +42,294 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("")
-def list_rules(session: SessionDep) -> list[RuleOut]:
-    """Every rule, by id."""
-    return [RuleOut.model_validate(row) for row in rules_db.list_rules(session)]
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": Problem, "description": "the rule comes from a rules file, or is in use"}
+}
+PROBLEM = "application/problem+json"
+
+
+# --- wire schemas of rule writes (kept here: ade_api.schemas holds the shared ones) -----------
+
+
+class RuleWrite(BaseModel):
+    """A rule to create or replace: its document as JSON, or the YAML text of a rule file (one
+    rule), exactly one of the two."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "document": {
+                        "id": "nightly-tests",
+                        "triggers": [{"type": "schedule", "cron": "0 3 * * *"}],
+                        "execution": {
+                            "kind": "built-in",
+                            "actions": [{"type": "run-command", "command": "make test"}],
+                        },
+                    }
+                },
+                {"yaml": "id: hello\ntriggers: [{type: manual}]\nexecution: ..."},
+            ]
+        },
+    )
+
+    document: dict[str, Any] | None = Field(default=None, description="the rule as JSON")
+    yaml: str | None = Field(
+        default=None, max_length=1_000_000, description="the rule as YAML (a rule file's text)"
+    )
+    by: By = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> RuleWrite:
+        if (self.document is None) == (self.yaml is None):
+            raise ValueError("send exactly one of `document` (JSON) or `yaml` (text)")
+        return self
+
+
+class FieldProblem(BaseModel):
+    """One wrong field of a rule document."""
+
+    field: str = Field(description="dotted path in the rule document, e.g. `triggers.0.cron`")
+    reason: str
+
+
+class RuleProblems(Problem):
+    """An invalid rule document (problem+json with one entry per wrong field)."""
+
+    errors: list[FieldProblem]
+
+
+class RuleVersionOut(BaseModel):
+    """One version of a rule: its document then, and who made it when and how."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    rule_id: str
+    version: int
+    change: str = Field(description="created | updated | deleted")
+    source: str = Field(description="file | api")
+    source_file: str | None
+    content_hash: str
+    changed_by: str = Field(description="token name (and `by`), or `rules sync` for files")
+    changed_at: datetime
+    document: dict[str, Any]
+
+
+class RuleVersionPage(BaseModel):
+    """One page of a rule's version history, newest first."""
+
+    items: list[RuleVersionOut]
+    next_cursor: str | None = Field(description="pass as `cursor` to get the next page")
+
+
+class RuleDeleted(BaseModel):
+    """A deleted rule: gone from triggers and schedules; its runs and history stay."""
+
+    rule_id: str
+    version: int = Field(description="the `deleted` entry of its version history")
+    message: str
+
+
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {
+        "model": RuleProblems,
+        "description": "invalid rule document; `errors` names each wrong field",
+        "content": {PROBLEM: {}},
+    }
+}
+NEXT_CURSOR = "X-Next-Cursor"
+
+
+def _invalid(problems: list[RuleProblem]) -> JSONResponse:
+    detail = "invalid rule: " + "; ".join(f"{p.field}: {p.reason}" for p in problems)
+    body = RuleProblems(
+        title="Invalid Rule",
+        status=422,
+        detail=detail,
+        errors=[FieldProblem(field=p.field, reason=p.reason) for p in problems],
+    )
+    return JSONResponse(body.model_dump(), status_code=422, media_type=PROBLEM)
+
+
+def _parse(body: RuleWrite, rule_id: str | None = None) -> tuple[Rule, bool] | JSONResponse:
+    """The validated rule of a write (and whether its document says `enabled`), or the 422."""
+    source = "rule"
+    document: Any = body.document
+    if body.yaml is not None:
+        try:
+            document = yaml.safe_load(body.yaml)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
+            reason = getattr(exc, "problem", None) or str(exc)
+            return _invalid([RuleProblem(source, where, f"malformed YAML: {reason}")])
+    if rule_id is not None and isinstance(document, dict):
+        document.setdefault("id", rule_id)
+        if document["id"] != rule_id:
+            return _invalid(
+                [
+                    RuleProblem(
+                        source,
+                        "id",
+                        f"{document['id']!r} is not the rule being updated ({rule_id!r}); "
+                        "to rename a rule, create the new one and delete the old",
+                    )
+                ]
+            )
+    parsed = parse_rule(document, source)
+    if not isinstance(parsed, Rule):
+        return _invalid(parsed)
+    return parsed, isinstance(document, dict) and "enabled" in document
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+@router.get(
+    "",
+    responses={
+        200: {
+            "headers": {
+                NEXT_CURSOR: {
+                    "description": "with `limit`: the `cursor` of the next page (absent on the "
+                    "last page)",
+                    "schema": {"type": "string"},
+                },
+                "Link": {
+                    "description": 'the next page as `rel="next"`',
+                    "schema": {"type": "string"},
+                },
+            }
+        }
+    },
+)
+def list_rules(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    cursor: str | None = None,
+) -> list[RuleOut]:
+    """Rules, by id. Without `limit`, every rule; with it, a page of at most `limit` rules after
+    `cursor`, and the next page's cursor in the `X-Next-Cursor` header (and a `Link` header)."""
+    if limit is None and cursor is None:
+        return [RuleOut.model_validate(row) for row in rules_db.list_rules(session)]
+    rows, next_cursor = rules_db.list_rules_page(session, limit=limit or 100, cursor=cursor)
+    if next_cursor is not None:
+        response.headers[NEXT_CURSOR] = next_cursor
+        next_url = request.url.include_query_params(cursor=next_cursor, limit=limit or 100)
+        response.headers["Link"] = f'<{next_url}>; rel="next"'
+    return [RuleOut.model_validate(row) for row in rows]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={**INVALID, 409: {"model": Problem, "description": "the id is taken"}},
+)
+def create_rule(
+    body: RuleWrite, request: Request, response: Response, services: ServicesDep
+) -> RuleOut:
+    """Create a rule (source `api`) from its JSON document or YAML text. It is trusted (only an
+    admin may create one) but may not call admin-only `ade-action`s: those need a rule from the
+    cluster's rules directory."""
+    parsed = _parse(body)
+    if isinstance(parsed, JSONResponse):
+        return parsed  # type: ignore[return-value]
+    rule, _ = parsed
+    with services.session_factory.begin() as session:
+        row = rules_db.create_rule(session, rule, actor(request, body.by))
+        out = RuleOut.model_validate(row)
+    response.headers["Location"] = str(request.url_for("get_rule", rule_id=rule.id))
+    return out
 
 
 @router.post("/trust", responses=NOT_FOUND)
-def trust_shared_file(request: TrustRequest, services: ServicesDep) -> TrustGranted:
+def trust_shared_file(body: TrustRequest, request: Request, services: ServicesDep) -> TrustGranted:
     """Trust a reviewed shared rules file; its rules may run until the file changes again."""
     with services.session_factory.begin() as session:
-        released = rules_db.trust_hash(session, request.content_hash, request.by)
-    return TrustGranted(content_hash=request.content_hash, rules=released)
+        released = rules_db.trust_hash(session, body.content_hash, actor(request, body.by))
+    return TrustGranted(content_hash=body.content_hash, rules=released)
 
 
 @router.get("/{rule_id}", responses=NOT_FOUND)
 def get_rule(rule_id: str, session: SessionDep) -> RuleOut:
     """One rule with its validated document."""
     return RuleOut.model_validate(rules_db.get_rule(session, rule_id))
+
+
+@router.put("/{rule_id}", responses={**NOT_FOUND, **INVALID, **CONFLICT})
+def update_rule(rule_id: str, body: RuleWrite, request: Request, services: ServicesDep) -> RuleOut:
+    """Replace a rule's document (the `id` may be left out); a changed document is a new version
+    in its history, an identical one changes nothing. A document without `enabled` keeps the
+    rule enabled or disabled as it is. Rules from files are refused with 409: edit the file and
+    run `ade-tasks rules sync`."""
+    parsed = _parse(body, rule_id)
+    if isinstance(parsed, JSONResponse):
+        return parsed  # type: ignore[return-value]
+    rule, says_enabled = parsed
+    with services.session_factory.begin() as session:
+        row, _ = rules_db.update_rule(
+            session, rule_id, rule, actor(request, body.by), keep_enabled=not says_enabled
+        )
+        return RuleOut.model_validate(row)
+
+
+@router.delete("/{rule_id}", responses={**NOT_FOUND, **CONFLICT})
+def delete_rule(
+    rule_id: str,
+    request: Request,
+    services: ServicesDep,
+    by: Annotated[str, Query(max_length=200)] = "",
+) -> RuleDeleted:
+    """Delete a rule created through the API. Its runs, schedule occurrences and version history
+    stay (the history ends with a `deleted` entry; re-creating the id continues its versions).
+    Refused with 409 while a run of it is queued, running or waiting, and for rules from files
+    (remove the file and run `ade-tasks rules sync`)."""
+    with services.session_factory.begin() as session:
+        version = rules_db.delete_rule(session, rule_id, actor(request, by))
+    return RuleDeleted(
+        rule_id=rule_id,
+        version=version,
+        message=f"rule {rule_id!r} deleted; its runs and version history are kept",
+    )
+
+
+def _set_enabled(rule_id: str, enabled: bool, services: ServicesDep) -> RuleOut:
+    with services.session_factory.begin() as session:
+        row, _ = rules_db.set_enabled(session, rule_id, enabled)
+        return RuleOut.model_validate(row)
+
+
+@router.post("/{rule_id}/enable", responses=NOT_FOUND)
+def enable_rule(rule_id: str, services: ServicesDep) -> RuleOut:
+    """Enable a rule: its automatic triggers (schedules, events) run it again. Not a new version;
+    for a rule from a file, the file's `enabled` applies again when the file next changes."""
+    return _set_enabled(rule_id, True, services)
+
+
+@router.post("/{rule_id}/disable", responses=NOT_FOUND)
+def disable_rule(rule_id: str, services: ServicesDep) -> RuleOut:
+    """Disable a rule: its automatic triggers stop running it (manual runs stay allowed, as for
+    `enabled: false` in a file). Not a new version; for a rule from a file, the file's `enabled`
+    applies again when the file next changes."""
+    return _set_enabled(rule_id, False, services)
+
+
+@router.get("/{rule_id}/versions", responses=NOT_FOUND)
+def rule_versions(
+    rule_id: str,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> RuleVersionPage:
+    """A rule's version history, newest first: every document it had, who changed it (token name,
+    or `rules sync` for a file) and when; also of a deleted rule."""
+    rows, next_cursor = rules_db.list_versions(session, rule_id, limit=limit, cursor=cursor)
+    return RuleVersionPage(
+        items=[RuleVersionOut.model_validate(row) for row in rows], next_cursor=next_cursor
+    )
 
 
 @router.get("/{rule_id}/schedule", responses=NOT_FOUND)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import RuleRow, TrustedHashRow, utcnow
-from ade_tasks.errors import NotFoundError
-from ade_tasks.rules.loader import LoadedRule
+from ade_tasks.db.schema import (
+    RuleRow,
+    RuleVersionRow,
+    RunRow,
+    RunStatus,
+    TrustedHashRow,
+    utcnow,
+)
+from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.rules.loader import LoadedRule, content_hash
 from ade_tasks.rules.models import Rule
 
 
@@ -47,6 +58,10 @@ def list_rules(session: Session) -> Sequence[RuleRow]:
 
 
 TRUSTED, UNTRUSTED = "trusted", "untrusted"
+#: Where a rule came from, and the kinds of change its version history records.
+FILE, API = "file", "api"
+CREATED, UPDATED, DELETED = "created", "updated", "deleted"
+SYNC_ACTOR = "rules sync"
 
 
 def trusted_hashes(session: Session, hashes: set[str]) -> set[str]:
@@ -183,18 +198,25 @@ def _snapshot(rule_id: str, row: Any) -> RuleSnapshot:
 
 
 def sync_file_rules(
-    session: Session, loaded: Sequence[LoadedRule], *, remove_missing: bool
+    session: Session,
+    loaded: Sequence[LoadedRule],
+    *,
+    remove_missing: bool,
+    by: str = SYNC_ACTOR,
 ) -> SyncReport:
     """Make the file-sourced rules in the database match `loaded`.
 
     A rule whose document changed gets a new version. File rules no longer present are deleted
     only when `remove_missing` is set: the caller passes False when any file failed to load, so a
-    rule whose file is temporarily broken is kept rather than silently dropped.
+    rule whose file is temporarily broken is kept rather than silently dropped. Every added,
+    changed or removed rule gets a row in its version history, recorded as made by `by`.
     """
     report = SyncReport()
     now = utcnow()
     existing = {row.id: row for row in session.scalars(select(RuleRow).with_for_update())}
     trusted = trusted_hashes(session, {item.file_hash for item in loaded if item.file_hash})
+    new_ids = [item.rule.id for item in loaded if item.rule.id not in existing]
+    later = next_versions(session, new_ids)
     for item in loaded:
         document = item.rule.document()
         row = existing.get(item.rule.id)
@@ -202,37 +224,257 @@ def sync_file_rules(
         if row is not None and (row.source_hash, row.trust_state) != (item.file_hash, trust):
             row.source_hash, row.trust_state = item.file_hash, trust  # edited shared file: revoked
         if row is None:
-            session.add(
-                RuleRow(
-                    id=item.rule.id,
-                    version=1,
-                    source="file",
-                    source_file=item.source_file,
-                    content_hash=item.content_hash,
-                    enabled=item.rule.enabled,
-                    document=document,
-                    trust_state=trust,
-                    source_hash=item.file_hash,
-                    created_at=now,
-                    updated_at=now,
-                )
+            row = RuleRow(
+                id=item.rule.id,
+                version=later.get(item.rule.id, 1),
+                source=FILE,
+                source_file=item.source_file,
+                content_hash=item.content_hash,
+                enabled=item.rule.enabled,
+                document=document,
+                trust_state=trust,
+                source_hash=item.file_hash,
+                created_at=now,
+                updated_at=now,
             )
+            session.add(row)
+            record_version(session, row, CREATED, by, now)
             report.added.append(item.rule.id)
         elif row.content_hash != item.content_hash or row.source_file != item.source_file:
             row.version += 1
-            row.source = "file"
+            row.source = FILE
             row.source_file = item.source_file
             row.content_hash = item.content_hash
             row.enabled = item.rule.enabled
             row.document = document
             row.updated_at = now
+            record_version(session, row, UPDATED, by, now)
             report.updated.append(item.rule.id)
         else:
             report.unchanged.append(item.rule.id)
     if remove_missing:
         present = {item.rule.id for item in loaded}
         for rule_id, row in existing.items():
-            if row.source == "file" and rule_id not in present:
+            if row.source == FILE and rule_id not in present:
+                _record_deletion(session, row, by, now)
                 session.delete(row)
                 report.removed.append(rule_id)
     return report
+
+
+# --- rules written through the API, and the version history of every rule -------------------
+
+#: A rule with a run in one of these may not be deleted (the run still reads its rule).
+UNFINISHED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
+
+
+def record_version(session: Session, row: RuleRow, change: str, by: str, at: datetime) -> None:
+    """Append the row's current version to its rule's history."""
+    session.add(
+        RuleVersionRow(
+            rule_id=row.id,
+            version=row.version,
+            change=change,
+            source=row.source,
+            source_file=row.source_file,
+            content_hash=row.content_hash,
+            document=row.document,
+            changed_by=by,
+            changed_at=at,
+        )
+    )
+
+
+def next_versions(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
+    """The version a re-created rule starts at (after its history), for ids that have one."""
+    if not rule_ids:
+        return {}
+    rows = session.execute(
+        select(RuleVersionRow.rule_id, func.max(RuleVersionRow.version))
+        .where(RuleVersionRow.rule_id.in_(sorted(set(rule_ids))))
+        .group_by(RuleVersionRow.rule_id)
+    )
+    return {rule_id: int(version) + 1 for rule_id, version in rows}
+
+
+def _record_deletion(session: Session, row: RuleRow, by: str, at: datetime) -> int:
+    version = max(row.version, next_versions(session, [row.id]).get(row.id, 0) - 1) + 1
+    session.add(
+        RuleVersionRow(
+            rule_id=row.id,
+            version=version,
+            change=DELETED,
+            source=row.source,
+            source_file=row.source_file,
+            content_hash=row.content_hash,
+            document=row.document,
+            changed_by=by,
+            changed_at=at,
+        )
+    )
+    return version
+
+
+def _file_backed(row: RuleRow, what: str) -> ConflictError:
+    return ConflictError(
+        f"rule {row.id!r} comes from the rules file {row.source_file}, so the API does not "
+        f"{what} it (the next `ade-tasks rules sync` would undo that); edit or remove the rule "
+        "in its file and run `ade-tasks rules sync`"
+    )
+
+
+def _locked(session: Session, rule_id: str) -> RuleRow:
+    row = session.get(RuleRow, rule_id, with_for_update=True)
+    if row is None:
+        raise rule_not_found(rule_id)
+    return row
+
+
+def create_rule(session: Session, rule: Rule, by: str) -> RuleRow:
+    """Add a rule written through the API (source `api`): version 1, or the version after its
+    history if a rule with this id existed before. ConflictError when the id is taken."""
+    existing = session.get(RuleRow, rule.id)
+    if existing is not None:
+        where = f"the rules file {existing.source_file}" if existing.source == FILE else "the API"
+        raise ConflictError(
+            f"rule {rule.id!r} already exists (from {where}); change it with "
+            f"`PUT /api/v1/rules/{rule.id}` (`ade-tasks rules update`) or pick another id"
+        )
+    now = utcnow()
+    document = rule.document()
+    row = RuleRow(
+        id=rule.id,
+        version=next_versions(session, [rule.id]).get(rule.id, 1),
+        source=API,
+        source_file=None,
+        content_hash=content_hash(document),
+        enabled=rule.enabled,
+        document=document,
+        trust_state=TRUSTED,
+        source_hash=None,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    record_version(session, row, CREATED, by, now)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise ConflictError(
+            f"rule {rule.id!r} was created by another call at the same time; fetch it with "
+            f"`GET /api/v1/rules/{rule.id}`"
+        ) from exc
+    return row
+
+
+def update_rule(
+    session: Session, rule_id: str, rule: Rule, by: str, *, keep_enabled: bool = False
+) -> tuple[RuleRow, bool]:
+    """Replace an API rule's document; a changed document is a new version. Returns the row and
+    whether anything changed. `keep_enabled` (the new document did not say): the rule stays
+    enabled or disabled as it is. Rules from files are refused: their file is the source of
+    truth."""
+    if rule.id != rule_id:
+        raise InvalidInputError(f"id: {rule.id!r} is not the rule being updated ({rule_id!r})")
+    row = _locked(session, rule_id)
+    if row.source != API:
+        raise _file_backed(row, "change")
+    if keep_enabled and rule.enabled != row.enabled:
+        rule = rule.model_copy(update={"enabled": row.enabled})
+    document = rule.document()
+    new_hash = content_hash(document)
+    if new_hash == row.content_hash:
+        changed = row.enabled != rule.enabled
+        row.enabled = rule.enabled
+        if changed:
+            row.updated_at = utcnow()
+        return row, changed
+    now = utcnow()
+    row.version += 1
+    row.content_hash = new_hash
+    row.document = document
+    row.enabled = rule.enabled
+    row.updated_at = now
+    record_version(session, row, UPDATED, by, now)
+    return row, True
+
+
+def set_enabled(session: Session, rule_id: str, enabled: bool) -> tuple[RuleRow, bool]:
+    """Enable or disable a rule (any source; not a new version: the document is unchanged). For a
+    rule from a file, the file's `enabled` applies again the next time the file changes."""
+    row = _locked(session, rule_id)
+    changed = row.enabled != enabled
+    if changed:
+        row.enabled = enabled
+        row.updated_at = utcnow()
+    return row, changed
+
+
+def delete_rule(session: Session, rule_id: str, by: str) -> int:
+    """Delete an API rule; its runs, occurrences and version history stay (the history gets a
+    `deleted` entry, whose version is returned). Refused while a run of it is unfinished, and for
+    rules from files (remove the file instead)."""
+    row = _locked(session, rule_id)
+    if row.source != API:
+        raise _file_backed(row, "delete")
+    unfinished = session.scalars(
+        select(RunRow.id)
+        .where(RunRow.rule_id == rule_id, RunRow.status.in_(UNFINISHED))
+        .order_by(RunRow.queued_at)
+        .limit(5)
+    ).all()
+    if unfinished:
+        raise ConflictError(
+            f"rule {rule_id!r} has unfinished runs ({', '.join(unfinished)}); disable it so no new "
+            "runs start, cancel them (`ade-tasks runs cancel RUN_ID`) or wait for them to end, "
+            "then delete it"
+        )
+    version = _record_deletion(session, row, by, utcnow())
+    session.delete(row)
+    return version
+
+
+def list_versions(
+    session: Session, rule_id: str, *, limit: int = 50, cursor: str | None = None
+) -> tuple[Sequence[RuleVersionRow], str | None]:
+    """A rule's history, newest first, a page at a time (also of a deleted rule); NotFoundError
+    when the id never existed."""
+    stmt = select(RuleVersionRow).where(RuleVersionRow.rule_id == rule_id)
+    if cursor is not None:
+        if not cursor.isdigit():
+            raise InvalidInputError(
+                f"cursor {cursor!r} is not valid; pass the `next_cursor` of a previous page"
+            )
+        stmt = stmt.where(RuleVersionRow.version < int(cursor))
+    rows = session.scalars(stmt.order_by(RuleVersionRow.version.desc()).limit(limit + 1)).all()
+    if not rows and cursor is None and session.get(RuleRow, rule_id) is None:
+        raise rule_not_found(rule_id)
+    if len(rows) > limit:
+        return rows[:limit], str(rows[limit - 1].version)
+    return rows, None
+
+
+def encode_rule_cursor(rule_id: str) -> str:
+    """An opaque cursor pointing after `rule_id` in id order."""
+    return base64.urlsafe_b64encode(rule_id.encode()).decode().rstrip("=")
+
+
+def list_rules_page(
+    session: Session, *, limit: int, cursor: str | None = None
+) -> tuple[Sequence[RuleRow], str | None]:
+    """Rules by id, a page at a time: the page and the cursor of the next (None: last page)."""
+    stmt = select(RuleRow).order_by(RuleRow.id)
+    if cursor is not None:
+        try:
+            after = base64.b64decode(
+                cursor + "=" * (-len(cursor) % 4), b"-_", validate=True
+            ).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"cursor {cursor!r} is not valid; pass the `next_cursor` of a previous page"
+            ) from exc
+        stmt = stmt.where(RuleRow.id > after)
+    rows = session.scalars(stmt.limit(limit + 1)).all()
+    if len(rows) > limit:
+        return rows[:limit], encode_rule_cursor(rows[limit - 1].id)
+    return rows, None

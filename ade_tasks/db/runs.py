@@ -17,6 +17,8 @@ from sqlalchemy import Table, TextClause, and_, bindparam, func, insert, or_, se
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import (
+    ApprovalRow,
+    ApprovalStatus,
     RuleRow,
     RunEventRow,
     RunRow,
@@ -338,6 +340,7 @@ class RunFilter:
     trigger_type: str | None = None
     since: datetime | None = None
     queue_status: str | None = None
+    until: datetime | None = None
 
 
 def encode_cursor(row: RunRow) -> str:
@@ -376,6 +379,8 @@ def list_runs(
         stmt = stmt.where(RunRow.queued_at >= filters.since)
     if filters.queue_status:
         stmt = stmt.where(RunRow.queue_status == filters.queue_status)
+    if filters.until:
+        stmt = stmt.where(RunRow.queued_at < filters.until)
     if cursor:
         when, run_id = _decode_cursor(cursor)
         stmt = stmt.where(
@@ -398,6 +403,227 @@ def move_in_review_queue(session: Session, run_id: str, queue_status: str) -> Ru
             "runs that did work are reviewed"
         )
     row.queue_status = queue_status
+    return row
+
+
+# --- the operator's view of one run: events, progress, cancel, retry ------------------------
+
+#: Statuses a run never leaves.
+FINAL_STATUSES = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
+     RunStatus.SKIPPED}
+)  # fmt: skip
+CANCELLABLE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
+CANCELLED_EVENT = "run.cancelled"
+RETRIED_EVENT = "run.retried"
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """One line of a run's transcript, with its id (the cursor of the events API)."""
+
+    id: int
+    run_id: str
+    at: datetime
+    kind: str
+    step_index: int | None
+    data: dict[str, Any]
+
+
+_EVENT_COLUMNS = (EVENTS.c.id, EVENTS.c.run_id, EVENTS.c.at, EVENTS.c.kind, EVENTS.c.step_index,
+                  EVENTS.c.data)  # fmt: skip
+
+
+def events_after(
+    session: Session, run_id: str, after: int = 0, limit: int = 1000
+) -> list[EventLine]:
+    """The run's events with ids above `after`, oldest first, at most `limit`."""
+    stmt = (
+        select(*_EVENT_COLUMNS)
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.id > after)
+        .order_by(EVENTS.c.id)
+        .limit(limit)
+    )
+    return [EventLine(*row[:5], dict(row[5])) for row in session.execute(stmt)]
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a follower needs of a run: where it is."""
+
+    id: str
+    status: str
+    worker: str | None
+    error: str | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StepState:
+    """A step's progress without its output."""
+
+    run_id: str
+    index: int
+    step_id: str
+    action_type: str
+    status: str
+    exit_code: int | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Runs, their steps and their new events, read together for many followed runs."""
+
+    runs: dict[str, RunState]
+    steps: list[StepState]
+    events: list[EventLine]
+    events_truncated: bool
+
+
+def progress_of(session: Session, cursors: dict[str, int], event_limit: int = 2000) -> Progress:
+    """The status, steps and events after each cursor of the runs in `cursors` (run id -> last
+    event id seen), in three statements however many runs are followed. The run status is
+    read first, so everything written before a run ended is visible to the later reads."""
+    ids = list(cursors)
+    if not ids:
+        return Progress({}, [], [], False)
+    runs = {
+        row.id: RunState(*row)
+        for row in session.execute(
+            select(RUNS.c.id, RUNS.c.status, RUNS.c.worker, RUNS.c.error, RUNS.c.finished_at)
+            .where(RUNS.c.id.in_(ids))
+        )
+    }  # fmt: skip
+    steps = [
+        StepState(*row)
+        for row in session.execute(
+            select(STEPS.c.run_id, STEPS.c.index, STEPS.c.step_id, STEPS.c.action_type,
+                   STEPS.c.status, STEPS.c.exit_code, STEPS.c.error, STEPS.c.started_at,
+                   STEPS.c.finished_at)
+            .where(STEPS.c.run_id.in_(ids))
+            .order_by(STEPS.c.run_id, STEPS.c.index)
+        )
+    ]  # fmt: skip
+    lowest = min(cursors.values())
+    wanted = or_(*(and_(EVENTS.c.run_id == r, EVENTS.c.id > c) for r, c in cursors.items()))
+    rows = session.execute(
+        select(*_EVENT_COLUMNS)
+        .where(EVENTS.c.id > lowest, wanted)
+        .order_by(EVENTS.c.id)
+        .limit(event_limit)
+    ).all()
+    events = [EventLine(*row[:5], dict(row[5])) for row in rows]
+    return Progress(runs, steps, events, len(rows) >= event_limit)
+
+
+def step_output_tails(
+    session: Session, keys: Sequence[tuple[str, int]], lines: int = 20
+) -> dict[tuple[str, int], str]:
+    """The last `lines` lines of these steps' (masked, capped) output."""
+    if not keys:
+        return {}
+    wanted = or_(*(and_(STEPS.c.run_id == r, STEPS.c.index == i) for r, i in keys))
+    rows = session.execute(select(STEPS.c.run_id, STEPS.c.index, STEPS.c.output).where(wanted))
+    return {(r, i): "\n".join((out or "").rstrip().splitlines()[-lines:]) for r, i, out in rows}
+
+
+def _sum_usage(totals: dict[str, Any], input_tokens: Any, output_tokens: Any, cost: Any) -> None:
+    totals["input_tokens"] += int(input_tokens or 0)
+    totals["output_tokens"] += int(output_tokens or 0)
+    if cost is not None:
+        totals["cost_usd"] = (totals["cost_usd"] or 0.0) + float(cost)
+
+
+def agent_usage(session: Session, run_id: str, steps: Sequence[RunStepRow]) -> dict[str, Any]:
+    """Tokens and cost of the run's agent steps: a finished step's result holds its session's
+    totals; a step still going (or parked) is counted from its recorded model turns and CLI
+    results. Returns {input_tokens, output_tokens, tokens, cost_usd, steps: [...]}."""
+    totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+    per_step: list[dict[str, Any]] = []
+    counted: set[str] = set()
+    for step in steps:
+        result = step.result or {}
+        if "input_tokens" not in result and "output_tokens" not in result:
+            continue
+        counted.add(step.step_id)
+        one: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+        _sum_usage(one, result.get("input_tokens"), result.get("output_tokens"),
+                   result.get("cost_usd"))  # fmt: skip
+        per_step.append({"index": step.index, "step_id": step.step_id, "final": True, **one,
+                         "turns": result.get("turns")})  # fmt: skip
+        _sum_usage(totals, one["input_tokens"], one["output_tokens"], one["cost_usd"])
+    live: dict[str, dict[str, Any]] = {}
+    kinds = ("agent.model_turn", "agent.cli_result")
+    for (data,) in session.execute(
+        select(EVENTS.c.data).where(EVENTS.c.run_id == run_id, EVENTS.c.kind.in_(kinds))
+    ):
+        step_id = str(data.get("step") or "")
+        if step_id in counted:
+            continue
+        one = live.setdefault(step_id, {"input_tokens": 0, "output_tokens": 0, "cost_usd": None})
+        usage = data.get("usage") or {}
+        _sum_usage(one, usage.get("input_tokens"), usage.get("output_tokens"),
+                   data.get("cost_usd"))  # fmt: skip
+    for step_id, one in live.items():
+        per_step.append({"index": None, "step_id": step_id, "final": False, **one, "turns": None})
+        _sum_usage(totals, one["input_tokens"], one["output_tokens"], one["cost_usd"])
+    totals["tokens"] = totals["input_tokens"] + totals["output_tokens"]
+    return {**totals, "steps": per_step}
+
+
+def cancel_run(
+    session: Session, run_id: str, by: str, note: str | None = None
+) -> tuple[RunRow, str]:
+    """Cancel a queued, waiting or running run; returns it and the status it had.
+
+    A queued run's message (if any) finds it cancelled and does nothing; a running run's
+    worker cannot renew its lease any more, notices at its next heartbeat and kills the
+    step's process group (as for overlap `cancel-other`). Its running steps are marked failed
+    and its pending approvals cancelled. ConflictError when the run already finished.
+    """
+    for _ in range(5):  # the run may move (queued -> running) between the read and the update
+        row = get_run(session, run_id)
+        was = row.status
+        if was in FINAL_STATUSES:
+            raise ConflictError(f"run {run_id} already finished ({was}); nothing to cancel")
+        now = utcnow()
+        reason = f"cancelled by {by}" + (f": {note}" if note else "")
+        done = session.execute(
+            update(RUNS)
+            .where(RUNS.c.id == run_id, RUNS.c.status == was)
+            .values(status=RunStatus.CANCELLED, error=reason[:MAX_ERROR], finished_at=now,
+                    lease_expires_at=None, buffered=False)
+            .returning(RUNS.c.id)
+        ).scalar_one_or_none()  # fmt: skip
+        session.expire(row)
+        if done is None:
+            continue
+        session.execute(
+            update(STEPS)
+            .where(STEPS.c.run_id == run_id, STEPS.c.status == StepStatus.RUNNING)
+            .values(status=StepStatus.FAILED, finished_at=now, error=reason[:MAX_ERROR])
+        )
+        session.execute(
+            update(ApprovalRow)
+            .where(ApprovalRow.run_id == run_id, ApprovalRow.status == ApprovalStatus.PENDING)
+            .values(status=ApprovalStatus.CANCELLED, decided_by=by, decided_at=now, note=note)
+        )
+        append_event(session, run_id, CANCELLED_EVENT, {"by": by, "note": note, "was": was})
+        return get_run(session, run_id), was
+    raise ConflictError(f"run {run_id} kept changing status; try cancelling it again")
+
+
+def retry_source(session: Session, run_id: str) -> RunRow:
+    """The finished run to retry; ConflictError while it is still active."""
+    row = get_run(session, run_id)
+    if row.status not in FINAL_STATUSES:
+        raise ConflictError(
+            f"run {run_id} is still {row.status}; only a finished run can be retried "
+            f"(cancel it first with `ade-tasks runs cancel {run_id}`)"
+        )
     return row
 
 

@@ -479,3 +479,28 @@ class AuditRow(Base):
     method: Mapped[str] = mapped_column(String(8))
     path: Mapped[str] = mapped_column(String(512))
     status_code: Mapped[int] = mapped_column(Integer)
+
+
+class RuleVersionRow(Base):
+    """One version of a rule, append-only: what it was, who made it, when and how.
+
+    Every change of a rule's document gets a row (created or updated through the API, added or
+    changed by a sync of the rules directory), and so does a deletion, so the history of a rule
+    outlives the rule itself. `version` continues across a delete and re-create of the same id.
+    """
+
+    __tablename__ = "rule_versions"
+    __table_args__ = (
+        UniqueConstraint("rule_id", "version", name="uq_rule_versions_rule_id_version"),
+    )
+
+    id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
+    rule_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    change: Mapped[str] = mapped_column(String(16))  # created | updated | deleted
+    source: Mapped[str] = mapped_column(String(16))  # file | api
+    source_file: Mapped[str | None] = mapped_column(String(1024))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    document: Mapped[dict[str, Any]]
+    changed_by: Mapped[str] = mapped_column(String(255))
+    changed_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -70,6 +71,12 @@ class Dev:
             timeout=timeout,
         )
 
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        """An API GET with the admin token `ade-tasks dev` wrote for this directory."""
+        token = (self.workdir / ".ade" / "api-token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        return httpx.get(f"{self.url}{path}", headers=headers, **kwargs)
+
     def interrupt(self) -> int:
         """Ctrl-C, as a user at the terminal sends it; returns the exit status."""
         assert self.child is not None
@@ -130,10 +137,7 @@ def test_a_queued_run_survives_a_restart(dev: Dev, workdir: Path) -> None:
     dev.start()
     # Then the recovery sweep re-sends it and it runs
     detail = wait_until(
-        lambda: (
-            (r := httpx.get(f"{dev.url}/api/v1/runs/{run_id}").json())["status"] == "succeeded"
-            and r
-        ),
+        lambda: (r := dev.get(f"/api/v1/runs/{run_id}").json())["status"] == "succeeded" and r,
         30,
         "the queued run to run after the restart",
     )
@@ -154,7 +158,7 @@ def test_ctrl_c_stops_running_commands_and_cancels_their_runs(dev: Dev, workdir:
     assert "stopped" in child.output()
 
     dev.start()
-    detail = httpx.get(f"{dev.url}/api/v1/runs/{run_id}").json()
+    detail = dev.get(f"/api/v1/runs/{run_id}").json()
     assert detail["status"] == "cancelled"
     assert "shut down" in detail["error"]
 
@@ -198,9 +202,7 @@ def test_schedule_preview_and_occurrences_from_the_cli(dev: Dev) -> None:
     assert "trigger #0: 0 3 * * 1-5 (Europe/Berlin)" in preview.stdout
     local_times = [line.split()[1] for line in preview.stdout.splitlines() if "local" in line]
     assert local_times == ["03:00", "03:00", "03:00"]
-    as_json = httpx.get(
-        f"{dev.url}/api/v1/rules/nightly-disk-report/schedule", params={"count": 2}
-    ).json()
+    as_json = dev.get("/api/v1/rules/nightly-disk-report/schedule", params={"count": 2}).json()
     (trigger,) = as_json["triggers"]
     assert len(trigger["next"]) == 2
     first = datetime.fromisoformat(trigger["next"][0]["utc"].replace("Z", "+00:00"))

@@ -79,14 +79,20 @@ def database_url(pg_template: str) -> Iterator[str]:
     _admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+def own_redis_db(url: str) -> Iterator[str]:
+    """A Redis database flushed around the test. Modules that count broker messages or must run
+    beside other integration tests take their own index (see bench/common.py REDIS_DB_OWNERS)."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
     require("Redis", client.ping)
     client.flushdb()
-    yield REDIS_URL
+    yield url
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    yield from own_redis_db(REDIS_URL)
 
 
 @pytest.fixture

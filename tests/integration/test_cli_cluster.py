@@ -26,10 +26,12 @@ execution: {{kind: built-in, actions: [{{type: run-command, command: "{command}"
 """
 
 
-def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    cluster: Cluster, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "ade-tasks"), *args],
-        env=cluster.env,
+        env=cluster.env if env is None else env,
         cwd=cluster.tmp,
         capture_output=True,
         text=True,

@@ -107,7 +107,7 @@ def test_accept_through_the_cli_completes_the_run_and_a_second_answer_is_refused
 
     answered = cli(cluster, "inputs", "answer", str(item["id"]), "accept", "--by", "alice", *url)
     assert answered.returncode == 0, answered.stderr
-    assert "accept by alice" in answered.stdout
+    assert "accept by tests (alice)" in answered.stdout  # the token's name, then --by
 
     settled(cluster, run_id, "succeeded")
     assert (project / "notes.txt").read_text() == "hello"
@@ -142,7 +142,7 @@ def test_decline_through_the_api_tells_the_model_and_cancel_ends_the_run(
 
     assert response.status_code == 200, response.text
     row = settled(cluster, cancelled_run, "cancelled")
-    assert row.error == "cancelled by bob: not today"
+    assert row.error == "cancelled by tests (bob): not today"
     again = api.post(f"/api/v1/inputs/{item['id']}/answer", json={"answer": "accept"})
     assert again.status_code == 409 and "not pending" in again.json()["detail"]
     bad = api.post(f"/api/v1/inputs/{item['id']}/answer", json={"answer": "maybe"})

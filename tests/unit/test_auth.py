@@ -10,7 +10,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApiTokenRow, Role
 from ade_tasks.errors import ConflictError
 
-V, O, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
+V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 
 
 @pytest.mark.parametrize(
@@ -22,13 +22,13 @@ V, O, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
         ("POST", "/api/v1/webhooks/github", None),  # its signature authenticates it
         ("POST", "/api/v1/webhooks/deploys", None),
         ("GET", "/api/v1/webhooks/deploys/deliveries", V),  # the delivery log is a read
-        ("POST", "/api/v1/webhooks/deploys/token", O),  # nothing but a delivery is open
+        ("POST", "/api/v1/webhooks/deploys/token", OP),  # nothing but a delivery is open
         ("GET", "/api/v1/runs", V),
         ("GET", "/api/v1/rules/hello", V),
-        ("POST", "/api/v1/rules/hello/runs", O),
-        ("POST", "/api/v1/runs/abc/cancel", O),
-        ("POST", "/api/v1/inputs/3/answer", O),
-        ("POST", "/api/v1/ingress/events", O),
+        ("POST", "/api/v1/rules/hello/runs", OP),
+        ("POST", "/api/v1/runs/abc/cancel", OP),
+        ("POST", "/api/v1/inputs/3/answer", OP),
+        ("POST", "/api/v1/ingress/events", OP),
         ("POST", "/api/v1/rules/trust", A),
         ("PUT", "/api/v1/rules/hello", A),
         ("DELETE", "/api/v1/rules/hello", A),
@@ -37,7 +37,7 @@ V, O, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
         ("GET", "/api/v1/audit", A),
         ("GET", "/ui/login", None),
         ("GET", "/ui/runs", V),
-        ("POST", "/ui/runs/abc/cancel", O),
+        ("POST", "/ui/runs/abc/cancel", OP),
     ],
 )
 def test_each_request_needs_the_least_role_that_may_make_it(
@@ -52,7 +52,7 @@ def test_metrics_are_open_only_when_configured() -> None:
 
 
 def test_roles_rank_viewer_below_operator_below_admin() -> None:
-    assert V.rank < O.rank < A.rank
+    assert V.rank < OP.rank < A.rank
 
 
 def test_only_the_digest_of_a_token_is_stored_and_revoked_tokens_stop_working(

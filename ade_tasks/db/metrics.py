@@ -1,0 +1,200 @@
+"""Cluster-wide facts for the metrics endpoint: a handful of aggregate queries over the tables.
+
+Everything here is read at scrape time from the system of record, so every API process reports
+the same numbers and nothing has to be shared between processes (no multiprocess files, no
+counters lost when a process dies). The price is one short read-only transaction per scrape:
+
+- counts by (rule, status) use the `ix_runs_rule_id_status` index;
+- the run duration histogram scans the finished runs the database still holds (all of them:
+  `run_retention_days` bounds the table, and a histogram over "everything retained" only grows
+  between prunes, which is what Prometheus' `rate()`/`histogram_quantile()` expect);
+- the other tables are small or bounded at write time (occurrences, ingress events, hook
+  deliveries, usage per day, pending approvals).
+
+On PostgreSQL the transaction carries a `statement_timeout`, so a slow database makes a scrape
+fail fast instead of piling up scrapes.
+
+The values are gauges of what the tables hold (rows pruned by retention disappear from them),
+except the histogram, which is shaped as Prometheus expects (cumulative buckets, sum, count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Float, case, cast, func, select, text
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+
+from ade_tasks.db.schema import (
+    ApprovalRow,
+    ApprovalStatus,
+    HookDeliveryRow,
+    IngressEventRow,
+    RuleRow,
+    RunRow,
+    RunStatus,
+    ScheduleOccurrenceRow,
+    UsageRow,
+)
+
+#: Upper bounds (seconds) of the run duration buckets: a quick command to the 12 h a rule may run.
+RUN_DURATION_BUCKETS: tuple[float, ...] = (
+    1,
+    5,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    3600,
+    7200,
+    21600,
+    43200,
+)
+
+#: A scrape's queries together must finish within this (PostgreSQL only).
+STATEMENT_TIMEOUT_MS = 5000
+
+#: Statuses of runs that are not finished yet: the queues they wait in are probed for depth.
+UNFINISHED = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
+
+
+@dataclass
+class DurationHistogram:
+    """Finished runs of one rule: cumulative counts per bucket bound, sum and count."""
+
+    buckets: list[tuple[float, int]]  # (upper bound, runs at most that long), ascending
+    count: int
+    sum_seconds: float
+
+
+@dataclass
+class UsageTotals:
+    """What one billing code used, summed over the days the usage table holds."""
+
+    tokens: int
+    cost_usd: float
+    run_seconds: float
+
+
+@dataclass
+class ClusterFacts:
+    """One scrape's worth of aggregates (see the module docstring for what each one counts)."""
+
+    runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (rule, status) -> runs
+    durations: dict[str, DurationHistogram] = field(default_factory=dict)  # rule -> histogram
+    occurrences: dict[str, int] = field(default_factory=dict)  # outcome -> occurrences
+    ingress: dict[tuple[str, str], int] = field(default_factory=dict)  # (source, status)
+    hook_deliveries: dict[tuple[str, int], int] = field(default_factory=dict)  # (hook, code)
+    usage: dict[str, UsageTotals] = field(default_factory=dict)  # billing code -> totals
+    billing_codes: dict[str, str] = field(default_factory=dict)  # rule -> billing code
+    approvals_pending: dict[str, int] = field(default_factory=dict)  # rule -> pending
+    active_queues: list[str] = field(default_factory=list)  # queues of unfinished runs
+
+
+def _duration_seconds(session: Session) -> ColumnElement[Any]:
+    """`finished_at - started_at` in seconds, in the dialect's own date arithmetic."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(func.extract("epoch", RunRow.finished_at - RunRow.started_at), Float)
+    # SQLite (embedded mode) stores timestamps as text; julianday() reads them.
+    return (func.julianday(RunRow.finished_at) - func.julianday(RunRow.started_at)) * 86400.0
+
+
+def _durations(session: Session) -> dict[str, DurationHistogram]:
+    seconds = _duration_seconds(session).label("seconds")
+    finished = (
+        select(RunRow.rule_id.label("rule_id"), seconds)
+        .where(RunRow.started_at.is_not(None), RunRow.finished_at.is_not(None))
+        .subquery()
+    )
+    columns = [
+        func.sum(case((finished.c.seconds <= bound, 1), else_=0)) for bound in RUN_DURATION_BUCKETS
+    ]
+    query = select(
+        finished.c.rule_id, func.count(), func.coalesce(func.sum(finished.c.seconds), 0.0), *columns
+    ).group_by(finished.c.rule_id)
+    result: dict[str, DurationHistogram] = {}
+    for rule_id, count, total, *cumulative in session.execute(query):
+        buckets = [
+            (bound, int(n or 0)) for bound, n in zip(RUN_DURATION_BUCKETS, cumulative, strict=True)
+        ]
+        result[rule_id] = DurationHistogram(buckets, int(count), max(float(total), 0.0))
+    return result
+
+
+def _billing_code(rule_id: str, document: Mapping[str, Any] | None) -> str:
+    # The same default as the rule model: no billing code means `auto:<rule id>`.
+    code = (document or {}).get("billing_code")
+    return code if isinstance(code, str) and code else f"auto:{rule_id}"
+
+
+def _pairs(rows: Sequence[Any]) -> dict[Any, int]:
+    return {tuple(row[:-1]) if len(row) > 2 else row[0]: int(row[-1]) for row in rows}
+
+
+def cluster_facts(session: Session) -> ClusterFacts:
+    """Read every aggregate the metrics endpoint exposes, in one read-only transaction."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
+    facts = ClusterFacts()
+    facts.runs = _pairs(
+        session.execute(
+            select(RunRow.rule_id, RunRow.status, func.count()).group_by(
+                RunRow.rule_id, RunRow.status
+            )
+        ).all()
+    )
+    facts.durations = _durations(session)
+    facts.occurrences = _pairs(
+        session.execute(
+            select(ScheduleOccurrenceRow.outcome, func.count()).group_by(
+                ScheduleOccurrenceRow.outcome
+            )
+        ).all()
+    )
+    facts.ingress = _pairs(
+        session.execute(
+            select(IngressEventRow.source, IngressEventRow.status, func.count()).group_by(
+                IngressEventRow.source, IngressEventRow.status
+            )
+        ).all()
+    )
+    facts.hook_deliveries = _pairs(
+        session.execute(
+            select(HookDeliveryRow.hook_id, HookDeliveryRow.status_code, func.count()).group_by(
+                HookDeliveryRow.hook_id, HookDeliveryRow.status_code
+            )
+        ).all()
+    )
+    usage = select(
+        UsageRow.billing_code,
+        func.sum(UsageRow.tokens),
+        func.sum(UsageRow.cost_usd),
+        func.sum(UsageRow.run_seconds),
+    ).group_by(UsageRow.billing_code)
+    facts.usage = {
+        code: UsageTotals(int(tokens or 0), float(cost or 0.0), float(seconds or 0.0))
+        for code, tokens, cost, seconds in session.execute(usage)
+    }
+    facts.billing_codes = {
+        rule_id: _billing_code(rule_id, document)
+        for rule_id, document in session.execute(select(RuleRow.id, RuleRow.document))
+    }
+    facts.approvals_pending = _pairs(
+        session.execute(
+            select(RunRow.rule_id, func.count())
+            .select_from(ApprovalRow)
+            .join(RunRow, RunRow.id == ApprovalRow.run_id)
+            .where(ApprovalRow.status == ApprovalStatus.PENDING.value)
+            .group_by(RunRow.rule_id)
+        ).all()
+    )
+    facts.active_queues = sorted(
+        session.scalars(select(RunRow.queue).where(RunRow.status.in_(UNFINISHED)).distinct()).all()
+    )
+    return facts

@@ -1,0 +1,66 @@
+"""Property-based fuzzing of the real `ade-tasks api` process from its own OpenAPI document
+(schemathesis): no request makes it answer 5xx, and every answer matches the document (status
+code, content type, body schema). Bounded: a fixed number of examples per operation, a seed,
+and a time budget."""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+
+from tests.conftest import write_rule
+from tests.integration.conftest import Cluster
+from tests.support import BIN
+
+CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
+
+
+def test_no_request_answers_5xx_or_breaks_the_documented_schema(cluster: Cluster) -> None:
+    write_rule(cluster.tmp / "rules", "hello.yaml", """
+        id: hello
+        triggers: [{type: manual}, {type: schedule, cron: "0 3 * * *"}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    api: httpx.Client = cluster.api()
+    token = cluster.env["ADE_API_TOKEN"]
+    report = cluster.tmp / "fuzz-junit.xml"
+    result = subprocess.run(
+        [
+            str(BIN / "schemathesis"), "run", f"{api.base_url}/openapi.json",
+            "--checks", CHECKS,
+            "--header", f"Authorization: Bearer {token}",
+            # Revoking tokens would revoke the fuzzer's own: covered by tests/integration/test_auth.py.
+            "--exclude-path-regex", "^/api/v1/tokens",
+            "--max-examples", "5", "--seed", "20261130", "--max-time", "60", "--workers", "2",
+            "--phases", "examples,coverage,fuzzing",
+            "--request-timeout", "10", "--no-color",
+            "--report", "junit", "--report-junit-path", str(report),
+        ],
+        cwd=cluster.tmp, env=cluster.env, capture_output=True, text=True, timeout=420,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert "passed" in result.stdout.lower()
+
+
+def test_values_the_database_cannot_store_are_a_clear_422(cluster: Cluster) -> None:
+    # Found by the fuzzer: both were 500s.
+    write_rule(cluster.tmp / "rules", "hello.yaml", """
+        id: hello
+        triggers: [{type: manual}]
+        inputs: {who: {type: string}}
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    api = cluster.api()
+
+    too_big = api.post(f"/api/v1/cleanups/{2**70}/cancel")
+    nul = api.post("/api/v1/rules/hello/runs", json={"inputs": {"who": "a\u0000b"}})
+
+    for response in (too_big, nul):
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+    assert "out of range" in too_big.json()["detail"]
+    assert "NUL" in nul.json()["detail"]
+    assert api.get("/api/v1/runs").json()["items"] == []  # nothing was stored

@@ -1,0 +1,138 @@
+"""Tokens and roles against the real `ade-tasks api` process: every endpoint refuses a missing or
+revoked token, a role too low changes nothing, and state-changing calls land in the audit log."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from ade_tasks.db import tokens as tokens_db
+from ade_tasks.db.schema import ApiTokenRow, Role, RunRow
+from tests.conftest import write_rule
+from tests.integration.conftest import Cluster
+from tests.integration.test_cli_cluster import cli
+
+OPEN = {"/healthz", "/readyz", "/api/v1/webhooks/github", "/api/v1/webhooks/{hook_id}"}
+
+
+@pytest.fixture
+def api(cluster: Cluster) -> httpx.Client:
+    write_rule(cluster.tmp / "rules", "hello.yaml", """
+        id: hello
+        triggers: [{type: manual}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    return cluster.api()
+
+
+def token(cluster: Cluster, role: Role, name: str) -> str:
+    with cluster.session_factory.begin() as session:
+        return tokens_db.create_token(session, name, role, "tests")[1]
+
+
+def client(api: httpx.Client, secret: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    return httpx.Client(base_url=api.base_url, headers=headers, timeout=10)
+
+
+def runs_count(cluster: Cluster) -> int:
+    with cluster.session_factory() as session:
+        return int(session.scalar(select(func.count()).select_from(RunRow)) or 0)
+
+
+def every_endpoint(api: httpx.Client) -> list[tuple[str, str]]:
+    document = api.get("/openapi.json").json()
+    calls = []
+    for path, item in document["paths"].items():
+        if path in OPEN:
+            continue
+        concrete = re.sub(r"\{[^}]+\}", "1", path)
+        calls += [(method.upper(), concrete) for method in item if method != "parameters"]
+    return calls
+
+
+def test_every_endpoint_refuses_a_missing_or_revoked_token_and_changes_nothing(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    revoked = token(cluster, Role.ADMIN, "gone")
+    with cluster.session_factory.begin() as session:
+        row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.name == "gone"))
+        assert row is not None
+        tokens_db.revoke_token(session, row.id)
+    calls = every_endpoint(api)
+    assert ("POST", "/api/v1/rules/1/runs") in calls and ("GET", "/api/v1/tokens") in calls
+
+    for secret, why in ((None, "no token was sent"), (revoked, "unknown or revoked")):
+        with client(api, secret) as caller:
+            for method, path in calls:
+                response = caller.request(method, path, json={})
+                assert response.status_code == 401, (method, path, response.text)
+                assert response.headers["content-type"] == "application/problem+json"
+                assert response.headers["www-authenticate"].startswith("Bearer")
+                assert why in response.json()["detail"]
+
+    assert runs_count(cluster) == 0
+    assert api.get("/healthz").status_code == 200  # probes stay open
+
+
+def test_a_viewer_reads_but_cannot_act_and_an_operators_calls_are_audited(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    with client(api, token(cluster, Role.VIEWER, "watcher")) as viewer:
+        assert viewer.get("/api/v1/runs").status_code == 200
+        assert viewer.get("/api/v1/me").json() == {"name": "watcher", "role": "viewer"}
+        for method, path, body in (
+            ("POST", "/api/v1/rules/hello/runs", {}),
+            ("POST", "/api/v1/inputs/1/answer", {"answer": "accept"}),
+            ("POST", "/api/v1/tokens", {"name": "x", "role": "admin"}),
+            ("GET", "/api/v1/audit", None),
+        ):
+            response = viewer.request(method, path, json=body)
+            assert response.status_code == 403, (method, path, response.text)
+            assert "token 'watcher' has viewer" in response.json()["detail"]
+    assert runs_count(cluster) == 0
+
+    with client(api, token(cluster, Role.OPERATOR, "oncall")) as operator:
+        started = operator.post("/api/v1/rules/hello/runs", json={})
+        assert started.status_code == 202, started.text
+        assert operator.post("/api/v1/rules/trust", json={"content_hash": "x"}).status_code == 403
+
+    entries = api.get("/api/v1/audit").json()
+    mine = [(e["actor"], e["role"], e["method"], e["path"], e["status_code"]) for e in entries]
+    assert ("oncall", "operator", "POST", "/api/v1/rules/hello/runs", 202) in mine
+    assert not any(actor == "watcher" for actor, *_ in mine)  # refused calls reached nothing
+    assert runs_count(cluster) == 1
+
+
+def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    created = api.post("/api/v1/tokens", json={"name": "robot", "role": "operator"})
+    assert created.status_code == 201, created.text
+    secret = created.json()["token"]
+    with client(api, secret) as robot:
+        assert robot.get("/api/v1/me").json() == {"name": "robot", "role": "operator"}
+        listed = api.get("/api/v1/tokens").json()
+        assert secret not in json.dumps(listed)
+        revoked = api.delete(f"/api/v1/tokens/{created.json()['id']}")
+        assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+        assert robot.get("/api/v1/runs").status_code == 401
+    assert api.delete(f"/api/v1/tokens/{created.json()['id']}").status_code == 409
+
+    made = cli(cluster, "tokens", "create", "--name", "ci-bot", "--role", "viewer", "--json")
+    assert made.returncode == 0, made.stderr
+    cli_secret = json.loads(made.stdout)["token"]
+    with client(api, cli_secret) as ci_bot:
+        assert ci_bot.get("/api/v1/me").json()["role"] == "viewer"
+    listing = cli(cluster, "tokens", "list")
+    assert "ci-bot" in listing.stdout and cli_secret not in listing.stdout
+
+    env = {k: v for k, v in cluster.env.items() if k != "ADE_API_TOKEN"}
+    anonymous = cli(cluster, "runs", "list", "--url", str(api.base_url), env=env)
+    assert anonymous.returncode != 0
+    assert "401" in anonymous.stderr and "ADE_API_TOKEN" in anonymous.stderr
