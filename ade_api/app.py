@@ -142,7 +142,7 @@ def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]
         "scheme": "bearer",
         "description": "a token from `ade-tasks tokens create`",
     }
-    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    as_problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     components.setdefault("schemas", {}).setdefault("Problem", Problem.model_json_schema())
     for path, item in schema.get("paths", {}).items():
         for method, operation in item.items():
@@ -150,13 +150,13 @@ def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]
             # Every error is a problem document (see `problem`), whatever FastAPI assumed.
             for code, response in responses.items():
                 if code.startswith(("4", "5")):
-                    response["content"] = problem
+                    response["content"] = as_problem
             if "requestBody" in operation:
                 responses.setdefault(
-                    "400", {"description": "the body is not JSON", "content": problem}
+                    "400", {"description": "the body is not JSON", "content": as_problem}
                 )
                 responses.setdefault(
-                    "422", {"description": "the body is invalid", "content": problem}
+                    "422", {"description": "the body is invalid", "content": as_problem}
                 )
             needed = required_role(method.upper(), path, metrics_public=metrics_public)
             if needed is None:
@@ -165,12 +165,11 @@ def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]
             operation["description"] = (
                 f"{operation.get('description', '')}\n\nNeeds the `{needed.value}` role."
             ).strip()
-            responses = operation.setdefault("responses", {})
             responses.setdefault(
-                "401", {"description": "no token, or unknown/revoked", "content": problem}
+                "401", {"description": "no token, or unknown/revoked", "content": as_problem}
             )
             responses.setdefault(
-                "403", {"description": "the token's role is too low", "content": problem}
+                "403", {"description": "the token's role is too low", "content": as_problem}
             )
     app.openapi_schema = schema
     return schema

@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -157,7 +157,10 @@ def _credentials(scope: Scope) -> str | None:
                 return token.strip()
         elif name == b"cookie":
             jar: SimpleCookie = SimpleCookie()
-            jar.load(value.decode("latin-1"))
+            try:
+                jar.load(value.decode("latin-1"))
+            except CookieError:  # a malformed Cookie header carries no token
+                continue
             if COOKIE in jar:
                 cookie = str(jar[COOKIE].value)
     return cookie or None

@@ -272,23 +272,9 @@ def run(
         json={"inputs": _parse_inputs(inputs)},
         headers=headers,
     )
-    if not as_json:
-        click.echo(f"run {accepted['run_id']}: {accepted['message']}")
-    if not wait:
-        if as_json:
-            click.echo(json.dumps(accepted, indent=2))
-        return
-    final = _follow(api, accepted["run_id"], timeout, quiet=as_json)
-    if as_json:
-        click.echo(json.dumps(final, indent=2))
-    sys.exit(0 if final["status"] == "succeeded" else 1)
+    from ade_api.cli_runs import report_started
 
-
-def _follow(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
-    """Follow the run's event stream, printing its steps as they start and end, until it ends."""
-    from ade_api.cli_runs import follow_run
-
-    return follow_run(api, run_id, timeout, quiet=quiet)
+    report_started(api, accepted, f"run {accepted['run_id']}", wait, timeout, as_json)
 
 
 @main.group()

@@ -267,13 +267,21 @@ def runs_retry(
     """Start a new run of a finished run's rule with the same trigger."""
     api = Api(settings, url)
     result = api.call("POST", f"/api/v1/runs/{run_id}/retry", json={"by": by})
+    report_started(api, result, f"run {result['run_id']} retries {run_id}", wait, timeout, as_json)
+
+
+def report_started(
+    api: Api, accepted: dict[str, Any], what: str, wait: bool, timeout: float, as_json: bool
+) -> None:
+    """Say a run was started; with `wait`, follow it to its end and exit 0 only if it
+    succeeded (`run --wait`, `runs retry --wait`)."""
     if not as_json:
-        click.echo(f"run {result['run_id']} retries {run_id}: {result['message']}")
+        click.echo(f"{what}: {accepted['message']}")
     if not wait:
         if as_json:
-            click.echo(json.dumps(result, indent=2))
+            click.echo(json.dumps(accepted, indent=2))
         return
-    final = follow_run(api, result["run_id"], timeout, quiet=as_json)
+    final = follow_run(api, accepted["run_id"], timeout, quiet=as_json)
     if as_json:
         click.echo(json.dumps(final, indent=2))
     sys.exit(0 if final["status"] == "succeeded" else 1)

@@ -268,12 +268,14 @@ def sync_file_rules(
 UNFINISHED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 
 
-def record_version(session: Session, row: RuleRow, change: str, by: str, at: datetime) -> None:
-    """Append the row's current version to its rule's history."""
+def record_version(
+    session: Session, row: RuleRow, change: str, by: str, at: datetime, version: int | None = None
+) -> None:
+    """Append the row's current version (or `version`) to its rule's history."""
     session.add(
         RuleVersionRow(
             rule_id=row.id,
-            version=row.version,
+            version=row.version if version is None else version,
             change=change,
             source=row.source,
             source_file=row.source_file,
@@ -299,19 +301,7 @@ def next_versions(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
 
 def _record_deletion(session: Session, row: RuleRow, by: str, at: datetime) -> int:
     version = max(row.version, next_versions(session, [row.id]).get(row.id, 0) - 1) + 1
-    session.add(
-        RuleVersionRow(
-            rule_id=row.id,
-            version=version,
-            change=DELETED,
-            source=row.source,
-            source_file=row.source_file,
-            content_hash=row.content_hash,
-            document=row.document,
-            changed_by=by,
-            changed_at=at,
-        )
-    )
+    record_version(session, row, DELETED, by, at, version)
     return version
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ade_api.auth import required_role
+from ade_api.auth import _credentials, required_role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApiTokenRow, Role
@@ -74,3 +74,20 @@ def test_only_the_digest_of_a_token_is_stored_and_revoked_tokens_stop_working(
         assert tokens_db.authenticate(session, secret) is None
         with pytest.raises(ConflictError, match="already revoked"):
             tokens_db.revoke_token(session, token_id)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([(b"authorization", b"Bearer  ade_x ")], "ade_x"),
+        ([(b"authorization", b"Basic dXNlcjpwdw==")], None),  # only bearer tokens count
+        ([(b"cookie", b"theme=dark; ade_token=ade_c")], "ade_c"),
+        ([(b"cookie", b"ade_token=ade_c"), (b"authorization", b"Bearer ade_h")], "ade_h"),
+        ([(b"cookie", b'a="\\x; ade_token=ade_c')], None),  # malformed: ignored, not a 500
+        ([], None),
+    ],
+)
+def test_a_token_comes_from_the_bearer_header_else_the_cookie(
+    headers: list[tuple[bytes, bytes]], expected: str | None
+) -> None:
+    assert _credentials({"headers": headers}) == expected
