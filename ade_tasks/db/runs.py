@@ -120,7 +120,16 @@ _STEP_INSERT = (
 _STEP_OUTCOME = ", ".join(
     f"{c} = excluded.{c}" for c in STEP_COLUMNS if c not in ("run_id", "index", "started_at")
 )
-_ANNOUNCE_STEP = _sql(_STEP_INSERT + "DO NOTHING", STEPS, *STEP_COLUMNS)
+# A step is shown running only while its run is: a run cancelled (or recovered) between the
+# step's start and this announcement must not keep a `running` step forever.
+_ANNOUNCE_STEP = _sql(
+    f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
+    f"SELECT {', '.join(':' + c for c in STEP_COLUMNS)} "
+    "WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND status = 'running') "
+    'ON CONFLICT (run_id, "index") DO NOTHING',
+    STEPS,
+    *STEP_COLUMNS,
+)
 _RECORD_STEP = _sql(_STEP_INSERT + "DO UPDATE SET " + _STEP_OUTCOME, STEPS, *STEP_COLUMNS)
 _FINISH_RUN = _sql(_FINISH, RUNS, **_FINISH_TYPES)
 # PostgreSQL writes the last step and the run's outcome in one statement (a data-modifying CTE).
@@ -245,7 +254,8 @@ class StepRecord:
 
 
 def announce_step(session: Session, step: StepRecord) -> None:
-    """Show a step as running; a no-op if its outcome was recorded first (a race we allow)."""
+    """Show a step as running; a no-op if its outcome was recorded first (a race we allow) or
+    its run is no longer running."""
     session.execute(_ANNOUNCE_STEP, step.values())
 
 

@@ -141,6 +141,21 @@ def test_expired_lease_fails_the_run_as_worker_lost(
         assert not runs_db.finish_run(session, run_id, "w1", RunStatus.SUCCEEDED)
 
 
+def test_a_step_is_shown_running_only_while_its_run_is(
+    session_factory: SessionFactory, sender: InMemorySender, rules: None
+) -> None:
+    # A run cancelled between its step's start and the step's announcement keeps no
+    # `running` step behind.
+    run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
+    step = runs_db.StepRecord(run_id, 0, "s", "run-command", utcnow())
+    with session_factory.begin() as session:
+        runs_db.announce_step(session, step)  # queued, not running: nothing to show
+        assert runs_db.list_steps(session, run_id) == []
+        runs_db.claim_run(session, run_id, "w1", utcnow() + timedelta(seconds=30))
+        runs_db.announce_step(session, step)
+        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+
+
 def test_run_history_pages_newest_first_with_a_cursor(
     session_factory: SessionFactory, sender: InMemorySender, rules: None
 ) -> None:
