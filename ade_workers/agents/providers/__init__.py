@@ -257,6 +257,43 @@ class ProviderHttp:
         return text.replace(self._secret, "***") if self._secret else text
 
 
+class HttpProvider:
+    """What the HTTP adapters share: a named endpoint, its key as the adapter's auth headers,
+    and one pooled client that `close` releases."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        api_key: str | None,
+        auth_headers: Mapping[str, str],
+        timeout: float,
+        policy: RetryPolicy,
+        transport: httpx.BaseTransport | None,
+        sleep: Callable[[float], None],
+    ) -> None:
+        self.name = name
+        self._http = ProviderHttp(
+            label=f"provider {name!r}",
+            env_prefix=f"ADE_PROVIDERS__{name.upper()}__",
+            base_url=base_url,
+            headers={"Accept": "application/json", "User-Agent": "ade-tasks", **auth_headers},
+            secret=api_key,
+            timeout=timeout,
+            policy=policy,
+            transport=transport,
+            sleep=sleep,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self._http.where!r})"
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+
+
 def _error_message(response: httpx.Response) -> str:
     """The message of an OpenAI-style or Anthropic-style error body, or the start of the text."""
     try:

@@ -13,10 +13,10 @@ from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
 from ade_workers.agents.providers import (
     DEFAULT_POLICY,
+    HttpProvider,
     Message,
     ModelTurn,
     ProviderError,
-    ProviderHttp,
     ToolCall,
     ToolSpec,
     Usage,
@@ -29,7 +29,7 @@ API_VERSION = "2023-06-01"
 PATH = "/v1/messages"
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """A `ModelProvider` for the Anthropic Messages API."""
 
     def __init__(
@@ -43,32 +43,12 @@ class AnthropicProvider:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        headers = {
-            "Accept": "application/json",
-            "User-Agent": "ade-tasks",
-            "anthropic-version": API_VERSION,
-        }
-        if api_key:
-            headers["x-api-key"] = api_key
-        self.name = name
-        self._http = ProviderHttp(
-            label=f"provider {name!r}",
-            env_prefix=f"ADE_PROVIDERS__{name.upper()}__",
-            base_url=base_url,
-            headers=headers,
-            secret=api_key,
-            timeout=timeout,
-            policy=policy,
-            transport=transport,
-            sleep=sleep,
-        )
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, base_url={self._http.where!r})"
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._http.close()
+        # Local gateways may run without a key.
+        auth = {"anthropic-version": API_VERSION, **({"x-api-key": api_key} if api_key else {})}
+        super().__init__(
+            name=name, base_url=base_url, api_key=api_key, auth_headers=auth, timeout=timeout,
+            policy=policy, transport=transport, sleep=sleep,
+        )  # fmt: skip
 
     def complete(
         self,

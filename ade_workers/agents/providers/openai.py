@@ -15,10 +15,10 @@ from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
 from ade_workers.agents.providers import (
     DEFAULT_POLICY,
+    HttpProvider,
     Message,
     ModelTurn,
     ProviderError,
-    ProviderHttp,
     ToolCall,
     ToolSpec,
     Usage,
@@ -30,7 +30,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PATH = "/chat/completions"
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     """A `ModelProvider` for any Chat Completions endpoint."""
 
     def __init__(
@@ -45,32 +45,15 @@ class OpenAIProvider:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        headers = {"Accept": "application/json", "User-Agent": "ade-tasks"}
         # Local servers (Ollama, LM Studio, vLLM) usually run without a key.
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self.name = name
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(
+            name=name, base_url=base_url, api_key=api_key, auth_headers=auth, timeout=timeout,
+            policy=policy, transport=transport, sleep=sleep,
+        )  # fmt: skip
         # OpenAI's newer models want `max_completion_tokens`; many compatible servers only know
         # `max_tokens`.
         self.max_tokens_field = max_tokens_field
-        self._http = ProviderHttp(
-            label=f"provider {name!r}",
-            env_prefix=f"ADE_PROVIDERS__{name.upper()}__",
-            base_url=base_url,
-            headers=headers,
-            secret=api_key,
-            timeout=timeout,
-            policy=policy,
-            transport=transport,
-            sleep=sleep,
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(name={self.name!r}, base_url={self._http.where!r})"
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._http.close()
 
     def complete(
         self,
