@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
 from typing import Any
@@ -17,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ade_api.auth import AuthMiddleware, required_role
 from ade_api.deps import Services
+from ade_api.intake import EventIntake
 from ade_api.problems import status_of
 from ade_api.routes import (
     admin,
@@ -96,7 +99,18 @@ def create_app(
     if session_factory is None:
         session_factory = create_session_factory(create_db_engine(settings.effective_database_url))
     celery = celery or create_celery_app(settings, session_factory=session_factory)
+    sender = sender or CelerySender(celery)
+    services = Services(
+        settings, session_factory, sender, celery, EventIntake(settings, session_factory, sender)
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await services.intake.close()  # publish the events still queued
+
     app = FastAPI(
+        lifespan=lifespan,
         title="ADE Tasks",
         version="0.1.0",
         description=(
@@ -105,16 +119,17 @@ def create_app(
             "(`ade-tasks tokens create`): viewer reads, operator acts, admin manages."
         ),
     )
-    app.state.services = Services(settings, session_factory, sender or CelerySender(celery), celery)
+    app.state.services = services
     app.add_exception_handler(AdeError, _ade_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DataError, _unstorable)
+    # Routes are matched in order: webhook deliveries, the busiest, are looked up first.
+    app.include_router(webhooks.router)
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(runs.router)
     app.include_router(operations.router)
-    app.include_router(webhooks.router)
     app.include_router(ingress.router)
     app.include_router(admin.router)
     app.include_router(metrics.router)

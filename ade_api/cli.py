@@ -428,7 +428,9 @@ def api(
     import uvicorn
 
     from ade_api.app import app_from_environment
+    from ade_api.serve import serve
     from ade_tasks.db.engine import create_db_engine, create_session_factory
+    from ade_tasks.errors import AdeError
     from ade_tasks.logs import uvicorn_log_config
     from ade_tasks.rules.sync import sync_rules_dir
 
@@ -446,8 +448,11 @@ def api(
     log_config = uvicorn_log_config(settings.log_format)
     if log_config is not None:
         options["log_config"] = log_config
-    if workers > 1:  # uvicorn starts the processes; each builds its app from the environment
-        uvicorn.run("ade_api.app:app_from_environment", factory=True, workers=workers, **options)
+    if workers > 1:  # each process builds its app from the environment (ade_api.serve)
+        try:
+            serve("ade_api.app:app_from_environment", workers=workers, **options)
+        except AdeError as exc:
+            fail(exc.message)
     else:
         uvicorn.run(app_from_environment(), **options)
 

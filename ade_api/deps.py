@@ -10,6 +10,7 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from ade_api.intake import EventIntake
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.settings import Settings
@@ -23,9 +24,11 @@ class Services:
     session_factory: SessionFactory
     sender: TaskSender
     celery: Celery
+    intake: EventIntake
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    # async: FastAPI runs a plain `def` dependency in its thread pool, a hop per request.
     services: Services = request.app.state.services
     return services
 

@@ -7,6 +7,7 @@ from ade_tasks.errors import (
     AdmissionError,
     BrokerUnavailableError,
     ConflictError,
+    DatabaseUnavailableError,
     InvalidInputError,
     NotFoundError,
     PolicyViolationError,
@@ -19,6 +20,7 @@ STATUS_OF: list[tuple[type[AdeError], int, str]] = [
     (ConflictError, 409, "Conflict"),
     (PolicyViolationError, 403, "Policy Violation"),
     (BrokerUnavailableError, 503, "Broker Unavailable"),
+    (DatabaseUnavailableError, 503, "Database Unavailable"),
 ]
 
 

@@ -41,8 +41,9 @@ class TaskSender(Protocol):
     def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
         """Publish many (run id, queue, rule id) at once; BrokerUnavailableError as above."""
 
-    def send_ingress(self, event_id: int) -> None:
-        """Hand a stored ingress event to the ingress workers; BrokerUnavailableError as above."""
+    def send_ingress(self, *event_ids: int) -> None:
+        """Hand stored ingress events to the ingress workers (one message for all of them);
+        BrokerUnavailableError as above."""
 
 
 class InMemorySender:
@@ -61,10 +62,10 @@ class InMemorySender:
             raise BrokerUnavailableError("the in-memory broker is marked down")
         self.sent.extend(runs)
 
-    def send_ingress(self, event_id: int) -> None:
+    def send_ingress(self, *event_ids: int) -> None:
         if self.down:
             raise BrokerUnavailableError("the in-memory broker is marked down")
-        self.ingress.append(event_id)
+        self.ingress.extend(event_ids)
 
 
 @dataclass(frozen=True)

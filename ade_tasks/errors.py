@@ -46,6 +46,10 @@ class BrokerUnavailableError(TransientError):
     """The message broker could not be reached."""
 
 
+class DatabaseUnavailableError(TransientError):
+    """The database could not be reached (or gave no connection in time)."""
+
+
 class RuleProblem:
     """One problem in one rule file: `file:field: reason`."""
 

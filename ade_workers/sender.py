@@ -41,9 +41,9 @@ class CelerySender:
         except (TimeoutError, OperationalError, OSError) as exc:
             raise self._unavailable(exc, "the run stays queued") from exc
 
-    def send_ingress(self, event_id: int) -> None:
+    def send_ingress(self, *event_ids: int) -> None:
         try:
-            self.app.send_task(INGRESS_TASK, args=[event_id], queue=INGRESS_QUEUE, retry=True)
+            self.app.send_task(INGRESS_TASK, args=event_ids, queue=INGRESS_QUEUE, retry=True)
         except (TimeoutError, OperationalError, OSError) as exc:
             raise self._unavailable(exc, "the event stays stored") from exc
 

@@ -70,10 +70,13 @@ def register_tasks(
         return str(status) if status else None
 
     @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)
-    def dispatch_ingress(event_id: int) -> str | None:
+    def dispatch_ingress(*event_ids: int) -> list[str | None]:
+        """One message carries one event, or (from the API's publisher) a batch of them, each
+        dispatched on its own: a failing event is recorded failed and the next one still runs."""
         assert runtime.sender is not None
-        status = dispatch_ingress_event(runtime.session_factory, runtime.sender, event_id)
-        return str(status) if status else None
+        sender, session_factory = runtime.sender, runtime.session_factory
+        statuses = [dispatch_ingress_event(session_factory, sender, i) for i in event_ids]
+        return [str(status) if status else None for status in statuses]
 
     @app.task(name="ade.control.recover", ignore_result=True, shared=False)
     def recover_runs() -> dict[str, list[str]]:

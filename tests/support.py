@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -110,9 +110,8 @@ def rss_kib(pids: list[int]) -> int:
     return total
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Every live process in a process group."""
-    pids = []
+def _live_processes() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the /proc/<pid>/stat fields after the command name) of every live process."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -120,6 +119,15 @@ def group_pids(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
+        if fields[0] != "Z":
+            yield int(entry.name), fields
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in a process group."""
+    return [pid for pid, fields in _live_processes() if int(fields[2]) == pgid]
+
+
+def child_pids(ppid: int) -> list[int]:
+    """The live children of a process."""
+    return sorted(pid for pid, fields in _live_processes() if int(fields[1]) == ppid)

@@ -6,7 +6,6 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.concurrency import run_in_threadpool
 
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import (
@@ -73,17 +72,14 @@ async def emit_event(request: LocalEvent, services: ServicesDep) -> LocalEventAc
         paths=tuple(sorted(set(request.paths))),
         summary=request.summary or f"{kind} in {request.repo or 'the project'}",
     )
-    stored = await run_in_threadpool(
-        intake.store_event,
-        services.session_factory,
-        services.sender,
-        source=source,
-        delivery_id=delivery,
-        event=event,
-        event_key=kind,
-        payload={**event.to_payload(), "fields": request.fields},
-        digest=None,
+    event_id = await services.intake.store(
+        intake.event_row(
+            source=source,
+            delivery_id=delivery,
+            event=event,
+            event_key=kind,
+            payload={**event.to_payload(), "fields": request.fields},
+            digest=None,
+        )
     )
-    return LocalEventAccepted(
-        event_id=stored.event_id, duplicate=stored.duplicate, delivery_id=delivery
-    )
+    return LocalEventAccepted(event_id=event_id, duplicate=event_id is None, delivery_id=delivery)

@@ -14,7 +14,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from starlette.background import BackgroundTask
 
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.schemas import HookDeliveryOut, Problem
@@ -129,19 +128,17 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
             error=str(exc),
         )
         return problem(400, "Bad Request", f"{exc}; the delivery was recorded as failed")
-    stored = await run_in_threadpool(
-        intake.store_event,
-        services.session_factory,
-        services.sender,
-        source=intake.GITHUB,
-        delivery_id=delivery,
-        event=event,
-        event_key=event.event_key,
-        payload=event.to_payload(),
-        digest=intake.body_hash(body),
-        prune=False,
+    event_id = await services.intake.store(
+        intake.event_row(
+            source=intake.GITHUB,
+            delivery_id=delivery,
+            event=event,
+            event_key=event.event_key,
+            payload=event.to_payload(),
+            digest=intake.body_hash(body),
+        )
     )
-    return _accepted(stored, event.trigger_type, services)
+    return _accepted(event_id, event.trigger_type)
 
 
 @router.post("/{hook_id}", status_code=202, responses=ERRORS)
@@ -185,23 +182,20 @@ async def custom_webhook(
         return JSONResponse({"ignored": why}, status_code=202)
     sender_id = delivery_id(hook, request.headers)  # duplicate
     payload = {"hook": hook_id, "delivery_id": sender_id, "body": document}
-    stored = await run_in_threadpool(
-        intake.store_event,
-        services.session_factory,
-        services.sender,
-        source=f"webhook:{hook_id}",
-        delivery_id=sender_id,
-        event=None,
-        event_key=f"webhook.{hook_id}",
-        payload=payload,
-        digest=None,
-        trigger_type="webhook",
-        prune=False,
+    event_id = await services.intake.store(
+        intake.event_row(
+            source=f"webhook:{hook_id}",
+            delivery_id=sender_id,
+            event=None,
+            event_key=f"webhook.{hook_id}",
+            payload=payload,
+            digest=None,
+            trigger_type="webhook",
+        )
     )
-    outcome = "duplicate" if stored.duplicate else "accepted"
-    code = 200 if stored.duplicate else 202
-    await _log(services, hook_id, hook, request, body, code, outcome, stored.event_id)
-    return _accepted(stored, "webhook", services)
+    outcome = "accepted" if event_id else "duplicate"
+    await _log(services, hook_id, hook, request, body, 202 if event_id else 200, outcome, event_id)
+    return _accepted(event_id, "webhook")
 
 
 @router.get("/{hook_id}/deliveries")
@@ -210,13 +204,13 @@ def hook_deliveries(hook_id: str, session: SessionDep) -> list[HookDeliveryOut]:
     return [HookDeliveryOut.model_validate(r) for r in ingress_db.list_deliveries(session, hook_id)]
 
 
-def _accepted(stored: intake.Intake, trigger_type: str | None, services: Services) -> JSONResponse:
-    if stored.duplicate:
+def _accepted(event_id: int | None, trigger_type: str | None) -> JSONResponse:
+    """202 with the stored event's id (its status is `received` until a worker dispatches it),
+    or 200 for a duplicate."""
+    if event_id is None:
         return JSONResponse({"duplicate": True, "stored": False}, status_code=200)
-    body = {"event_id": stored.event_id, "trigger_type": trigger_type, "queued": stored.sent}
-    # The retention bounds are applied once the answer is sent (Starlette background task).
-    tasks = BackgroundTask(intake.prune_events, services.session_factory)
-    return JSONResponse(body, status_code=202, background=tasks if stored.prune_due else None)
+    body = {"event_id": event_id, "trigger_type": trigger_type, "status": "received"}
+    return JSONResponse(body, status_code=202)
 
 
 def _count(services: Services, hook_id: str) -> int:

@@ -27,19 +27,47 @@ PRUNE_EVERY = 100
 DELIVERY_LOG = 50
 DELIVERY_BODY_CAP = 64 * 1024
 
-_INSERT = (
-    "INSERT INTO ingress_events (source, delivery_id, event_key, trigger_type, summary, "
-    "body_hash, payload, status, received_at) VALUES (:source, :delivery_id, :event_key, "
-    ":trigger_type, :summary, :body_hash, :payload, 'received', :received_at) "
-    "ON CONFLICT DO NOTHING RETURNING id"
+EVENT_COLUMNS = (
+    "source",
+    "delivery_id",
+    "event_key",
+    "trigger_type",
+    "summary",
+    "body_hash",
+    "payload",
+    "received_at",
 )
-_INSERT_EVENT = text(_INSERT).bindparams(
+
+
+def _insert_event(placeholder: str) -> str:
+    """The event INSERT with each column's value written as `placeholder.format(column)`."""
+    values = ", ".join(placeholder.format(column) for column in EVENT_COLUMNS)
+    return (
+        f"INSERT INTO ingress_events ({', '.join(EVENT_COLUMNS)}, status) "
+        f"VALUES ({values}, 'received') ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+_INSERT_EVENT = text(_insert_event(":{}")).bindparams(
     *(bindparam(c, type_=EVENTS.c[c].type) for c in ("payload", "received_at"))
 )
 
 
-def record_event(
-    session: Session,
+def insert_events_sql(rows: int) -> str:
+    """The same INSERT of `rows` events at once, for a raw psycopg connection (the webhook
+    routes' asyncio pool): positional parameters, row after row in `EVENT_COLUMNS` order
+    (`payload` wrapped in `psycopg.types.json.Jsonb`). It returns the id, source, delivery id
+    and body hash of each event stored; a row whose delivery id or body hash was seen (in the
+    table or earlier in the same INSERT) is skipped."""
+    row = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ", 'received')"
+    return (
+        f"INSERT INTO ingress_events ({', '.join(EVENT_COLUMNS)}, status) "
+        f"VALUES {', '.join([row] * rows)} "
+        "ON CONFLICT DO NOTHING RETURNING id, source, delivery_id, body_hash"
+    )
+
+
+def event_row(
     *,
     source: str,
     delivery_id: str | None,
@@ -48,10 +76,9 @@ def record_event(
     summary: str,
     body_hash: str | None,
     payload: dict[str, Any],
-) -> int | None:
-    """Store an event unless its delivery id or body hash was seen from this source (None:
-    a duplicate, nothing stored). The caller prunes when `prune_due(event_id)`."""
-    params = {
+) -> dict[str, Any]:
+    """The parameters of the event INSERT, cut to the columns' sizes and stamped now."""
+    return {
         "source": source,
         "delivery_id": delivery_id,
         "event_key": event_key[:128],
@@ -61,7 +88,12 @@ def record_event(
         "payload": payload,
         "received_at": utcnow(),
     }
-    event_id = session.execute(_INSERT_EVENT, params).scalar_one_or_none()
+
+
+def record_event(session: Session, row: dict[str, Any]) -> int | None:
+    """Store an `event_row` unless its delivery id or body hash was seen from this source
+    (None: a duplicate, nothing stored). The caller prunes when `prune_due(event_id)`."""
+    event_id = session.execute(_INSERT_EVENT, row).scalar_one_or_none()
     return None if event_id is None else int(event_id)
 
 

@@ -28,8 +28,7 @@ class Intake:
     """What became of a delivery: the stored event's id, or None for a duplicate."""
 
     event_id: int | None
-    sent: bool = False
-    prune_due: bool = False  # the caller should apply the retention bounds (`prune_events`)
+    sent: bool = False  # its message reached the broker (False: the recovery sweep sends it)
 
     @property
     def duplicate(self) -> bool:
@@ -41,9 +40,7 @@ def body_hash(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def store_event(
-    session_factory: SessionFactory,
-    sender: TaskSender,
+def event_row(
     *,
     source: str,
     delivery_id: str | None,
@@ -52,31 +49,34 @@ def store_event(
     payload: dict[str, Any],
     digest: str | None,
     trigger_type: str | None = None,
-    prune: bool = True,
-) -> Intake:
-    """Store the event (unless its delivery id or body hash was seen) and hand it to the
-    ingress workers. A broker that is down leaves it `received` for the recovery sweep.
+) -> dict[str, Any]:
+    """The `ingress_events` row a delivery becomes: a normalized event's key, trigger type and
+    summary, or (a custom hook's body) the caller's key and trigger type."""
+    return ingress_db.event_row(
+        source=source,
+        delivery_id=delivery_id,
+        event_key=event.event_key if event else event_key,
+        trigger_type=event.trigger_type if event else trigger_type,
+        summary=event.summary if event else event_key,
+        body_hash=digest,
+        payload=payload,
+    )
 
-    Every `PRUNE_EVERY`th event applies the table's retention bounds: here, or with
-    `prune=False` by the caller after answering (the API does it after sending its response,
-    so no delivery waits for the pruning)."""
+
+def store_event(session_factory: SessionFactory, sender: TaskSender, row: dict[str, Any]) -> Intake:
+    """Store an `event_row` (unless its delivery id or body hash was seen) and hand it to the
+    ingress workers. A broker that is down leaves it `received` for the recovery sweep.
+    Every `PRUNE_EVERY`th event applies the table's retention bounds.
+
+    For the poller and the workers; the API's routes store through
+    `ade_api.intake.EventIntake`, which does not wait for the broker."""
     with autocommit(session_factory).begin() as session:
-        event_id = ingress_db.record_event(
-            session,
-            source=source,
-            delivery_id=delivery_id,
-            event_key=event.event_key if event else event_key,
-            trigger_type=event.trigger_type if event else trigger_type,
-            summary=event.summary if event else event_key,
-            body_hash=digest,
-            payload=payload,
-        )
+        event_id = ingress_db.record_event(session, row)
     if event_id is None:
         return Intake(None)
-    due = ingress_db.prune_due(event_id)
-    if due and prune:
+    if ingress_db.prune_due(event_id):
         prune_events(session_factory)
-    return Intake(event_id, _send(sender, event_id), due and not prune)
+    return Intake(event_id, _send(sender, event_id))
 
 
 def prune_events(session_factory: SessionFactory) -> int:
@@ -90,8 +90,7 @@ def store_malformed(
 ) -> None:
     """Keep a delivery whose body could not be read as a failed event, dispatching nothing."""
     with session_factory.begin() as session:
-        event_id = ingress_db.record_event(
-            session,
+        row = ingress_db.event_row(
             source=source,
             delivery_id=delivery_id,
             event_key="malformed",
@@ -100,6 +99,7 @@ def store_malformed(
             body_hash=None,
             payload={},
         )
+        event_id = ingress_db.record_event(session, row)
         if event_id is not None:
             ingress_db.finish_event(session, event_id, IngressStatus.FAILED, None, error)
 

@@ -73,7 +73,7 @@ from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
 from ade_tasks.ingress.event import EventSource, NormalizedEvent
 from ade_tasks.ingress.github import normalize
-from ade_tasks.ingress.intake import store_event
+from ade_tasks.ingress.intake import event_row, store_event
 
 log = logging.getLogger(__name__)
 
@@ -649,9 +649,7 @@ class GithubPoller:
         event = delivery.normalized()
         if event.trigger_type is None:
             return None
-        intake = store_event(
-            self.session_factory,
-            self.sender,
+        row = event_row(
             source=SOURCE,
             delivery_id=event.delivery_id,
             event=event,
@@ -659,6 +657,7 @@ class GithubPoller:
             payload=event.to_payload(),
             digest=None,
         )
+        intake = store_event(self.session_factory, self.sender, row)
         return not intake.duplicate
 
 

@@ -248,6 +248,23 @@ def test_malformed_json_with_a_valid_signature_is_a_failed_delivery(
     assert runs_of(cluster) == []
 
 
+def test_a_delivery_the_database_cannot_store_is_refused_alone(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    payload = json.loads((GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes())
+    payload["pull_request"]["title"] = "fix \u0000 in names"  # JSON allows it, JSONB does not
+    refused = deliver(api, "pull_request", json.dumps(payload).encode(), delivery="nul-1")
+    fine = deliver(
+        api, "pull_request", (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()
+    )
+
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "cannot store" in refused.json()["detail"]
+    assert fine.status_code == 202, fine.text
+    assert [e.id for e in events(cluster)] == [fine.json()["event_id"]]
+
+
 def standard_headers(body: bytes, *, skew: float = 0.0, msg: str | None = None) -> dict[str, str]:
     message_id = msg or f"msg_{uuid.uuid4().hex}"
     stamp = str(int(time.time() + skew))

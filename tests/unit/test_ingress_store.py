@@ -32,16 +32,15 @@ execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
 def store(session_factory: SessionFactory, sender: InMemorySender, delivery: str) -> int | None:
     body = (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()
     event = normalize("pull_request", delivery, json.loads(body))
-    return intake.store_event(
-        session_factory,
-        sender,
+    row = intake.event_row(
         source="github",
         delivery_id=delivery,
         event=event,
         event_key=event.event_key,
         payload=event.to_payload(),
         digest=intake.body_hash(body + delivery.encode()),
-    ).event_id
+    )
+    return intake.store_event(session_factory, sender, row).event_id
 
 
 def test_an_event_that_cannot_be_dispatched_is_recorded_failed_and_the_next_one_runs(
@@ -165,10 +164,11 @@ execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
             trigger_type="github.pr_merged", repo="acme/api", number=7, branch="ade/fix-login",
             merged=True,
         )  # fmt: skip
-        event_id = intake.store_event(
-            session_factory, sender, source="github", delivery_id=delivery, event=merged,
+        row = intake.event_row(
+            source="github", delivery_id=delivery, event=merged,
             event_key=merged.event_key, payload=merged.to_payload(), digest=None,
-        ).event_id  # fmt: skip
+        )  # fmt: skip
+        event_id = intake.store_event(session_factory, sender, row).event_id
         assert event_id is not None
         dispatch_ingress_event(session_factory, sender, event_id)
 

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from ade_api.deps import Services
+from ade_api.intake import EventIntake
 from ade_api.routes import metrics as metrics_route
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.metrics import RUN_DURATION_BUCKETS, cluster_facts
@@ -191,7 +192,9 @@ def scrape(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 def metrics_app(settings: Settings, session_factory: SessionFactory) -> TestClient:
     app = FastAPI()
     celery = create_celery_app(settings, session_factory=session_factory)
-    app.state.services = Services(settings, session_factory, InMemorySender(), celery)
+    sender = InMemorySender()
+    intake = EventIntake(settings, session_factory, sender)
+    app.state.services = Services(settings, session_factory, sender, celery, intake)
     app.include_router(metrics_route.router)
     return TestClient(app)
 
