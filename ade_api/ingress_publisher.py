@@ -37,22 +37,21 @@ class IngressPublisher:
         self._lock = threading.Lock()
 
     def submit(self, event_id: int) -> None:
-        """Queue the event for publishing (the thread starts with the first one)."""
-        if self._thread is None:
+        """Queue the event for publishing (starting the thread if none runs)."""
+        self._queue.put(event_id)
+        if self._thread is None or not self._thread.is_alive():
             with self._lock:
-                if self._thread is None:
+                if self._thread is None or not self._thread.is_alive():
                     self._thread = threading.Thread(
                         target=self._run, name="ade-ingress-publisher", daemon=True
                     )
                     self._thread.start()
-        self._queue.put(event_id)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Publish what is queued, then stop the thread (waiting at most `timeout` s); a later
-        `submit` starts another."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
+        """Publish what is queued, then stop the thread (waiting at most `timeout` s). An event
+        submitted meanwhile waits in the queue for the thread the next `submit` starts."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
             self._queue.put(None)
             thread.join(timeout)
 

@@ -3,9 +3,9 @@
 A delivery is answered once its `ingress_events` row is committed: that INSERT is the one
 durable write of the request. On PostgreSQL `EventWriter` makes it without a thread hop, in
 INSERTs shared by the deliveries arriving together; the embedded SQLite database of
-`ade-tasks dev` is written from a thread. `IngressPublisher` then hands the event to the
-ingress workers after the answer, so a slow or unreachable broker delays dispatch, never an
-answer.
+`ade-tasks dev` is written from a thread. Each stored event goes to `IngressPublisher`, which
+hands it to the ingress workers after the answer, so a slow or unreachable broker delays
+dispatch, never an answer.
 """
 
 from __future__ import annotations
@@ -30,17 +30,18 @@ class EventIntake:
 
     def __init__(self, settings: Settings, session_factory: SessionFactory, sender: TaskSender):
         self._session_factory = session_factory
-        self._writer = None if settings.embedded else EventWriter(settings.database_url)
         self.publisher = IngressPublisher(sender, partial(intake.prune_events, session_factory))
+        self._writer = (
+            None if settings.embedded else EventWriter(settings.database_url, self.publisher.submit)
+        )
 
     async def store(self, row: dict[str, Any]) -> int | None:
         """Store a delivery's `ade_tasks.ingress.intake.event_row` and queue it for the
         ingress workers: its event id, or None when its delivery id or body hash was seen (a
         duplicate: nothing stored)."""
         if self._writer is not None:
-            event_id = await self._writer.record(row)
-        else:
-            event_id = await run_in_threadpool(self._record_in_thread, row)
+            return await self._writer.record(row)  # the writer queues what it stored
+        event_id = await run_in_threadpool(self._record_in_thread, row)
         if event_id is not None:
             self.publisher.submit(event_id)
         return event_id

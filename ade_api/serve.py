@@ -17,6 +17,7 @@ uvicorn's `--workers` is used.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 #: to start (uvicorn's exit status 3: the app did not import or build) would fail the same way
 #: again, so everything stops instead.
 RESTART_SECONDS = 1.0
+WATCH_SECONDS = 0.5  # how often dead processes and signals are looked at
+PR_SET_PDEATHSIG = 1  # prctl(2)
 STOP_SECONDS = 30.0  # uvicorn's graceful shutdown; then the stragglers are killed
 BACKLOG = 2048  # uvicorn's default
 
@@ -91,10 +94,20 @@ def _listening(host: str, port: int, backlog: int) -> socket.socket:
 
 
 def worker_main(config: dict[str, Any], sock: socket.socket) -> None:
-    """One API process: uvicorn accepting from its own socket until SIGTERM."""
+    """One API process: uvicorn accepting from its own socket until SIGTERM (or until the
+    supervisor dies: Linux sends SIGTERM then, so no orphan keeps the port)."""
     import uvicorn
 
-    uvicorn.Server(uvicorn.Config(**config)).run(sockets=[sock])
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    server_config = uvicorn.Config(**config)
+    try:  # uvicorn exits with STARTUP_FAILURE only for some failures; any app that cannot be built
+        server_config.load()
+    except SystemExit:
+        raise
+    except Exception:
+        logging.getLogger("uvicorn.error").exception("the API app could not be built")
+        sys.exit(STARTUP_FAILURE)
+    uvicorn.Server(server_config).run(sockets=[sock])
 
 
 class Supervisor:
@@ -116,8 +129,9 @@ class Supervisor:
             where = f"http://{self.config['host']}:{self.config['port']}"
             sys.stderr.write(f"serving {where} from {len(self.sockets)} processes\n")
             while not self.stopping:
-                sentinels = [process.sentinel for process, _ in self.processes]
-                multiprocessing.connection.wait(sentinels, timeout=0.5)
+                # Only live processes: a dead one's sentinel is always ready (a busy loop).
+                alive = [process.sentinel for process, _ in self.processes if process.is_alive()]
+                multiprocessing.connection.wait(alive, timeout=WATCH_SECONDS)
                 self._replace_exited()
         finally:
             self._stop_all()

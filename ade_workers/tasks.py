@@ -72,11 +72,19 @@ def register_tasks(
     @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)
     def dispatch_ingress(*event_ids: int) -> list[str | None]:
         """One message carries one event, or (from the API's publisher) a batch of them, each
-        dispatched on its own: a failing event is recorded failed and the next one still runs."""
+        dispatched on its own: a failing event is recorded failed, and one that cannot even be
+        read or recorded (the database went away) stays `received` for the recovery sweep;
+        either way the next one still runs."""
         assert runtime.sender is not None
-        sender, session_factory = runtime.sender, runtime.session_factory
-        statuses = [dispatch_ingress_event(session_factory, sender, i) for i in event_ids]
-        return [str(status) if status else None for status in statuses]
+        statuses: list[str | None] = []
+        for event_id in event_ids:
+            try:
+                status = dispatch_ingress_event(runtime.session_factory, runtime.sender, event_id)
+            except Exception:
+                log.exception("ingress event %s was left for the recovery sweep", event_id)
+                status = None
+            statuses.append(str(status) if status else None)
+        return statuses
 
     @app.task(name="ade.control.recover", ignore_result=True, shared=False)
     def recover_runs() -> dict[str, list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -213,3 +214,41 @@ def test_schedule_preview_and_occurrences_from_the_cli(dev: Dev) -> None:
     assert history.returncode == 0 and history.stdout == ""
     missing = dev.cli("rules", "next", "nope")
     assert missing.returncode == 1 and "rule 'nope' does not exist" in missing.stderr
+
+
+def dispatched(dev: Dev, event_id: int) -> dict[str, Any] | None:
+    """The ingress event once the workers dispatched it."""
+    for event in dev.get("/api/v1/ingress/events").json()["items"]:
+        if event["id"] == event_id and event["status"] == "dispatched":
+            return dict(event)
+    return None
+
+
+def test_an_emitted_event_is_stored_handed_over_and_run_in_dev(dev: Dev, workdir: Path) -> None:
+    write_rule(
+        workdir / "config" / "rules",
+        "zz-on-commit.yaml",
+        """
+        id: on-commit
+        triggers: [{type: git.commit, repo: acme/api}]
+        execution:
+          kind: built-in
+          actions: [{type: run-command, command: "echo committed {{trigger.head_sha}}"}]
+        """,
+    )
+    dev.start()
+
+    emitted = dev.cli("emit", "git.commit", "--repo", "acme/api", "--sha", "abc123", "--json")
+    assert emitted.returncode == 0, emitted.stdout + emitted.stderr
+    event_id = json.loads(emitted.stdout)["event_id"]
+
+    # SQLite and the in-memory broker: the event row is written from a thread, the publisher
+    # thread hands it to the embedded worker, which starts the rule's run.
+    event = wait_until(lambda: dispatched(dev, event_id), 30, "the event to be dispatched")
+    (run_id,) = event["runs"]
+    run = wait_until(
+        lambda: (r := dev.get(f"/api/v1/runs/{run_id}").json())["status"] == "succeeded" and r,
+        30,
+        "the run to succeed",
+    )
+    assert run["rule_id"] == "on-commit"

@@ -53,6 +53,12 @@ def established_on(port: int, pid: int) -> int:
     return count
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def healthy(connection: http.client.HTTPConnection) -> bool:
     connection.request("GET", "/healthz")
     response = connection.getresponse()
@@ -74,10 +80,12 @@ def served(cluster: Cluster) -> Iterator[tuple[Child, int]]:
     port = free_port()
     argv = [str(BIN / "ade-tasks"), "api", "--workers", "2", "--port", str(port), "--no-sync-rules"]
     child = Child(argv, cluster.env, cluster.tmp / "api-workers.log", cluster.tmp)
-    wait_until(lambda: answers(port), 30, f"the API ({child.log})")
-    wait_until(lambda: len(api_processes(child.pid)) == 2, 10, "two API processes")
-    yield child, port
-    child.stop()
+    try:
+        wait_until(lambda: answers(port), 30, f"the API ({child.log})")
+        wait_until(lambda: len(api_processes(child.pid)) == 2, 10, "two API processes")
+        yield child, port
+    finally:
+        child.stop()
 
 
 def test_every_process_takes_a_share_of_keep_alive_connections(served: tuple[Child, int]) -> None:
@@ -101,6 +109,7 @@ def test_a_killed_process_is_replaced_and_the_api_keeps_answering(
 ) -> None:
     child, port = served
     victim, survivor = api_processes(child.pid)
+    cpu_before = cpu_seconds(child.pid)
     os.kill(victim, signal.SIGKILL)
 
     replaced = wait_until(
@@ -109,6 +118,8 @@ def test_a_killed_process_is_replaced_and_the_api_keeps_answering(
         "a new API process",
     )
     assert "exited with -9; starting another" in child.output()
+    # It waited a second before restarting, asleep: not spinning on the dead one's sentinel.
+    assert cpu_seconds(child.pid) - cpu_before < 0.5
     assert all(answers(port) for _ in range(CONNECTIONS))  # spread over both sockets again
     assert api_processes(child.pid) == sorted([survivor, *replaced])
 
@@ -121,6 +132,16 @@ def test_sigterm_stops_every_process_and_exits_cleanly(served: tuple[Child, int]
     assert child.proc.wait(30) == 0
     assert not any(pid_alive(pid) for pid in processes)
     assert child.output().count("Application shutdown complete") == 2
+
+
+def test_the_processes_stop_when_the_supervisor_is_killed(served: tuple[Child, int]) -> None:
+    child, port = served
+    processes = api_processes(child.pid)
+    os.kill(child.pid, signal.SIGKILL)  # no chance to stop them itself
+
+    wait_until(lambda: not any(pid_alive(pid) for pid in processes), 30, "the orphans to exit")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
 def test_a_port_in_use_is_refused_with_what_to_do(cluster: Cluster) -> None:
@@ -138,14 +159,26 @@ def test_a_port_in_use_is_refused_with_what_to_do(cluster: Cluster) -> None:
     assert api_processes(child.pid) == []
 
 
-def test_an_app_that_cannot_start_stops_every_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("app", "env", "logged"),
+    [
+        ("ade_api.no_such_module:app", {}, 'Could not import module "ade_api.no_such_module"'),
+        # The factory raises (the settings refuse a pool of 0): not restarted once a second.
+        ("ade_api.app:app_from_environment", {"ADE_DB_POOL_SIZE": "0"}, "db_pool_size"),
+    ],
+)
+def test_an_app_that_cannot_start_stops_every_process(
+    tmp_path: Path, app: str, env: dict[str, str], logged: str
+) -> None:
     serve = (
         "from ade_api.serve import serve; "
-        f"serve('ade_api.no_such_module:app', workers=2, host='127.0.0.1', port={free_port()})"
+        f"serve({app!r}, workers=2, host='127.0.0.1', port={free_port()})"
     )
-    child = Child([sys.executable, "-c", serve], os.environ, tmp_path / "broken.log", tmp_path)
+    argv = [sys.executable, "-c", serve]
+    child = Child(argv, {**os.environ, **env}, tmp_path / "broken.log", tmp_path)
 
     assert child.proc.wait(60) != 0
-    assert 'Could not import module "ade_api.no_such_module"' in child.output()
+    assert logged in child.output()
     assert "an API process failed to start; its log above says why" in child.output()
+    assert child.output().count("Started server process") == 0
     assert api_processes(child.pid) == []

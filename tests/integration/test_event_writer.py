@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from ade_api.event_writer import EventWriter
 from ade_tasks.db.engine import create_db_engine
@@ -69,7 +69,7 @@ def counting_inserts(events: EventWriter) -> list[int]:
 def test_concurrent_deliveries_share_inserts_and_each_gets_its_own_event(
     database_url: str,
 ) -> None:
-    events = EventWriter(database_url)
+    events = EventWriter(database_url, [].append)
     sizes = counting_inserts(events)
     answers = asyncio.run(gather_answers(events, [delivery(n) for n in range(60)]))
 
@@ -89,7 +89,7 @@ def test_a_redelivery_and_a_replayed_body_in_the_same_insert_store_one_event(
         delivery(3, body="body 1"),  # the first body under a new delivery id
         delivery(4),
     ]
-    events = EventWriter(database_url)
+    events = EventWriter(database_url, [].append)
     sizes = counting_inserts(events)
     first, redelivered, replayed, other = asyncio.run(gather_answers(events, rows))
 
@@ -102,7 +102,7 @@ def test_deliveries_without_a_delivery_id_or_body_hash_keep_their_own_payloads(
     database_url: str,
 ) -> None:
     rows = [delivery(n, delivery_id=None, source="webhook:deploys") for n in range(5)]
-    answers = asyncio.run(gather_answers(EventWriter(database_url), rows))
+    answers = asyncio.run(gather_answers(EventWriter(database_url, [].append), rows))
 
     table = stored(database_url)
     assert [table[event_id]["n"] for event_id in answers] == list(range(5))  # type: ignore[index]
@@ -111,7 +111,7 @@ def test_deliveries_without_a_delivery_id_or_body_hash_keep_their_own_payloads(
 def test_a_row_the_database_refuses_fails_alone(database_url: str) -> None:
     rows = [delivery(n) for n in range(6)]
     rows[3]["payload"] = {"title": "a\u0000b"}  # JSONB cannot hold NUL
-    answers = asyncio.run(gather_answers(EventWriter(database_url), rows))
+    answers = asyncio.run(gather_answers(EventWriter(database_url, [].append), rows))
 
     refused = answers.pop(3)
     assert isinstance(refused, InvalidInputError)
@@ -121,7 +121,7 @@ def test_a_row_the_database_refuses_fails_alone(database_url: str) -> None:
 
 def test_an_unreachable_database_refuses_with_where_and_what_to_do() -> None:
     url = f"postgresql://ade:s3cret-pw@127.0.0.1:{free_port()}/nowhere"
-    (answer,) = asyncio.run(gather_answers(EventWriter(url), [delivery(1)]))
+    (answer,) = asyncio.run(gather_answers(EventWriter(url, [].append), [delivery(1)]))
 
     assert isinstance(answer, DatabaseUnavailableError)
     assert "127.0.0.1" in answer.message and "redeliver it" in answer.message
@@ -129,7 +129,7 @@ def test_an_unreachable_database_refuses_with_where_and_what_to_do() -> None:
 
 
 def test_a_lone_delivery_is_written_at_once_in_its_own_insert(database_url: str) -> None:
-    events = EventWriter(database_url)
+    events = EventWriter(database_url, [].append)
     sizes = counting_inserts(events)
     (answer,) = asyncio.run(gather_answers(events, [delivery(1)]))
 
@@ -137,8 +137,49 @@ def test_a_lone_delivery_is_written_at_once_in_its_own_insert(database_url: str)
 
 
 def test_a_closed_writer_opens_again_in_another_event_loop(database_url: str) -> None:
-    events = EventWriter(database_url)  # as an app served twice (a test client per test)
+    events = EventWriter(database_url, [].append)  # as an app served twice (a test client per test)
     (first,) = asyncio.run(gather_answers(events, [delivery(1)]))
     (second,) = asyncio.run(gather_answers(events, [delivery(2)]))
 
     assert set(stored(database_url)) == {first, second}
+
+
+SLOW_INSERTS = (
+    "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    " PERFORM pg_sleep(0.3); RETURN NEW; END $$",
+    "CREATE TRIGGER slow_insert BEFORE INSERT ON ingress_events"
+    " FOR EACH ROW EXECUTE FUNCTION slow_insert()",
+)
+
+
+def test_two_inserts_that_deadlock_over_body_hashes_are_retried_row_by_row(
+    database_url: str,
+) -> None:
+    """Two API processes, each with a batch whose second row replays the other's first body:
+    each INSERT waits for the other, PostgreSQL cancels one, and its rows are written again
+    one by one (found duplicates) instead of failing with a 503."""
+    engine = create_db_engine(database_url)
+    with engine.begin() as connection:
+        for statement in SLOW_INSERTS:  # row by row slowly, so the two INSERTs interleave
+            connection.execute(text(statement))
+    engine.dispose()
+    first, second = EventWriter(database_url, [].append), EventWriter(database_url, [].append)
+
+    async def both() -> list[int | BaseException | None]:
+        try:
+            return await asyncio.gather(
+                first.record(delivery(1, body="A")),
+                first.record(delivery(3, body="B")),
+                second.record(delivery(2, body="B")),
+                second.record(delivery(4, body="A")),
+                return_exceptions=True,
+            )
+        finally:
+            await first.close()
+            await second.close()
+
+    answers = asyncio.run(both())
+
+    assert not [a for a in answers if isinstance(a, BaseException)], answers
+    stored_ids = [a for a in answers if a is not None]
+    assert len(stored_ids) == 2 and set(stored(database_url)) == set(stored_ids)
