@@ -174,6 +174,12 @@ class _Plan:
     project_root: Path
     done: list[RunStepRow]
     approved: frozenset[int]
+    started: float  # time.monotonic() when this worker took the run
+
+    def charge(self) -> usage_db.Charge:
+        """The run-seconds this attempt charges to the rule's billing code, as it ends."""
+        spent = round(time.monotonic() - self.started, 3)
+        return usage_db.Charge(self.rule.billing_code, usage_db.day_of(utcnow()), spent)
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,7 @@ def execute_run(
             log.info("run %s is already claimed or finished; nothing to do", run_id)
             return None
         try:
-            plan = _plan(session, config, claimed)
+            plan = _plan(session, config, claimed, started)
             deadline = _deadline(session, plan.rule, settings, started)
         except AdeError as exc:
             return _end(session, run_id, worker, RunStatus.FAILED, f"cannot run: {exc.message}")
@@ -213,19 +219,16 @@ def execute_run(
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
             with sessions.begin() as session:
-                status = _end(session, run_id, worker, RunStatus.FAILED, error)
-    if status not in (None, RunStatus.WAITING):
-        with sessions.begin() as session:
-            day = usage_db.day_of(utcnow())
-            spent = round(time.monotonic() - started, 3)
-            usage_db.add_usage(session, plan.rule.billing_code, day, run_seconds=spent)
+                status = _end(
+                    session, run_id, worker, RunStatus.FAILED, error, charge=plan.charge()
+                )
     limit = plan.rule.guardrails.buffer_limit()
     if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
         release_buffered(session_factory, config.sender, plan.rule.id, limit)
     return status
 
 
-def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _Plan:
+def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun, started: float) -> _Plan:
     if claimed.rule_hash is None:
         raise rules_db.rule_not_found(claimed.rule_id)
     rule = rules_db.cached_rule(claimed.rule_hash)
@@ -246,6 +249,7 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun) -> _P
         project_root=config.settings.project_root(rule.project),
         done=done,
         approved=approved,
+        started=started,
     )
 
 
@@ -364,7 +368,7 @@ def _publish_and_end(
             status, error = RunStatus.FAILED, f"step 'publish' failed: {last.error}"
     verdict = _review(rule, status, state, unverified)
     with sessions.begin() as session:
-        return _end(session, run_id, worker, status, error, last, verdict)
+        return _end(session, run_id, worker, status, error, last, verdict, plan.charge())
 
 
 def _park_for_tool(
@@ -549,9 +553,11 @@ def _end(
     error: str | None,
     last_step: StepRecord | None = None,
     verdict: runs_db.RunVerdict | None = None,
+    charge: usage_db.Charge | None = None,
 ) -> RunStatus | None:
-    """Finish the run (and record its last step); None if it was no longer ours."""
-    if not runs_db.finish_run(session, run_id, worker, status, error, last_step, verdict):
+    """Finish the run (and record its last step, and charge its run-seconds); None if it was
+    no longer ours."""
+    if not runs_db.finish_run(session, run_id, worker, status, error, last_step, verdict, charge):
         return None
     log.info("run %s finished: %s%s", run_id, status, f" ({error})" if error else "")
     return status

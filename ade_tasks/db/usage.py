@@ -23,6 +23,25 @@ _ADD = text(
 )
 
 
+@dataclass(frozen=True)
+class Charge:
+    """Run-seconds a finished run adds to its billing code's usage of the day."""
+
+    billing_code: str
+    day: str
+    run_seconds: float
+
+
+#: `_ADD` for one run, as the tail of the statement that records the run's outcome: a CTE that
+#: adds only when the CTE `finished` (the outcome's UPDATE) returned the run.
+CHARGE_CTE = (
+    "charged AS (INSERT INTO usage (billing_code, day, run_seconds, tokens, cost_usd) "
+    "SELECT :billing_code, :day, :run_seconds, 0, 0 FROM finished "
+    "ON CONFLICT (billing_code, day) DO UPDATE SET "
+    "run_seconds = usage.run_seconds + excluded.run_seconds)"
+)
+
+
 def day_of(moment: datetime) -> str:
     """The UTC day a moment counts towards."""
     return moment.date().isoformat()
