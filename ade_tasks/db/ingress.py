@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, delete, func, select, text, update
@@ -53,6 +54,7 @@ _INSERT_EVENT = text(_insert_event(":{}")).bindparams(
 )
 
 
+@cache
 def insert_events_sql(rows: int) -> str:
     """The same INSERT of `rows` events at once, for a raw psycopg connection (the webhook
     routes' asyncio pool): positional parameters, row after row in `EVENT_COLUMNS` order

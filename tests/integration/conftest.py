@@ -27,6 +27,7 @@ from ade_tasks.db.schema import Role
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery_app import CelerySender, create_celery_app
+from tests.conftest import write_rule
 from tests.support import BIN, Child, child_env, free_port, wait_until
 
 PG_HOST = os.environ.get("ADE_TEST_PG_HOST", "127.0.0.1")
@@ -185,6 +186,17 @@ class Cluster:
             lambda: client.get("/healthz").status_code == 200, 30, f"the API (log: {child.log})"
         )
         return client
+
+
+def api_with_hello_rule(cluster: Cluster) -> httpx.Client:
+    """An API process for a cluster holding one manual rule, `hello`, that echoes."""
+    write_rule(cluster.tmp / "rules", "hello.yaml", """
+        id: hello
+        triggers: [{type: manual}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    return cluster.api()
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from sqlalchemy import func, select
 
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import ApiTokenRow, Role, RunRow
-from tests.conftest import write_rule
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 
 OPEN = {"/healthz", "/readyz", "/api/v1/webhooks/github", "/api/v1/webhooks/{hook_id}"}
@@ -21,13 +20,7 @@ OPEN = {"/healthz", "/readyz", "/api/v1/webhooks/github", "/api/v1/webhooks/{hoo
 
 @pytest.fixture
 def api(cluster: Cluster) -> httpx.Client:
-    write_rule(cluster.tmp / "rules", "hello.yaml", """
-        id: hello
-        triggers: [{type: manual}]
-        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
-        """)  # fmt: skip
-    cluster.sync_rules(cluster.tmp / "rules")
-    return cluster.api()
+    return api_with_hello_rule(cluster)
 
 
 def token(cluster: Cluster, role: Role, name: str) -> str:

@@ -15,8 +15,7 @@ from sqlalchemy import func, select
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import Role, RuleRow, RuleVersionRow
-from tests.conftest import write_rule
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 
 PROBLEM = "application/problem+json"
@@ -36,13 +35,7 @@ execution: {kind: built-in, actions: [{type: run-command, command: "echo 2"}]}
 
 @pytest.fixture
 def api(cluster: Cluster) -> httpx.Client:
-    write_rule(cluster.tmp / "rules", "hello.yaml", """
-        id: hello
-        triggers: [{type: manual}]
-        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
-        """)  # fmt: skip
-    cluster.sync_rules(cluster.tmp / "rules")
-    return cluster.api()
+    return api_with_hello_rule(cluster)
 
 
 def caller(cluster: Cluster, api: httpx.Client, role: Role) -> httpx.Client:
