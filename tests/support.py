@@ -14,6 +14,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 BIN = Path(sys.executable).parent
+#: The Redis server the tests use (host:port). Several test runs at once (e.g. two checkouts on
+#: one machine) each point this at a redis-server of their own, since every run flushes its DBs.
+TEST_REDIS = os.environ.get("ADE_TEST_REDIS", "127.0.0.1:6379")
+
+
+def redis_db_url(db: int) -> str:
+    """The URL of DB index `db` on the tests' Redis server."""
+    return f"redis://{TEST_REDIS}/{db}"
 
 
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:

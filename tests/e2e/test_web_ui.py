@@ -20,6 +20,7 @@ from ade_tasks.db.schema import Role
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, own_redis_db, require
 from tests.integration.test_web_pages import SECRET, token, write_web_rules
+from tests.support import redis_db_url
 
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
@@ -44,7 +45,7 @@ RUN_MS = 45_000  # a run to reach a status
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     """Redis DB 7, so this test can run beside the other integration tests (they use 13)."""
-    yield from own_redis_db("redis://127.0.0.1:6379/7")
+    yield from own_redis_db(redis_db_url(7))
 
 
 @pytest.fixture

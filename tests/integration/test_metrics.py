@@ -21,11 +21,11 @@ from ade_tasks.dispatch import TriggerEvent, dispatch
 from ade_tasks.settings import Settings
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.integration.test_run_path import add_rule, finished
-from tests.support import free_port, wait_until
+from tests.support import free_port, redis_db_url, wait_until
 
 #: A Redis DB index of this module's own: exact queue depths must not see (or lose) the messages
 #: of tests running at the same time on the shared index 13 of `tests/integration/conftest.py`.
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = redis_db_url(9)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -18,7 +18,7 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import Role, ScheduleOccurrenceRow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, own_redis_db
-from tests.support import wait_until
+from tests.support import redis_db_url, wait_until
 
 SECRET = "s3cr3t-web-value-9f2c"
 EVIL = "<script>alert('x')</script>"
@@ -90,7 +90,7 @@ def settled(cluster: Cluster, run_id: str, status: str, timeout: float = 30) -> 
 def redis_url() -> Iterator[str]:
     """Redis DB 8 rather than the shared 13, so this module can run beside other integration
     tests (their workers would take this module's messages, and theirs flush 13)."""
-    yield from own_redis_db("redis://127.0.0.1:6379/8")
+    yield from own_redis_db(redis_db_url(8))
 
 
 @pytest.fixture
