@@ -1,0 +1,85 @@
+"""Retry a unit of work on a fresh connection when its connection died under it.
+
+A PostgreSQL restart, a failover or `pg_terminate_backend` kills every pooled connection at once;
+the engine has no pre-ping (see `engine.create_db_engine`), so the next statement on each of them
+fails. SQLAlchemy then invalidates the connection (`DBAPIError.connection_invalidated`) and the
+pool hands out a new one, so running the same unit of work again is enough, provided the work is
+safe to repeat. Everything retried here is: the run path's writes are conditional on the run's
+state and worker (a repeated claim, step record or finish changes nothing the first did), and
+inserts are keyed by run id or idempotency key. A statement whose COMMIT was lost in flight may
+have taken effect; its retry then finds nothing to do, which the callers already treat as "not
+ours any more" or "already there".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ade_tasks.errors import DatabaseUnavailableError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How often a unit of work is tried, and the pause before each retry (seconds).
+ATTEMPTS = 4
+BACKOFF = (0.05, 0.25, 1.0)
+
+# SQLSTATE classes of a dead or refused connection: 08 connection exception, 57P01 admin
+# shutdown (pg_terminate_backend), 57P02 crash shutdown, 57P03 cannot connect now (starting up).
+_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Did the statement fail because its connection died, rather than because of what it said?"""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    state = getattr(exc.orig, "sqlstate", None)
+    if state is None:  # psycopg raises OperationalError without a SQLSTATE for a closed socket
+        return type(exc.orig).__name__ == "OperationalError"
+    return str(state).startswith(_CONNECTION_STATES)
+
+
+def unavailable(exc: BaseException) -> DatabaseUnavailableError:
+    """The error to report when the database stayed away through every retry."""
+    reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    return DatabaseUnavailableError(
+        f"the database connection was lost and could not be restored ({reason}); "
+        "check that the database is up, then try again in a few seconds"
+    )
+
+
+def retrying(
+    sessions: sessionmaker[Session],
+    work: Callable[[Session], T],
+    *,
+    what: str = "database write",
+    attempts: int = ATTEMPTS,
+) -> T:
+    """Run `work(session)` in a transaction of its own; repeat it on a fresh connection when the
+    connection died, up to `attempts` times. `work` must be safe to repeat.
+
+    Raises DatabaseUnavailableError when every attempt lost its connection; any other database
+    error is raised at once, as it would be raised again.
+    """
+    for attempt in range(attempts):
+        try:
+            with sessions.begin() as session:
+                return work(session)
+        except DBAPIError as exc:
+            if not is_connection_lost(exc):
+                raise
+            if attempt + 1 == attempts:
+                raise unavailable(exc) from exc
+            pause = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+            log.warning("%s lost its database connection; retrying in %.2fs", what, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
