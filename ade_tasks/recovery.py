@@ -31,10 +31,11 @@ class RecoveryReport:
 def recover(
     session_factory: SessionFactory, sender: TaskSender, *, requeue_after: timedelta
 ) -> RecoveryReport:
-    """Fail runs whose lease expired ("worker lost") and re-send queued runs nobody claimed.
+    """Resume runs whose lease expired (their worker died) and re-send queued runs nobody
+    claimed.
 
-    An agent session whose worker died is queued again and re-sent at once instead: the next
-    worker continues it from its recorded events (see `runs_db.fail_expired_leases`).
+    A run whose worker died is queued again and re-sent at once: the next worker continues it
+    after its last finished step, a bounded number of times (see `runs_db.fail_expired_leases`).
 
     A re-sent run that is in fact still in the broker is harmless: the first delivery claims
     it and the second finds it claimed. `requeue_after` bounds how long a queued run may wait

@@ -175,6 +175,7 @@ class _Plan:
     done: list[RunStepRow]
     approved: frozenset[int]
     started: float  # time.monotonic() when this worker took the run
+    interruption: runs_db.Interruption | None = None  # what lost workers left to decide
 
     def charge(self) -> usage_db.Charge:
         """The run-seconds this attempt charges to the rule's billing code, as it ends."""
@@ -239,9 +240,11 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun, start
             raise AdeError(snapshot.untrusted_reason())
     done: list[RunStepRow] = []
     approved: frozenset[int] = frozenset()
-    if claimed.attempt > 1:  # resumed (after an approval): keep what the earlier attempt did
+    interruption = None
+    if claimed.attempt > 1:  # resumed (after an approval or a lost worker): keep what was done
         done = [s for s in runs_db.list_steps(session, claimed.id) if s.status != "running"]
         approved = approvals_db.approved_steps(session, claimed.id)
+        interruption = runs_db.interruption_of(session, claimed.id)
     return _Plan(
         rule=rule,
         actions=list(rule.execution.actions),
@@ -250,6 +253,7 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun, start
         done=done,
         approved=approved,
         started=started,
+        interruption=interruption,
     )
 
 
@@ -293,23 +297,28 @@ def _run_chain(
     for index in range(len(plan.done), len(actions)):
         if index == gate and index not in plan.approved and state.failure is None:
             return _park(sessions, run_id, worker, index, plan, pending)
+        # A finished step is durable before the next one starts: a cancel, a timeout or a lost
+        # worker during the next one never erases it, and a running run shows it. Only the
+        # run's last step waits, to be recorded with the run's outcome in one statement.
+        _record(sessions, pending)
         action = actions[index]
         step = StepRecord(run_id, index, action.id, action.type, started_at=utcnow())
-        monitor.step_started(step)
-        outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
-        monitor.step_started(None)
+        if index == len(plan.done) and not _may_rerun(sessions, run_id, action, index, plan):
+            outcome = StepOutcome(StepStatus.FAILED, error=runs_db.STEP_WORKER_LOST)
+        else:
+            monitor.step_started(step)
+            outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
+            monitor.step_started(None)
         if monitor.lost.is_set():
             log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
             return None
         if outcome.status is StepStatus.WAITING:  # an agent's tool call waits for an answer
-            _record(sessions, pending)
             return _park_for_tool(sessions, run_id, worker, outcome.result["pending"])
         state.remember(action.id, outcome)
         if state.failure is None:
             failure = _failure(action, index, outcome, deadline)
             if failure is not None:
                 state.failure = failure
-        _record(sessions, pending)
         pending = replace(
             step,
             status=outcome.status,
@@ -369,6 +378,31 @@ def _publish_and_end(
     verdict = _review(rule, status, state, unverified)
     with sessions.begin() as session:
         return _end(session, run_id, worker, status, error, last, verdict, plan.charge())
+
+
+def _may_rerun(
+    sessions: SessionFactory, run_id: str, action: Any, index: int, plan: _Plan
+) -> bool:
+    """May this run's first unfinished step run (again)? Not when a lost worker interrupted it
+    and it has no `retry` left; an agent session always continues from its recorded events.
+
+    The step counts as interrupted even if its lost worker had not yet started it (that window
+    is one statement long): running a command twice without the rule's leave is the worse
+    mistake.
+    """
+    lost = plan.interruption
+    if lost is None or not lost.pending:
+        return True
+    rerun = action.type == "agent-session" or lost.reruns.get(index, 0) < int(action.retry)
+    with sessions.begin() as session:
+        runs_db.append_event(
+            session, run_id, runs_db.INTERRUPTED_EVENT, {"index": index, "rerun": rerun}
+        )
+    log.warning(
+        "run %s: step %d was interrupted by a lost worker; %s",
+        run_id, index + 1, "running it again" if rerun else "recording it failed",
+    )  # fmt: skip
+    return rerun
 
 
 def _park_for_tool(

@@ -699,43 +699,70 @@ def take_unsent_runs(session: Session, older_than: timedelta, limit: int = 500) 
     return taken
 
 
-#: How often the sweep puts an agent session whose worker died back in the queue; after that
-#: the run fails, so a session that kills its worker (e.g. runs it out of memory) cannot loop.
+#: How often the sweep puts a run whose worker died back in the queue; after that the run
+#: fails, so a run that kills its worker (e.g. runs it out of memory) cannot loop.
 MAX_WORKER_LOST_RESUMES = 2
 RESUMED_EVENT = "run.resumed_after_worker_lost"
-WORKER_LOST = (
-    "worker lost: the worker running this run stopped renewing its lease "
-    "(it crashed or was killed); trigger the rule again to retry"
+#: Written by the worker that resumes a run: what it did with the step its lost worker ran.
+INTERRUPTED_EVENT = "run.step_interrupted"
+#: The error of the step that was running when its worker died and may not run again.
+STEP_WORKER_LOST = (
+    "worker lost while this step ran (the worker crashed or was killed); its processes were "
+    "killed with it. Set `retry` on the step to run it again on another worker, or trigger "
+    "the rule again"
 )
 
 
 @dataclass(frozen=True)
 class ExpiredLeases:
-    """What the lease sweep did: runs it failed, and sessions it queued again (to send now)."""
+    """What the lease sweep did: runs it failed, and runs it queued again (to send now)."""
 
     failed: list[str] = field(default_factory=list)
     resumed: list[RunRow] = field(default_factory=list)
 
 
-def _session_resumes(session: Session, run_id: str) -> int | None:
-    """How often the run was resumed after losing its worker; None when it has no recorded
-    agent session (nothing to resume from)."""
-    rows = session.execute(
-        select(EVENTS.c.kind, func.count())
-        .where(EVENTS.c.run_id == run_id, EVENTS.c.kind.in_(("agent.model_turn", RESUMED_EVENT)))
-        .group_by(EVENTS.c.kind)
+def _worker_lost_resumes(session: Session, run_id: str) -> int:
+    """How often the run was put back in the queue after losing its worker."""
+    return int(
+        session.execute(
+            select(func.count()).where(EVENTS.c.run_id == run_id, EVENTS.c.kind == RESUMED_EVENT)
+        ).scalar_one()
     )
-    counts = {str(kind): int(count) for kind, count in rows}
-    return counts.get(RESUMED_EVENT, 0) if counts.get("agent.model_turn") else None
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A run resumed after its worker was lost, as the resuming worker sees it."""
+
+    pending: bool  # a resume nobody handled yet: the first unfinished step was interrupted
+    reruns: dict[int, int]  # step index -> how often it already ran again after a loss
+
+
+def interruption_of(session: Session, run_id: str) -> Interruption:
+    """What the earlier losses of this run's workers left for the next attempt to decide."""
+    rows = session.execute(
+        select(EVENTS.c.kind, EVENTS.c.data)
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.kind.in_((RESUMED_EVENT, INTERRUPTED_EVENT)))
+    ).all()  # fmt: skip
+    resumes = sum(1 for kind, _ in rows if kind == RESUMED_EVENT)
+    handled = [data for kind, data in rows if kind == INTERRUPTED_EVENT]
+    reruns: dict[int, int] = {}
+    for data in handled:
+        if data.get("rerun"):
+            reruns[int(data["index"])] = reruns.get(int(data["index"]), 0) + 1
+    return Interruption(pending=resumes > len(handled), reruns=reruns)
 
 
 def fail_expired_leases(session: Session, now: datetime | None = None) -> ExpiredLeases:
-    """End running runs whose worker stopped renewing its lease: status failed, "worker lost".
+    """Queue again the running runs whose worker stopped renewing its lease (it died).
 
-    An agent session with a recorded model turn is queued again instead (up to
-    MAX_WORKER_LOST_RESUMES times): the next worker rebuilds it from its events without asking
-    recorded turns again or re-running recorded tool calls. Its `session` step stays `running`,
-    as while it waits for an approval; the resumed attempt records its outcome over it.
+    The next worker continues the run after its last finished step (every finished step is
+    recorded before the next one starts) and decides what to do with the step that was running
+    when the worker died (see `ade_workers.runner`): an agent session continues from its
+    recorded events; another step runs again only if its `retry` allows it, and is otherwise
+    recorded failed, its command having been killed with its worker. A run that lost its worker
+    MAX_WORKER_LOST_RESUMES times already fails instead, "worker lost". A step left `running`
+    stays so while the run is queued again; the resumed attempt records its outcome over it.
     """
     now = now or utcnow()
     expired = session.scalars(
@@ -748,8 +775,8 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> Expire
             RunRow.status == RunStatus.RUNNING,
             RunRow.lease_expires_at < now,
         )
-        resumes = _session_resumes(session, run_id)
-        if resumes is not None and resumes < MAX_WORKER_LOST_RESUMES:
+        resumes = _worker_lost_resumes(session, run_id)
+        if resumes < MAX_WORKER_LOST_RESUMES:
             # Marked sent now: the caller sends it, and `take_unsent_runs` only if that fails.
             resumed = session.execute(
                 update(RunRow)
@@ -769,12 +796,10 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> Expire
                 assert row is not None
                 done.resumed.append(row)
             continue
-        error = WORKER_LOST
-        if resumes is not None:  # a session past the cap
-            error = (
-                f"worker lost: the agent session lost its worker again after it was resumed "
-                f"{resumes} times (at most {MAX_WORKER_LOST_RESUMES}); trigger the rule again"
-            )
+        error = (
+            f"worker lost: the run lost its worker again after it was resumed {resumes} times "
+            f"(at most {MAX_WORKER_LOST_RESUMES}); trigger the rule again"
+        )
         result = session.execute(
             update(RunRow)
             .where(*still_expired)

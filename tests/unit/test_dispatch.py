@@ -123,7 +123,7 @@ def test_a_claimed_run_cannot_be_claimed_again(
         assert runs_db.get_run(session, run_id).worker == "w1"
 
 
-def test_expired_lease_fails_the_run_as_worker_lost(
+def test_expired_lease_queues_the_run_again_for_another_worker(
     session_factory: SessionFactory, sender: InMemorySender, rules: None
 ) -> None:
     run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
@@ -131,11 +131,12 @@ def test_expired_lease_fails_the_run_as_worker_lost(
         runs_db.claim_run(session, run_id, "w1", utcnow() - timedelta(seconds=1))
         runs_db.announce_step(session, runs_db.StepRecord(run_id, 0, "s", "run-command", utcnow()))
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=1))
-    assert report.failed == [run_id]
+    assert (report.resumed, report.failed) == ([run_id], [])
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        assert run.status == RunStatus.FAILED and run.error.startswith("worker lost")
-        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["failed"]
+        assert (run.status, run.worker, run.error) == (RunStatus.QUEUED, None, None)
+        # The interrupted step stays for the next attempt to decide on.
+        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
         # The worker that lost its lease can no longer record an outcome.
     with session_factory.begin() as session:
         assert not runs_db.finish_run(session, run_id, "w1", RunStatus.SUCCEEDED)

@@ -145,6 +145,8 @@ def test_the_sweep_releases_buffered_runs_a_dead_worker_left_behind(
     start(session_factory, first)
     with session_factory.begin() as session:  # its worker died; the lease ran out
         runs_db.renew_lease(session, first, "w", utcnow() - timedelta(seconds=1))
+        for resume in range(runs_db.MAX_WORKER_LOST_RESUMES):  # and not for the first time
+            runs_db.append_event(session, first, runs_db.RESUMED_EVENT, {"resume": resume + 1})
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=5))
     assert report.failed == [first] and report.released == [second]
     assert status(session_factory, second)[:2] == ("queued", False)

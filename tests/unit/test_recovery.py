@@ -1,5 +1,5 @@
-"""The lease sweep: an agent session whose worker died is queued again and re-sent (a bounded
-number of times); every other run whose lease expired fails as "worker lost"."""
+"""The lease sweep: a run whose worker died is queued again and re-sent (a bounded number of
+times), then fails as "worker lost"."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_a_session_that_keeps_losing_its_worker_fails_after_the_resume_cap(
 
 
 @pytest.mark.parametrize("rule_id", ["chain", "agent"])
-def test_a_run_without_a_recorded_session_fails_as_worker_lost(
+def test_a_run_whose_worker_died_is_queued_again_with_its_step_left_to_decide(
     session_factory: SessionFactory, sender: InMemorySender, rules: None, rule_id: str
 ) -> None:
     # A chain, or a session that died before its first model turn was recorded.
@@ -125,11 +125,14 @@ def test_a_run_without_a_recorded_session_fails_as_worker_lost(
 
     report = recover(session_factory, sender, requeue_after=MINUTE)
 
-    assert (report.failed, report.resumed, sender.sent) == ([run_id], [], [])
+    assert (report.failed, report.resumed) == ([], [run_id])
+    assert [sent[0] for sent in sender.sent] == [run_id]
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        assert run.status == RunStatus.FAILED and run.error == runs_db.WORKER_LOST
-    assert kinds(session_factory, run_id) == ["run.worker_lost"]
+        assert (run.status, run.error) == (RunStatus.QUEUED, None)
+        lost = runs_db.interruption_of(session, run_id)
+        assert lost.pending and lost.reruns == {}
+    assert kinds(session_factory, run_id) == [runs_db.RESUMED_EVENT]
 
 
 def test_a_resumed_session_the_broker_refuses_stays_queued_for_the_next_sweep(
