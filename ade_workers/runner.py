@@ -28,10 +28,11 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.lanes import LaneRef
+from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.db.runs import StepRecord
 from ade_tasks.db.schema import RunStatus, RunStepRow, StepStatus, utcnow
 from ade_tasks.dispatch import TaskSender, release_buffered
-from ade_tasks.errors import AdeError
+from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
 from ade_tasks.review import review
 from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
@@ -49,6 +50,9 @@ SHUTDOWN = threading.Event()
 SHUTDOWN_ERROR = "the worker shut down while this run was executing; trigger the rule again"
 #: A step still running after this many seconds appears in the run history as `running`.
 ANNOUNCE_AFTER = 0.5
+#: How often a finished step's record or the run's outcome is tried through a database outage
+#: (with `ade_tasks.db.retry`'s backoff: about 20 seconds in all).
+FINISH_ATTEMPTS = 22
 
 
 class RunMonitor:
@@ -198,12 +202,17 @@ def execute_run(
     settings = config.settings
     sessions = autocommit(session_factory)
     started = time.monotonic()
-    with sessions.begin() as session:
-        lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
-        claimed = runs_db.claim_run(session, run_id, worker, lease_until)
-        if claimed is None:
-            log.info("run %s is already claimed or finished; nothing to do", run_id)
-            return None
+    lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
+    claimed = retrying(
+        sessions,
+        lambda session: runs_db.claim_run(session, run_id, worker, lease_until),
+        what=f"run {run_id}: claim",
+    )
+    if claimed is None:
+        log.info("run %s is already claimed or finished; nothing to do", run_id)
+        return None
+
+    def prepare(session: Any) -> tuple[_Plan, _Deadline] | RunStatus | None:
         try:
             plan = _plan(session, config, claimed, started)
             deadline = _deadline(session, plan.rule, settings, started)
@@ -212,17 +221,26 @@ def execute_run(
         exhausted = budget_exhausted(session, plan.rule, settings.budget_run_seconds_per_day)
         if exhausted:
             return _end(session, run_id, worker, RunStatus.SKIPPED, exhausted)
+        return plan, deadline
 
+    prepared = retrying(sessions, prepare, what=f"run {run_id}: plan")
+    if not isinstance(prepared, tuple):
+        return prepared
+    plan, deadline = prepared
     with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
         try:
             status = _run_chain(session_factory, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
+            if isinstance(exc, DatabaseUnavailableError) or is_connection_lost(exc):
+                # Not the run's fault: it stays running, and once its lease runs out the
+                # recovery sweep resumes it after its last recorded step.
+                log.error("run %s: the database stayed away; left for the recovery sweep", run_id)
+                return None
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
-            with sessions.begin() as session:
-                status = _end(
-                    session, run_id, worker, RunStatus.FAILED, error, charge=plan.charge()
-                )
+            status = _finish(
+                sessions, run_id, worker, RunStatus.FAILED, error, charge=plan.charge()
+            )
     limit = plan.rule.guardrails.buffer_limit()
     if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
         release_buffered(session_factory, config.sender, plan.rule.id, limit)
@@ -376,13 +394,10 @@ def _publish_and_end(
         if last.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
             status, error = RunStatus.FAILED, f"step 'publish' failed: {last.error}"
     verdict = _review(rule, status, state, unverified)
-    with sessions.begin() as session:
-        return _end(session, run_id, worker, status, error, last, verdict, plan.charge())
+    return _finish(sessions, run_id, worker, status, error, last, verdict, plan.charge())
 
 
-def _may_rerun(
-    sessions: SessionFactory, run_id: str, action: Any, index: int, plan: _Plan
-) -> bool:
+def _may_rerun(sessions: SessionFactory, run_id: str, action: Any, index: int, plan: _Plan) -> bool:
     """May this run's first unfinished step run (again)? Not when a lost worker interrupted it
     and it has no `retry` left; an agent session always continues from its recorded events.
 
@@ -417,8 +432,32 @@ def _park_for_tool(
 def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
     """Record a finished step that is not the run's last (that one goes with the outcome)."""
     if step is not None:
-        with sessions.begin() as session:
-            runs_db.record_step(session, step)
+        retrying(
+            sessions,
+            lambda session: runs_db.record_step(session, step),
+            what=f"run {step.run_id}: step {step.index + 1}",
+            attempts=FINISH_ATTEMPTS,
+        )
+
+
+def _finish(
+    sessions: SessionFactory,
+    run_id: str,
+    worker: str,
+    status: RunStatus,
+    error: str | None,
+    last_step: StepRecord | None = None,
+    verdict: runs_db.RunVerdict | None = None,
+    charge: usage_db.Charge | None = None,
+) -> RunStatus | None:
+    """`_end` in a transaction of its own, retried through a database outage of up to about
+    20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
+    return retrying(
+        sessions,
+        lambda session: _end(session, run_id, worker, status, error, last_step, verdict, charge),
+        what=f"run {run_id}: outcome",
+        attempts=FINISH_ATTEMPTS,
+    )
 
 
 def _base_context(

@@ -82,7 +82,7 @@ _INSERT_RUN = _sql(
 _CLAIM = _sql(
     "UPDATE runs SET status = 'running', worker = :worker, lease_expires_at = :lease_expires_at, "
     "started_at = coalesce(started_at, :started_at), attempt = attempt + 1 "
-    "WHERE id = :id AND status = 'queued' "
+    "WHERE id = :id AND (status = 'queued' OR (status = 'running' AND worker = :worker)) "
     "RETURNING id, rule_id, rule_version, trigger, attempt, "
     "(SELECT content_hash FROM rules WHERE rules.id = runs.rule_id) AS rule_hash, "
     "(SELECT trust_state FROM rules WHERE rules.id = runs.rule_id) AS rule_trust",
@@ -221,6 +221,9 @@ def claim_run(
     session: Session, run_id: str, worker: str, lease_until: datetime
 ) -> ClaimedRun | None:
     """Move a queued run to running under this worker's lease; None if someone else has it.
+
+    A claim repeated by the same worker (its first COMMIT's answer was lost with the
+    connection, see `ade_tasks.db.retry`) claims the run again instead of losing it.
 
     The rule's current content hash comes back in the same statement (None if the rule was
     deleted); workers keep parsed rules by hash, so the document is read only on a miss.
