@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=15.0, gt=0)
     requeue_after_seconds: float = Field(default=60.0, ge=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
+    # Workers take part in the claimed housekeeping (recovery sweep, pruning, lane cleanups), so
+    # a cluster without a beat still recovers lost runs.
+    worker_housekeeping: bool = True
     run_retention_days: int | None = Field(default=None, ge=1)
     kill_grace_seconds: float = Field(default=3.0, ge=0)
 

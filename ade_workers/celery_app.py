@@ -66,7 +66,11 @@ def create_celery_app(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A broker reconnect must not kill running runs: their database lease, not the
+        # broker's delivery, says who runs them, and a second delivery of the same run id finds
+        # it claimed and does nothing. (Celery's default would terminate them and the run
+        # would be recorded as lost although its command was fine.)
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
         broker_transport_options=transport_options,
@@ -90,12 +94,13 @@ def create_celery_app(
         timezone="UTC",
         enable_utc=True,
     )
-    from ade_workers import metrics
+    from ade_workers import housekeeper, metrics
     from ade_workers.tasks import register_tasks
 
     register_tasks(app, settings, session_factory)
     # Signal handlers: log context and JSON lines for every task, worker metrics when configured.
     metrics.install(app, settings)
+    housekeeper.install(app, settings)
     return app
 
 

@@ -116,3 +116,33 @@ def test_a_lost_worker_s_step_with_retry_runs_again_on_the_next_worker(
         ("first", "succeeded", "one\n"),
         ("second", "succeeded", "second try\n"),
     ]
+
+
+def test_without_a_beat_the_workers_resume_a_run_whose_worker_died(
+    cluster: Cluster, project: Path
+) -> None:
+    # A webhook-only cluster: workers and no beat. The survivors' housekeeping recovers the run.
+    add_rule(
+        cluster,
+        "nobeat",
+        '            - {id: first, type: run-command, command: "echo one"}\n'
+        '            - {id: second, type: run-command, command: "exec sleep 60"}',
+    )
+    victim = cluster.worker(queues="ade.builtin")
+    cluster.worker(queues="ade.control")
+    run_id = dispatch(
+        cluster.session_factory, cluster.sender(), "nobeat", TriggerEvent.manual()
+    ).run.id
+    wait_until(
+        lambda: [s[1] for s in steps_of(cluster, run_id)] == ["succeeded", "running"],
+        20,
+        "step 2 to run",
+    )
+    victim.signal(signal.SIGKILL)
+    cluster.worker(queues="ade.builtin")
+
+    # Lease 3 s + sweep every 1 s in this cluster: well within the deadline.
+    row = finished(cluster, run_id, timeout=30)
+
+    assert row.status == "failed" and "worker lost while this step ran" in (row.error or "")
+    assert steps_of(cluster, run_id)[0] == ("first", "succeeded", "one\n")

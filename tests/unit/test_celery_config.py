@@ -12,7 +12,8 @@ def test_reliable_delivery_settings() -> None:
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_ignore_result
-    assert conf.worker_cancel_long_running_tasks_on_connection_loss
+    # A broker reconnect never kills a running run: the database lease says who runs it.
+    assert conf.worker_cancel_long_running_tasks_on_connection_loss is False
     assert conf.broker_connection_retry_on_startup
     assert conf.broker_transport_options["visibility_timeout"] > LONGEST_RUN_SECONDS
     assert conf.worker_send_task_events and not conf.task_send_sent_event
