@@ -72,10 +72,17 @@ class RunMonitor:
         self._pid: int | None = None
 
     def watch(
-        self, sessions: SessionFactory, run_id: str, worker: str, settings: Settings
+        self,
+        sessions: SessionFactory,
+        run_id: str,
+        worker: str,
+        settings: Settings,
+        leased_at: float | None = None,
     ) -> Watch:
-        """Start watching a run; use the result as a context manager around its steps."""
-        watch = Watch(self, sessions, run_id, worker, settings)
+        """Start watching a run (leased at monotonic time `leased_at`, default now); use the
+        result as a context manager around its steps."""
+        leased_at = time.monotonic() if leased_at is None else leased_at
+        watch = Watch(self, sessions, run_id, worker, settings, leased_at)
         with self._lock:
             if self._pid != os.getpid():  # first use, or a forked pool process
                 self._runs = {}
@@ -108,6 +115,7 @@ class Watch:
         run_id: str,
         worker: str,
         settings: Settings,
+        leased_at: float,
     ) -> None:
         self._monitor = monitor
         self._sessions = sessions
@@ -116,6 +124,12 @@ class Watch:
         self._lease = timedelta(seconds=settings.lease_seconds)
         self._interval = settings.heartbeat_seconds
         self._next_beat = time.monotonic() + self._interval
+        # Until when the lease surely holds (measured from before the statement that took or
+        # renewed it), less the time the step's processes need to stop: past this without a
+        # renewal, another worker may take the run over, so this one stops first.
+        slack = max(0.0, settings.lease_seconds - settings.heartbeat_seconds) / 2
+        self._fence_margin = min(settings.kill_grace_seconds + 0.5, slack)
+        self._held_until = leased_at + settings.lease_seconds
         self._pending: tuple[StepRecord, float] | None = None
         self.lost = threading.Event()
 
@@ -130,26 +144,42 @@ class Watch:
         self._pending = None if step is None else (step, time.monotonic() + ANNOUNCE_AFTER)
 
     def tend(self, now: float) -> None:
-        """Called by the monitor thread: announce a long step, renew the lease when due."""
+        """Called by the monitor thread: announce a long step, renew the lease when due, and
+        stop the run when its lease can no longer be confirmed (a partition from the database):
+        the run is then resumed elsewhere, never run by two workers at once."""
         pending = self._pending
         if pending is not None and now >= pending[1]:
             self._write(runs_db.announce_step, pending[0])
             if self._pending is pending:
                 self._pending = None
-        if now >= self._next_beat and not self.lost.is_set():
+        if self.lost.is_set():
+            return
+        if now >= self._next_beat:
             self._next_beat = now + self._interval
             until = utcnow() + self._lease
-            if not self._write(runs_db.renew_lease, self.run_id, self._worker, until):
+            renewed = self._write(runs_db.renew_lease, self.run_id, self._worker, until)
+            if renewed is False:
                 log.warning("run %s is no longer ours (cancelled or recovered)", self.run_id)
                 self.lost.set()
+                return
+            if renewed:
+                self._held_until = now + self._lease.total_seconds()
+        if now >= self._held_until - self._fence_margin:
+            log.error(
+                "run %s: its lease could not be renewed (the database is unreachable); stopping "
+                "its step before the lease runs out, so the recovery sweep can resume it",
+                self.run_id,
+            )
+            self.lost.set()
 
     def _write(self, write: Callable[..., Any], *args: Any) -> Any:
+        """`write` in a transaction of its own; None when the database did not answer."""
         try:
             with self._sessions.begin() as session:
                 return write(session, *args)
         except Exception:  # a DB blip must not end the run; the next tick retries
             log.exception("run %s: %s failed", self.run_id, write.__name__)
-            return True
+            return None
 
 
 @dataclass(frozen=True)
@@ -227,7 +257,7 @@ def execute_run(
     if not isinstance(prepared, tuple):
         return prepared
     plan, deadline = prepared
-    with config.monitor.watch(sessions, run_id, worker, settings) as monitor:
+    with config.monitor.watch(sessions, run_id, worker, settings, started) as monitor:
         try:
             status = _run_chain(session_factory, config, run_id, worker, plan, deadline, monitor)
         except Exception as exc:  # e.g. the database refused a step's record: end the run clearly
