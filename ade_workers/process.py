@@ -1,7 +1,9 @@
-"""Run a command in its own process group, with a deadline, capped output and a clean kill.
+"""Run a command in a container of its own, with a deadline, capped output and a clean kill.
 
-The whole group is killed (TERM, then KILL after a grace period) on timeout or cancellation,
-and also after a normal exit, so a step's background processes never outlive the step.
+Everything the command starts stays in its container (`ade_workers.supervisor`), daemons that
+left its session with `setsid` or a double fork included. All of it is killed (TERM, then KILL
+after a grace period) on timeout or cancellation, at once after a normal exit, and within a few
+seconds when the worker dies, so a step's processes never outlive the step or its worker.
 Output is read in chunks into a head + tail buffer, so a command printing gigabytes keeps the
 worker's memory flat. Given a `Masker`, secrets are masked as the chunks arrive, before the
 capping, so neither a chunk boundary nor the cap boundary can let part of a secret through.
@@ -12,58 +14,19 @@ from __future__ import annotations
 import codecs
 import io
 import os
-import select
-import signal
-import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from ade_tasks.secrets import Masker, StreamMasker
+from ade_workers.supervisor import ContainedProcess
 
 OUTPUT_CAP = 80_000
 STOP_CHECK_INTERVAL = 0.25
 _CHUNK = 64 * 1024
-
-
-class _ExitWatch:
-    """Waits for a child to exit without reaping it, waking the moment it does.
-
-    Uses a pidfd (Linux >= 5.3); `Popen.wait(timeout)` would instead poll with sleeps of up to
-    tens of milliseconds, which dominates the latency of a short command.
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self._proc = proc
-        self._fd: int | None = None
-
-    def __enter__(self) -> Callable[[float], bool]:
-        try:
-            self._fd = os.pidfd_open(self._proc.pid)
-        except (AttributeError, OSError):  # no pidfd here: fall back to polling
-            return self._poll
-        return self._select
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-
-    def _select(self, timeout: float) -> bool:
-        assert self._fd is not None
-        readable, _, _ = select.select([self._fd], [], [], max(timeout, 0))
-        return bool(readable)
-
-    def _poll(self, timeout: float) -> bool:
-        end = time.monotonic() + max(timeout, 0)
-        while self._proc.poll() is None:
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.005)
-        return True
 
 
 class CappedOutput:
@@ -116,14 +79,6 @@ class ProcessResult:
     duration: float
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
 def group_alive(pgid: int) -> bool:
     """Does any process of the group still exist?"""
     try:
@@ -131,16 +86,6 @@ def group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def kill_group(pgid: int, grace: float) -> None:
-    """TERM the whole group, wait up to `grace` seconds, then KILL whatever is left."""
-    if not _signal_group(pgid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_alive(pgid):
-        time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
 
 
 def run_process(
@@ -156,34 +101,26 @@ def run_process(
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged."""
     started = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so the kill reaches every descendant
-    )
-    output = CappedOutput(cap)
-    stream = StreamMasker(masker) if masker else None
-    reader = threading.Thread(target=_drain, args=(proc, output, stream), daemon=True)
-    reader.start()
-
-    deadline = started + timeout
-    timed_out = cancelled = False
-    with _ExitWatch(proc) as exited:
-        while not exited(min(deadline - time.monotonic(), STOP_CHECK_INTERVAL)):
+    with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace) as process:
+        output = CappedOutput(cap)
+        stream = StreamMasker(masker) if masker else None
+        reader = threading.Thread(target=_drain, args=(process.output, output, stream), daemon=True)
+        reader.start()
+        deadline = started + timeout
+        timed_out = cancelled = False
+        while not process.wait(min(deadline - time.monotonic(), STOP_CHECK_INTERVAL)):
             if time.monotonic() >= deadline:
                 timed_out = True
                 break
             if should_stop():
                 cancelled = True
                 break
-    # Kill before reaping: the group id cannot be reused while the leader is unreaped.
-    kill_group(proc.pid, kill_grace if (timed_out or cancelled) else 0.0)
-    exit_code = proc.wait()
-    reader.join(timeout=5)
+        if timed_out or cancelled:
+            process.stop()
+        try:
+            exit_code = process.finish()  # returns once nothing of the command is left
+        finally:
+            reader.join(timeout=5)
     return ProcessResult(
         exit_code=None if (timed_out or cancelled) else exit_code,
         output=output.text(),
@@ -193,10 +130,7 @@ def run_process(
     )
 
 
-def _drain(
-    proc: subprocess.Popen[bytes], output: CappedOutput, masking: StreamMasker | None
-) -> None:
-    stream = cast(io.BufferedReader, proc.stdout)
+def _drain(stream: io.BufferedReader, output: CappedOutput, masking: StreamMasker | None) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with stream:
         while chunk := stream.read1(_CHUNK):
