@@ -13,11 +13,13 @@ from celery import Celery
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ade_api import problems
 from ade_api.auth import AuthMiddleware, required_role
+from ade_api.db_faults import DatabaseFaultMiddleware, RoutesReached
 from ade_api.deps import Services
 from ade_api.intake import EventIntake
 from ade_api.problems import status_of
@@ -43,12 +45,23 @@ from ade_workers.celery_app import CelerySender, create_celery_app
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
+INTERNAL = (
+    "an internal error stopped this request (it is logged on the API's side); try again, and "
+    "report it with the time of the request if it persists"
+)
 
 
 def problem(status: int, title: str, detail: str) -> JSONResponse:
-    """An error response as problem+json."""
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+    """An error response as problem+json (`Retry-After` on a 503)."""
+    return problems.problem(status, title, detail)
+
+
+async def _internal_error(request: Request, _exc: Exception) -> Response:
+    """Whatever no other handler took (Starlette's last resort, after which it still logs the
+    traceback): a 500 problem+json, or the web page's error page, never plain text."""
+    if request.url.path.startswith("/ui") and not request.url.path.startswith("/ui/static/"):
+        return web_routes.error_page(request, AdeError(INTERNAL))
+    return problem(500, "Internal Error", INTERNAL)
 
 
 async def _ade_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -124,6 +137,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DataError, _unstorable)
+    app.add_exception_handler(Exception, _internal_error)
     # Routes are matched in order: webhook deliveries, the busiest, are looked up first.
     app.include_router(webhooks.router)
     app.include_router(health.router)
@@ -135,10 +149,15 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(usage.router)
     app.include_router(web_routes.router)
-    # Outermost: a call without a good enough token reaches no route (see ade_api.auth).
+    # Innermost (added first): marks a request that got past every middleware (ade_api.db_faults).
+    app.add_middleware(RoutesReached)
+    # A call without a good enough token reaches no route (see ade_api.auth).
     app.add_middleware(
         AuthMiddleware, session_factory=session_factory, metrics_public=settings.metrics_public
     )
+    # Around auth: a request whose database connection died is run again when that is safe,
+    # else answered 503 with Retry-After, also when the token lookup met the fault.
+    app.add_middleware(DatabaseFaultMiddleware)
     app.openapi = partial(_openapi_with_security, app, settings.metrics_public)  # type: ignore[method-assign]
     return app
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fastapi.responses import JSONResponse
+
 from ade_tasks.errors import (
     AdeError,
     AdmissionError,
@@ -12,6 +14,11 @@ from ade_tasks.errors import (
     NotFoundError,
     PolicyViolationError,
 )
+
+PROBLEM = "application/problem+json"
+#: What a 503 asks the caller to wait before trying again (the `Retry-After` header): a database
+#: restart or failover, or a broker reconnect, is usually over by then.
+RETRY_AFTER_SECONDS = 5
 
 STATUS_OF: list[tuple[type[AdeError], int, str]] = [
     (NotFoundError, 404, "Not Found"),
@@ -30,3 +37,14 @@ def status_of(exc: AdeError) -> tuple[int, str] | None:
         if isinstance(exc, kind):
             return status, title
     return None
+
+
+def retry_after(status: int) -> dict[str, str]:
+    """The headers an answer with this status carries: `Retry-After` on a 503."""
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else {}
+
+
+def problem(status: int, title: str, detail: str) -> JSONResponse:
+    """An error response as problem+json (RFC 9457), with `Retry-After` on a 503."""
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=retry_after(status))

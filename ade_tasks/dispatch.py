@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
+from ade_tasks.db.retry import repeating
 from ade_tasks.db.schema import RunRow, RunStatus, utcnow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails import budget_exhausted, rate_limited
@@ -150,6 +151,46 @@ def dispatch(
     if isinstance(result, AdeError):
         raise result
     return result
+
+
+def dispatch_retrying(
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    rule_id: str,
+    trigger: TriggerEvent,
+    *,
+    own_key: bool = False,
+) -> DispatchResult:
+    """`dispatch`, repeated on a fresh connection when its database connection died (a
+    restart, a failover, `pg_terminate_backend`), so a blip costs the caller a pause, not an
+    error; DatabaseUnavailableError once the database stays away (`db.retry.repeating`).
+
+    The trigger's idempotency key is what makes a repeat safe, so it must have one. The lost
+    attempt may have stored its run (an INSERT that took effect although its answer never
+    came), so a repeat looks the key up first and returns the run it finds instead of
+    dispatching again; the lost attempt never got to send it, so it is sent now when it is
+    queued (a second message is harmless: a worker's claim is atomic). `own_key`: the key is
+    this call's own (a request id), so a run found holding it is reported as `created`.
+    """
+    key = trigger.idempotency_key
+    if not key:
+        raise ValueError("dispatch_retrying needs a trigger with an idempotency key")
+    attempts = 0
+
+    def attempt() -> DispatchResult:
+        nonlocal attempts
+        attempts += 1
+        if attempts > 1:
+            with autocommit(session_factory).begin() as session:
+                found = runs_db.runs_by_keys(session, [key]).get(key)
+                session.expunge_all()
+            if found is not None:
+                errors = _send(sender, [found])  # only if queued and not buffered
+                error = errors.get(found.id)
+                return DispatchResult(found, own_key, found.id in errors and not error, error)
+        return dispatch(session_factory, sender, rule_id, trigger)
+
+    return repeating(attempt, what=f"dispatching a {trigger.type} run of rule {rule_id!r}")
 
 
 def dispatch_many(

@@ -7,11 +7,17 @@ import asyncio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from ade_api.deps import ServicesDep
+from ade_tasks.db.retry import retrying
 from ade_workers.celery_app import broker_reachable
 
 router = APIRouter(tags=["health"])
+
+
+def _select_one(session: Session) -> None:
+    session.execute(text("SELECT 1"))
 
 
 @router.get("/healthz")
@@ -25,9 +31,10 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     """The database and the broker are reachable (503 with the reasons otherwise)."""
 
     def check_db() -> str | None:
+        # Once more on a fresh connection if the pooled one died: a database that restarted and
+        # is back must not take the replica out of service.
         try:
-            with services.session_factory() as session:
-                session.execute(text("SELECT 1"))
+            retrying(services.session_factory, _select_one, what="readiness check", attempts=2)
         except Exception as exc:  # any failure means "not ready"
             return f"{type(exc).__name__}: {exc}"
         return None

@@ -9,7 +9,8 @@ default registry (the Python/process metrics of whichever API process happened t
 per-worker counters are on each worker's own port (`worker_metrics_port`).
 
 A part that does not answer does not fail the scrape: `ade_database_up` or `ade_broker_up` is 0
-and that part's metrics are left out.
+and that part's metrics are left out. A database connection that died under the scrape (a
+restart, a failover) is replaced and the read repeated once before the database counts as down.
 
 Access: with `metrics_public` false (the default) the route needs a viewer token like the rest of
 the API (the API's auth middleware reads the setting); with it true, anyone who reaches the API may
@@ -36,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from ade_api.deps import Services, ServicesDep
 from ade_tasks.db.metrics import ClusterFacts, cluster_facts
+from ade_tasks.db.retry import retrying
 from ade_workers.metrics import queue_depths
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,10 @@ class ClusterCollector(Collector):
         yield from self._broker_metrics(facts.active_queues if facts else [])
 
     def _facts(self) -> ClusterFacts | None:
-        try:
-            with self.services.session_factory() as session, session.begin():
-                return cluster_facts(session)
+        try:  # once more on a fresh connection if the pooled one died (a restart, a failover)
+            return retrying(
+                self.services.session_factory, cluster_facts, what="metrics scrape", attempts=2
+            )
         except Exception as exc:  # report it as ade_database_up 0, not as a failed scrape
             log.warning("metrics: the database did not answer: %s", type(exc).__name__)
             return None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
@@ -30,7 +32,7 @@ from ade_api.schemas import (
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import utcnow
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.models import Rule, ScheduleTrigger
@@ -383,13 +385,20 @@ async def start_manual_run(
     """Start a manual run. A repeated `Idempotency-Key` returns the run the first call created.
 
     If the broker is unreachable the run is still recorded (`sent: false`); the recovery sweep
-    sends it when the broker is back, so nothing is lost.
+    sends it when the broker is back, so nothing is lost. A database connection lost under the
+    call (a restart, a failover) is replaced and the dispatch repeated, storing the run once; a
+    database that stays away gives 503 with `Retry-After` (send the request again with an
+    `Idempotency-Key` to be sure it starts one run).
     """
     body = body or ManualRunRequest()
-    trigger = TriggerEvent.manual(body.inputs, key=idempotency_key, by=body.requested_by)
+    # Without an Idempotency-Key the request's own id is the key, so the dispatch can be
+    # repeated safely when the database connection dies under it (stored once either way).
+    key = idempotency_key or f"request:{uuid.uuid4().hex}"
+    trigger = TriggerEvent.manual(body.inputs, key=key, by=body.requested_by)
     result = await run_in_threadpool(
-        dispatch, services.session_factory, services.sender, rule_id, trigger
-    )
+        partial(dispatch_retrying, own_key=idempotency_key is None),
+        services.session_factory, services.sender, rule_id, trigger,
+    )  # fmt: skip
     run_url = str(request.url_for("get_run", run_id=result.run.id))
     response.headers["Location"] = run_url
     if not result.created:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
@@ -32,7 +33,7 @@ from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import QueueStatus, RunStatus
-from ade_tasks.dispatch import TriggerEvent, dispatch, release_buffered
+from ade_tasks.dispatch import TriggerEvent, dispatch_retrying, release_buffered
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, canonical_trigger_type
@@ -225,14 +226,16 @@ async def retry_run(
         with services.session_factory() as session:
             row = runs_db.retry_source(session, run_id)
             summary = f"retry of {run_id} by {by}: {row.trigger_summary}"
-            key = f"retry:{run_id}:{idempotency_key}" if idempotency_key else None
+            # the request's own id without a key, so a lost connection can be retried safely
+            key = f"retry:{run_id}:{idempotency_key or 'request:' + uuid.uuid4().hex}"
             payload = {**row.trigger, "retry_of": run_id}
             return row.rule_id, TriggerEvent(row.trigger_type, summary[:500], payload, key)
 
     rule_id, trigger = await run_in_threadpool(source)
     result = await run_in_threadpool(
-        dispatch, services.session_factory, services.sender, rule_id, trigger
-    )
+        partial(dispatch_retrying, own_key=idempotency_key is None),
+        services.session_factory, services.sender, rule_id, trigger,
+    )  # fmt: skip
     if result.created:
 
         def note() -> None:

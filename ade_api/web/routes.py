@@ -27,6 +27,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
@@ -38,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import COOKIE, Principal, actor
 from ade_api.deps import Services
-from ade_api.problems import status_of
+from ade_api.problems import retry_after, status_of
 from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import occurrences as occ_db
@@ -57,7 +58,7 @@ from ade_tasks.db.schema import (
     RunStepRow,
     utcnow,
 )
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.rules.models import InputSpec, Rule, ScheduleTrigger
@@ -160,7 +161,14 @@ def _error_page(request: Request, exc: AdeError) -> HTMLResponse:
         f'<div class="error"><p>{_e(exc.message)}</p></div>'
         '<p><a href="/ui/runs">Back to the runs</a></p>'
     )
-    return _page(request, title, body, status_code=code)
+    page = _page(request, title, body, status_code=code)
+    page.headers.update(retry_after(code))  # a 503 (database, broker): when to try again
+    return page
+
+
+def error_page(request: Request, exc: AdeError) -> HTMLResponse:
+    """The page for an error met outside a page's own handling (ade_api.db_faults)."""
+    return _error_page(request, exc)
 
 
 def _redirect(url: str) -> RedirectResponse:
@@ -797,12 +805,12 @@ async def start_run(request: Request, rule_id: str) -> Response:
     try:
         inputs = _posted_inputs(form)
         key = form.get("key") or None
-        trigger = TriggerEvent.manual(
-            inputs, key=f"ui:{key[:64]}" if key else None, by=actor(request, None)
-        )
+        own = f"ui:{key[:64]}" if key else f"request:{uuid.uuid4().hex}"
+        trigger = TriggerEvent.manual(inputs, key=own, by=actor(request, None))
         result = await run_in_threadpool(
-            dispatch, services.session_factory, services.sender, rule_id, trigger
-        )
+            partial(dispatch_retrying, own_key=not key),
+            services.session_factory, services.sender, rule_id, trigger,
+        )  # fmt: skip
     except AdeError as exc:
         return _error_page(request, exc)
     return _redirect(f"/ui/runs/{result.run.id}")

@@ -70,10 +70,27 @@ def retrying(
     Raises DatabaseUnavailableError when every attempt lost its connection; any other database
     error is raised at once, as it would be raised again.
     """
+
+    def attempt() -> T:
+        with sessions.begin() as session:
+            return work(session)
+
+    return repeating(attempt, what=what, attempts=attempts)
+
+
+def repeating(call: Callable[[], T], *, what: str, attempts: int = ATTEMPTS) -> T:
+    """`call()`, called again when it failed because its database connection died, up to
+    `attempts` times; for work that opens its own transactions (such as `dispatch`). `call`
+    must be safe to repeat, including after a COMMIT that took effect but whose answer was lost.
+
+    SQLAlchemy invalidates the whole pool when it sees a connection die, so the next attempt
+    gets a fresh connection even when every pooled one was killed at once. Raises
+    DatabaseUnavailableError when every attempt lost its connection; any other error is raised
+    at once.
+    """
     for attempt in range(attempts):
         try:
-            with sessions.begin() as session:
-                return work(session)
+            return call()
         except DBAPIError as exc:
             if not is_connection_lost(exc):
                 raise
