@@ -237,14 +237,15 @@ def _receive(sock: socket.socket) -> tuple[Message | None, list[int]]:
     """The next message and the file descriptors that came with it; None at EOF."""
     try:
         head, fds, _, _ = socket.recv_fds(sock, 4, 1)
-        head += _receive_exactly(sock, 4 - len(head)) if head else b""
+        if head:
+            head += _receive_exactly(sock, 4 - len(head))
+        if len(head) < 4:
+            return None, fds
         size = int.from_bytes(head, "big")
-        body = _receive_exactly(sock, size) if len(head) == 4 else b""
+        body = _receive_exactly(sock, size)
     except ConnectionResetError:
         return None, []
-    if len(head) < 4 or len(body) < size:
-        return None, fds
-    return json.loads(body), fds
+    return (json.loads(body) if len(body) == size else None), fds
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
@@ -266,19 +267,22 @@ class Supervisor:
         self._command = 0
         self._ended = False
         self._exit_code: int | None = None
-        self._terminated = self._worker_lost = False
+        self._terminated = self._worker_lost = self._retired = False
         self._wake, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)  # every signal, SIGCHLD included, wakes a select
         signal.signal(signal.SIGCHLD, lambda *_: None)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_terminate)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+        prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+        if prctl is None or prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(
+                ctypes.get_errno() if prctl else errno.ENOSYS,
+                "commands cannot be contained here: prctl(PR_SET_CHILD_SUBREAPER) needs Linux",
+            )
 
     def serve(self) -> None:
-        """Run the commands the worker sends until it is gone (or a container would not empty)."""
-        while not (self._terminated or self._worker_lost):
+        """Run the commands the worker sends until it is gone, or a container would not empty."""
+        while not (self._terminated or self._retired):
             if not self._wait_for_link():
                 continue
             request, fds = _receive(self._link)
@@ -312,8 +316,8 @@ class Supervisor:
         self._command, self._ended, self._exit_code = command.pid, False, None
         self._kill_all(self._wait(float(request["grace"])))
         # A process that would not die (uninterruptible sleep) must not share a later container.
-        retire = self._terminated or self._worker_lost or self._reap()
-        self._report({"exit": self._exit_code, "retire": retire})
+        self._retired = self._terminated or self._worker_lost or self._reap()
+        self._report({"exit": self._exit_code, "retire": self._retired})
 
     def _wait(self, grace: float) -> float:
         """Block until the command exits (then 0: kill what it left at once) or a stop is asked
@@ -415,6 +419,20 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def main(fd: int) -> None:
+    """The supervisor process: contain commands, or refuse the first with the reason it cannot."""
+    with socket.socket(fileno=fd) as link:
+        try:
+            supervisor = Supervisor(link)
+        except OSError as exc:
+            _, fds = _receive(link)
+            for received in fds:
+                os.close(received)
+            refusal = {"errno": exc.errno, "strerror": exc.strerror, "filename": None}
+            _send(link, {**refusal, "retire": True})
+            return
+        supervisor.serve()
+
+
 if __name__ == "__main__":
-    with socket.socket(fileno=int(sys.argv[1])) as link:
-        Supervisor(link).serve()
+    main(int(sys.argv[1]))

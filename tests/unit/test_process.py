@@ -17,6 +17,7 @@ import pytest
 
 from ade_tasks.secrets import Masker
 from ade_workers.process import OUTPUT_CAP, CappedOutput, run_process
+from ade_workers.supervisor import ContainedProcess
 from tests.support import pid_alive, wait_until
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -422,3 +423,16 @@ def test_sigterm_to_the_supervisor_ends_everything_it_holds(tmp_path: Path) -> N
     assert result.exit_code == -signal.SIGTERM and not result.cancelled
     assert survivors(pids_in(pids)) == []
     wait_until(lambda: not pid_alive(terminated[0]), 5, "the terminated supervisor to exit")
+
+
+def test_a_stop_that_crosses_the_end_of_a_command_changes_nothing(tmp_path: Path) -> None:
+    probe = ["/bin/sh", "-c", "echo $PPID"]
+    with ContainedProcess(probe, cwd=str(tmp_path), env=ENV, kill_grace=1) as process:
+        supervisor = int(process.output.read())
+        wait_until(lambda: process.wait(0), 5, "the command to end")
+        process.stop()  # too late: the command has ended and been reported
+        assert process.finish() == 0
+
+    again = run_process(probe, cwd=tmp_path, env=ENV, timeout=5)
+
+    assert again.exit_code == 0 and int(again.output) == supervisor  # the same one, still fine

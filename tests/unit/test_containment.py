@@ -1,0 +1,44 @@
+"""The runner's shutdown reaches every process a run started, daemons that left its session too."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ade_tasks.db import runs as runs_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.schema import RunStatus
+from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_workers import runner
+from ade_workers.runner import RunnerConfig, execute_run
+from tests.support import pid_alive, wait_until
+from tests.unit.conftest import add_rule
+
+
+def test_shutdown_kills_a_daemon_the_running_step_started(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
+) -> None:
+    command = "setsid -f sh -c 'echo $$ > daemon.pid; exec sleep 300'; exec sleep 300"
+    add_rule(session_factory, rules_dir, "r", f"""
+id: r
+triggers: [{{type: manual}}]
+execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {command!r}}}]}}
+""")  # fmt: skip
+    run_id = dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run.id
+    daemon = project / "daemon.pid"
+
+    def shut_down_once_the_daemon_runs() -> None:
+        wait_until(lambda: daemon.exists() and daemon.read_text().strip(), 30, "the daemon")
+        runner.SHUTDOWN.set()  # what `ade-tasks dev` does on Ctrl-C
+
+    host = threading.Thread(target=shut_down_once_the_daemon_runs)
+    host.start()
+    try:
+        execute_run(session_factory, config, run_id, "test-worker")
+    finally:
+        host.join()
+        runner.SHUTDOWN.clear()
+
+    with session_factory() as session:
+        assert runs_db.get_run(session, run_id).status == RunStatus.CANCELLED
+    assert not pid_alive(int(daemon.read_text()))
