@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ade_tasks.errors import AdeError
+from ade_tasks.patterns import Pattern, PatternError, SubjectTooLongError, compile_pattern
 from ade_tasks.templating import (
     NAME_PATTERN,
     TemplateContext,
@@ -196,10 +197,11 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """`left matches 'regex'`: the pattern is found anywhere in the string (re.search)."""
+    """`left matches 'regex'`: the pattern is found anywhere in the string, searched by RE2
+    (`ade_tasks.patterns`: linear time, so a step output cannot stall the worker)."""
 
     left: Node
-    pattern: re.Pattern[str]
+    pattern: Pattern
     column: int
 
     def evaluate(self, context: TemplateContext, where: str) -> bool:
@@ -212,7 +214,13 @@ class Match:
                 f"{where}: 'matches' at column {self.column} needs a string on the left, "
                 f"got {kind_of(value)}"
             )
-        return self.pattern.search(value) is not None
+        try:
+            return self.pattern.search(value)
+        except SubjectTooLongError as exc:
+            raise ConditionError(
+                f"{where}: 'matches' at column {self.column} cannot search its left side: "
+                f"{exc.message}"
+            ) from None
 
     def names(self) -> Iterator[str]:
         """The left side's variables."""
@@ -302,9 +310,9 @@ class _Parser:
             if not self._accept("string"):
                 raise self._error("expected a quoted regular expression after 'matches'")
             try:
-                compiled = re.compile(_unquote(pattern.text))
-            except re.error as exc:
-                raise self._error(f"invalid regular expression ({exc})", pattern) from None
+                compiled = compile_pattern(_unquote(pattern.text))
+            except PatternError as exc:
+                raise self._error(f"invalid regular expression ({exc.message})", pattern) from None
             return Match(left, compiled, token.column)
         if token.kind in _COMPARISONS:
             self._position += 1

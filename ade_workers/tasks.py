@@ -13,7 +13,7 @@ from celery import Celery, Task
 from ade_tasks.approvals import expire_inputs
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
+from ade_tasks.ingress.dispatcher import EventDeferredError, dispatch_ingress_event
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
 from ade_workers.runner import RunnerConfig, execute_run
@@ -72,14 +72,18 @@ def register_tasks(
     @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)
     def dispatch_ingress(*event_ids: int) -> list[str | None]:
         """One message carries one event, or (from the API's publisher) a batch of them, each
-        dispatched on its own: a failing event is recorded failed, and one that cannot even be
-        read or recorded (the database went away) stays `received` for the recovery sweep;
-        either way the next one still runs."""
+        dispatched on its own: a failing event is recorded failed, and one the database failed
+        under (while reading, matching or recording it) stays `received` for the recovery
+        sweep; either way the next one still runs. Matching is bounded in time
+        (`ade_tasks.ingress.dispatcher.MATCH_DEADLINE_SECONDS`), so no event holds the worker."""
         assert runtime.sender is not None
         statuses: list[str | None] = []
         for event_id in event_ids:
             try:
                 status = dispatch_ingress_event(runtime.session_factory, runtime.sender, event_id)
+            except EventDeferredError as exc:
+                log.warning("%s", exc.message)
+                status = None
             except Exception:
                 log.exception("ingress event %s was left for the recovery sweep", event_id)
                 status = None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy import Table, bindparam, case, delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import (
@@ -25,6 +26,11 @@ MAX_AGE = timedelta(days=7)
 KEEP_UNDISPATCHED = 2_000
 HARD_CAP = 10_000
 PRUNE_EVERY = 100
+#: Claims (`claim_event`): an event claimed this often without its matching ever finishing
+#: (the worker died each time) is failed as poison on its next delivery; a claim keeps a second
+#: message for the same event off it for `CLAIM_HOLD`, longer than matching may take.
+MAX_ATTEMPTS = 3
+CLAIM_HOLD = timedelta(seconds=30)
 DELIVERY_LOG = 50
 DELIVERY_BODY_CAP = 64 * 1024
 
@@ -137,6 +143,65 @@ def _rowcount(result: Any) -> int:
 def get_event(session: Session, event_id: int) -> IngressEventRow | None:
     """One event by id."""
     return session.get(IngressEventRow, event_id)
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    """An event a worker claimed for matching, with what matching needs of it."""
+
+    id: int
+    source: str
+    delivery_id: str | None
+    trigger_type: str | None
+    summary: str
+    payload: dict[str, Any]
+    attempts: int  # this claim included
+
+
+def claim_event(
+    session: Session, event_id: int, now: datetime, hold: timedelta = CLAIM_HOLD
+) -> ClaimedEvent | None:
+    """Claim a `received` event for matching: one more attempt, stamped `now`.
+
+    None when it was handled already, or when another worker claimed it less than `hold` ago
+    (a second message for the same event, say a redelivery racing the sweep's re-send). Commit
+    the claim before matching: an attempt whose worker dies must still count."""
+    claimed = session.execute(
+        update(EVENTS)
+        .where(
+            EVENTS.c.id == event_id,
+            EVENTS.c.status == IngressStatus.RECEIVED,
+            or_(EVENTS.c.claimed_at.is_(None), EVENTS.c.claimed_at < now - hold),
+        )
+        .values(attempts=EVENTS.c.attempts + 1, claimed_at=now)
+        .returning(
+            EVENTS.c.source,
+            EVENTS.c.delivery_id,
+            EVENTS.c.trigger_type,
+            EVENTS.c.summary,
+            EVENTS.c.payload,
+            EVENTS.c.attempts,
+        )
+    ).one_or_none()
+    if claimed is None:
+        return None
+    source, delivery_id, trigger_type, summary, payload, attempts = claimed
+    return ClaimedEvent(
+        event_id, source, delivery_id, trigger_type, summary, dict(payload), int(attempts)
+    )
+
+
+def release_event(session: Session, event_id: int) -> None:
+    """Undo a claim whose matching the database broke off: the attempt does not count toward
+    `MAX_ATTEMPTS`, and the next message for the event may claim it at once."""
+    session.execute(
+        update(EVENTS)
+        .where(EVENTS.c.id == event_id, EVENTS.c.status == IngressStatus.RECEIVED)
+        .values(
+            attempts=case((EVENTS.c.attempts > 0, EVENTS.c.attempts - 1), else_=0),
+            claimed_at=None,
+        )
+    )
 
 
 def finish_event(

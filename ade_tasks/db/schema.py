@@ -404,6 +404,10 @@ class IngressEventRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
+    # Claimed by a worker before matching (see `ade_tasks.ingress.dispatcher`): how often, and
+    # when last, so an event whose worker dies every time is failed, not re-sent forever.
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    claimed_at: Mapped[datetime | None]
 
 
 class HookDeliveryRow(Base):

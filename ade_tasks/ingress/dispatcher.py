@@ -2,20 +2,50 @@
 dispatch it to each (`ade.ingress.dispatch`).
 
 Every outcome is recorded on the event: the runs it started, the rules that refused it, or the
-error that stopped it. An event that raises is marked `failed` and never blocks the next one.
+error that stopped it. An event that raises is marked `failed` and never blocks the next one,
+with two exceptions that keep it `received` instead:
+
+- **A database error is not the event's fault.** When matching or dispatching fails because the
+  database connection died or the database refused the work (`is_database_error`: SQLAlchemy's
+  `OperationalError`, a `DBAPIError` whose connection was invalidated or whose SQLSTATE is a
+  connection class, the driver's own `OperationalError`, `DatabaseUnavailableError`), the claim
+  is released and the event stays `received`: the recovery sweep re-sends it and it is matched
+  once the database answers. Runs it had started already keep their idempotency keys, so the
+  second matching starts nothing twice.
+- **Poison.** A worker claims an event before matching it (`ingress_db.claim_event`: one more
+  attempt, committed first). An event claimed `ingress_db.MAX_ATTEMPTS` times without its
+  matching ever finishing (its worker was killed, ran out of memory, was stopped each time) is
+  recorded failed on its next delivery without being matched again, so the sweep cannot hand
+  it from worker to worker forever.
+
+**Time bound.** Matching one event may take `MATCH_DEADLINE_SECONDS`; past it the event is
+recorded failed with the reason and no rule runs for it (matching is all or nothing: a partial
+answer would depend on the order rules happen to be stored in). The deadline is checked before
+each trigger is matched, which bounds the whole only because each check is bounded too: rule
+regexes run on RE2 in linear time (`ade_tasks.patterns`), over texts of at most
+`patterns.MAX_SUBJECT_CHARS` with programs of at most `patterns.MAX_PROGRAM_SIZE`
+instructions, so one check costs about a second at worst and microseconds usually. Python
+cannot interrupt a running C-level regex search from another thread, and a process per event
+would cost more than matching itself; bounding what one check may cost is the honest way to
+make the deadline hold.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import IngressStatus
+from ade_tasks.db.retry import is_connection_lost, retrying
+from ade_tasks.db.schema import IngressStatus, utcnow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent
-from ade_tasks.errors import AdeError
+from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
 from ade_tasks.events import emit, lane_matcher
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.filters import trigger_matches
@@ -25,38 +55,156 @@ from ade_tasks.rules.models import WebhookTrigger
 log = logging.getLogger(__name__)
 
 WEBHOOK_PREFIX = "webhook:"
+#: How long matching one event may take (see the module docstring); well within
+#: `ingress_db.CLAIM_HOLD`, so no second worker starts on an event still being matched.
+MATCH_DEADLINE_SECONDS = 10.0
+
+
+class MatchDeadlineError(AdeError):
+    """Matching the event took longer than its time bound."""
+
+
+class EventDeferredError(TransientError):
+    """The event could not be matched now (the database failed); it stays `received`."""
 
 
 def dispatch_ingress_event(
-    session_factory: SessionFactory, sender: TaskSender, event_id: int
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    event_id: int,
+    *,
+    deadline: float = MATCH_DEADLINE_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> IngressStatus | None:
-    """Match and dispatch one stored event; None when it was already handled (a redelivery)."""
-    with session_factory() as session:
-        row = ingress_db.get_event(session, event_id)
-        if row is None or row.status != IngressStatus.RECEIVED:
-            return None
-        source, delivery, payload = row.source, row.delivery_id or str(row.id), dict(row.payload)
-        trigger_type, summary = row.trigger_type, row.summary
+    """Match and dispatch one stored event; None when it was already handled (a redelivery)
+    or another worker is matching it. EventDeferredError when the database failed under it:
+    it stays `received` for the recovery sweep."""
+    with session_factory.begin() as session:
+        claimed = ingress_db.claim_event(session, event_id, utcnow())
+    if claimed is None:
+        return None
+    if claimed.attempts > ingress_db.MAX_ATTEMPTS:
+        reason = (
+            f"not matched: {ingress_db.MAX_ATTEMPTS} workers started matching this event and "
+            "none finished (each was killed or stopped while matching it), so it is not tried "
+            "again; see the worker logs, then re-deliver it from its sender"
+        )
+        _finish(session_factory, event_id, IngressStatus.FAILED, [], reason)
+        return IngressStatus.FAILED
     runs: list[str] = []
     refusals: list[str] = []
     try:
-        if trigger_type is not None:
-            event = TriggerEvent(trigger_type, summary, payload, f"{source}:{delivery}")
-            for rule_id, result in emit(session_factory, sender, event, _matcher(source, payload)):
+        if claimed.trigger_type is not None:
+            delivery = claimed.delivery_id or str(claimed.id)
+            event = TriggerEvent(
+                claimed.trigger_type,
+                claimed.summary,
+                claimed.payload,
+                f"{claimed.source}:{delivery}",
+            )
+            match = _bounded(_matcher(claimed.source, claimed.payload), deadline, clock)
+            for rule_id, result in emit(session_factory, sender, event, match):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
                 else:
                     refusals.append(f"rule {rule_id!r}: {result.message}")
-        if trigger_type == "github.pr_merged":
-            runs += _lanes_merged(session_factory, sender, payload)
+        if claimed.trigger_type == "github.pr_merged":
+            runs += _lanes_merged(session_factory, sender, claimed.payload)
         status, error = IngressStatus.DISPATCHED, "; ".join(refusals) or None
     except Exception as exc:  # recorded on the event; the next event is not held up
-        log.exception("ingress event %s could not be dispatched", event_id)
-        detail = exc.message if isinstance(exc, AdeError) else repr(exc)
-        status, error = IngressStatus.FAILED, f"matching or dispatching failed: {detail}"
-    with session_factory.begin() as session:
-        ingress_db.finish_event(session, event_id, status, runs, error)
+        if is_database_error(exc):
+            _release(session_factory, event_id)
+            raise EventDeferredError(
+                f"ingress event {event_id} was not matched: the database failed under it "
+                f"({_first_line(exc)}); it stays received and the recovery sweep re-sends it"
+            ) from exc
+        if isinstance(exc, MatchDeadlineError):
+            log.warning("ingress event %s: %s", event_id, exc.message)
+            status, error = IngressStatus.FAILED, exc.message
+        else:
+            log.exception("ingress event %s could not be dispatched", event_id)
+            detail = exc.message if isinstance(exc, AdeError) else repr(exc)
+            status, error = IngressStatus.FAILED, f"matching or dispatching failed: {detail}"
+    _finish(session_factory, event_id, status, runs, error)
     return status
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Did the database fail (a lost connection, a refused or timed-out statement), rather
+    than the event or a rule? Follows the chain of causes, so a wrapped error counts too."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, DatabaseUnavailableError | OperationalError):
+            return True
+        if isinstance(error, DBAPIError) and is_connection_lost(error):
+            return True
+        # The driver's own error, raised outside SQLAlchemy (psycopg, sqlite3): by class name,
+        # since ade_tasks does not import the drivers.
+        if any(
+            kind.__name__ == "OperationalError"
+            and kind.__module__.startswith(("psycopg", "sqlite3"))
+            for kind in type(error).__mro__
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _bounded(
+    match: Callable[[Any, Any], bool], deadline: float, clock: Callable[[], float]
+) -> Callable[[Any, Any], bool]:
+    """`match`, refusing to start one more trigger once `deadline` seconds have passed."""
+    started = clock()
+    checked = 0
+
+    def bounded(rule: Any, trigger: Any) -> bool:
+        nonlocal checked
+        elapsed = clock() - started
+        if elapsed > deadline:
+            raise MatchDeadlineError(
+                f"matching exceeded its time bound of {deadline:g} s ({elapsed:.1f} s after "
+                f"{checked} trigger(s), stopped before rule {getattr(rule, 'id', rule)!r}); no "
+                "rule was started for this event. Narrow the rules' filters (type, repo, "
+                "branches) so fewer regexes run per event"
+            )
+        checked += 1
+        return match(rule, trigger)
+
+    return bounded
+
+
+def _finish(
+    session_factory: SessionFactory,
+    event_id: int,
+    status: IngressStatus,
+    runs: list[str],
+    error: str | None,
+) -> None:
+    # Safe to repeat: the same UPDATE of the same event. A connection that dies here leaves the
+    # event received and claimed; its next claim matches it again and finds its runs by key.
+    retrying(
+        session_factory,
+        lambda session: ingress_db.finish_event(session, event_id, status, runs, error),
+        what=f"recording ingress event {event_id}",
+    )
+
+
+def _release(session_factory: SessionFactory, event_id: int) -> None:
+    try:
+        retrying(
+            session_factory,
+            lambda session: ingress_db.release_event(session, event_id),
+            what=f"releasing ingress event {event_id}",
+        )
+    except Exception as exc:  # the claim then lapses after CLAIM_HOLD; the attempt counts
+        log.warning("ingress event %s keeps its claim: %s", event_id, _first_line(exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _matcher(source: str, payload: dict[str, Any]) -> Any:

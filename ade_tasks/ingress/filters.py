@@ -9,7 +9,10 @@ gives must match (an empty list or None is "not given"):
 - `labels`: every label present on the event, case-insensitively.
 - `authors`: the event author's login, case-insensitively; `author_associations`: membership.
 - `draft`: equality; an event that does not say (None) never matches a draft filter.
-- `title_regex` / `body_regex`: `re.search`; a missing title or body never matches.
+- `title_regex` / `body_regex`: a search with RE2 (`ade_tasks.patterns`: linear time, so a
+  hostile title cannot stall a worker); a missing title or body never matches. A title or body
+  longer than `patterns.MAX_SUBJECT_CHARS` raises `SubjectTooLongError`, which fails the event
+  with the reason rather than answering for a part of the text.
 - `keywords`: any keyword in the title or body, case-insensitively (a substring: `@ade`).
 - `paths`: any changed path matches a glob; an event without paths never matches.
 - `exclude` (file.changed): changed paths matching one of these globs are dropped before `paths`
@@ -22,7 +25,6 @@ fails the match when it is given: an unchecked filter must not quietly widen a r
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -30,6 +32,7 @@ from pydantic import BaseModel
 
 from ade_tasks.globs import path_matches
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
 from ade_tasks.rules.models import canonical_trigger_type
 
 
@@ -141,9 +144,13 @@ def _regex_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
         if text is None:
             return f"event has no {field} for {field}_regex"
         try:
-            found = re.search(str(wanted), text)
-        except re.error as exc:  # rule models validate it; a hand-written dict may not
-            return f"{field}_regex {wanted!r} is invalid: {exc}"
+            found = compile_pattern(str(wanted)).search(text)
+        except PatternError as exc:  # rule models validate it; a hand-written dict may not
+            return f"{field}_regex is invalid: {exc.message}"
+        except SubjectTooLongError as exc:
+            raise SubjectTooLongError(
+                f"{field}_regex {wanted!r} cannot search the event's {field}: {exc.message}"
+            ) from None
         return None if found else f"{field} does not match {wanted!r}"
 
     return check

@@ -15,8 +15,11 @@ key that itself contains a dot cannot be addressed. Operators:
 - `exists`: the path is present **and not null** (GitHub sends many unset fields as `null`, e.g.
   `pull_request.merged_at`, and an operator asking "does it exist" means "is it set");
   `value: false` inverts it. `value` defaults to true.
-- `matches`: `re.search` with the regex in `value` on string values only; compiled when the
-  config is validated, so a bad pattern is refused at load time.
+- `matches`: a search with the regex in `value` on string values only, run by RE2
+  (`ade_tasks.patterns`: linear time, so a hostile body cannot stall the API); compiled when
+  the config is validated, so a bad pattern, or one RE2 cannot express (backreferences,
+  lookarounds), is refused at load time. A string longer than `patterns.MAX_SUBJECT_CHARS` does
+  not match, and the delivery log says why.
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ from ade_tasks.ingress.signatures import (
     header_value,
     standard_webhooks_key,
     timestamp_age_ok,
+)
+from ade_tasks.patterns import (
+    MAX_SUBJECT_CHARS,
+    Pattern,
+    PatternError,
+    SubjectTooLongError,
+    compile_pattern,
 )
 
 __all__ = [
@@ -123,7 +133,7 @@ class JsonFilter(BaseModel):
     op: FilterOp
     value: Any = None
 
-    _pattern: re.Pattern[str] | None = PrivateAttr(default=None)
+    _pattern: Pattern | None = PrivateAttr(default=None)
 
     @field_validator("path")
     @classmethod
@@ -149,11 +159,9 @@ class JsonFilter(BaseModel):
             if not isinstance(self.value, str):
                 raise ValueError(f"value: op matches needs a regex string, got {_show(self.value)}")
             try:
-                self._pattern = re.compile(self.value)
-            except re.error as exc:
-                raise ValueError(
-                    f"value: {self.value!r} is not a valid regular expression: {exc}"
-                ) from None
+                self._pattern = compile_pattern(self.value)
+            except PatternError as exc:
+                raise ValueError(f"value: {exc.message}") from None
         return self
 
     def describe(self) -> str:
@@ -178,8 +186,14 @@ class JsonFilter(BaseModel):
             return _contains(found, self.value)
         if not isinstance(found, str):
             return False
-        pattern = self._pattern or re.compile(str(self.value))
-        return pattern.search(found) is not None
+        return self._search(found)
+
+    def _search(self, text: str) -> bool:
+        pattern = self._pattern or compile_pattern(str(self.value))
+        try:
+            return pattern.search(text)
+        except SubjectTooLongError:  # filters_match says why
+            return False
 
 
 class HookConfig(BaseModel):
@@ -325,6 +339,12 @@ def filters_match(filters: Sequence[JsonFilter], body: Any) -> tuple[bool, str |
         if not json_filter.evaluate(body):
             found = _lookup(body, json_filter.path.split("."))
             actual = "missing" if found is _MISSING else _show(found)
+            if json_filter.op == "matches" and isinstance(found, str):
+                if len(found) > MAX_SUBJECT_CHARS:
+                    actual = (
+                        f"{len(found):,} characters long; a regex filter searches at most "
+                        f"{MAX_SUBJECT_CHARS:,}"
+                    )
             return False, (
                 f"filter #{index} ({json_filter.describe()}) did not match: "
                 f"{json_filter.path} is {actual}"

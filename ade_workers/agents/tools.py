@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.globs import glob_regex
 from ade_tasks.paths import resolve_inside
+from ade_tasks.patterns import PatternError, compile_pattern
 from ade_tasks.secrets import Masker
 from ade_workers.process import run_process
 
@@ -182,11 +182,13 @@ def glob(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 def grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    """Lines matching a Python regex in the text files under a path, as `path:line: text`."""
+    """Lines matching a regex in the text files under a path, as `path:line: text`. The regex
+    runs on RE2 (`ade_tasks.patterns`): linear time, so a pattern a tainted prompt suggests
+    cannot stall the worker on a file's long line."""
     try:
-        regex = re.compile(args["pattern"])
-    except re.error as exc:
-        raise ToolError(f"pattern is not a valid Python regex: {exc}") from None
+        regex = compile_pattern(args["pattern"])
+    except PatternError as exc:
+        raise ToolError(f"pattern is not a valid RE2 regex: {exc.message}") from None
     real = _resolve(ctx, args.get("path", "."))
     only = glob_regex(args["glob"]) if args.get("glob") else None
     if real.is_file():
@@ -203,7 +205,7 @@ def grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             continue
         with path.open(encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, 1):
-                if regex.search(line):
+                if regex.search(line, limit=GREP_FILE_SIZE_CAP):
                     hits.append(f"{rel}:{number}: {line.rstrip()[:GREP_LINE_CAP]}")
                     if len(hits) > GREP_MATCH_CAP:
                         break
@@ -395,7 +397,8 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         pattern={"type": "string", "description": "e.g. 'src/**/*.py'"},
     ),
     "grep": _spec(
-        "Search text files for a Python regular expression; prints path:line: text.",
+        "Search text files for a regular expression (RE2 syntax: no backreferences or "
+        "lookarounds); prints path:line: text.",
         ["pattern"],
         pattern=_STR,
         path={"type": "string", "default": "."},

@@ -152,7 +152,7 @@ def test_grep_finds_lines_with_glob_filter_and_skips_binary(lane: Path, ctx: Too
 
 def test_grep_reports_a_bad_regex(ctx: ToolContext) -> None:
     result = run_tool("grep", {"pattern": "("}, ctx)
-    assert not result.ok and "not a valid Python regex" in result.content
+    assert not result.ok and "not a valid RE2 regex" in result.content
 
 
 def test_grep_caps_matches(lane: Path, ctx: ToolContext) -> None:

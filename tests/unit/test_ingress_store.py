@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import OperationalError
 
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
@@ -19,8 +18,6 @@ from ade_tasks.ingress import intake
 from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import normalize
-from ade_tasks.settings import Settings
-from ade_workers.celery_app import create_celery_app
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
@@ -180,29 +177,3 @@ execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
     assert [(run.rule_id, run.trigger["lane"]["name"]) for run in merges] == [
         ("on-merge", "fix-login")
     ]
-
-
-def test_a_batch_message_goes_on_past_an_event_that_cannot_even_be_read(
-    session_factory: SessionFactory,
-    sender: InMemorySender,
-    rules_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    add_rule(session_factory, rules_dir, "reviewer.yaml", RULE)
-    first, broken, last = (store(session_factory, sender, f"batch-{n}") for n in range(3))
-    get_event = ingress_db.get_event
-
-    def flaky(session: object, event_id: int) -> object:
-        if event_id == broken:  # the database went away for this one read
-            raise OperationalError("SELECT", {}, Exception("server closed the connection"))
-        return get_event(session, event_id)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ingress_db, "get_event", flaky)
-    app = create_celery_app(Settings(), session_factory=session_factory)
-    app.ade_runtime.sender = sender
-    statuses = app.tasks["ade.ingress.dispatch"].run(first, broken, last)
-
-    assert statuses == ["dispatched", None, "dispatched"]
-    with session_factory() as session:
-        status = dict(session.execute(select(IngressEventRow.id, IngressEventRow.status)).all())
-    assert status == {first: "dispatched", broken: "received", last: "dispatched"}
