@@ -379,6 +379,9 @@ class HookDeliveryOut(BaseModel):
     event_id: int | None
     headers: dict[str, Any] = Field(description="credentials and signatures redacted")
     body: str = Field(description="the first 64 KiB")
+    rejected: bool = Field(
+        False, description="refused before it passed authentication (logged on its own ring)"
+    )
 
 
 class IngressEventOut(BaseModel):

@@ -1,14 +1,21 @@
 """Webhook ingress: GitHub and custom hooks. Each request verifies, size-checks and stores the
 delivery (one durable write) and answers 202; the ingress workers match and dispatch it.
 
-Custom hooks run their checks cheapest first, in this order: token, hook, size, rate, age,
-signature, filters, duplicate. Every outcome lands in the hook's delivery log (newest 50, body
-up to 64 KiB, credentials redacted).
+Custom hooks run their checks in this order: token, hook, size, age, signature, rate, filters,
+duplicate. Every outcome lands in the hook's delivery log (body up to 64 KiB, credentials
+redacted), on one of two rings of 50: deliveries refused before they passed authentication
+(token, size, age, signature) count on the hook's `rejected_per_minute` and are logged apart
+from authentic ones, which alone count on `rate_per_minute`; so forgeries can never get an
+authentic delivery refused or push it out of the log (`ade_tasks.ingress.hooks`).
+
+The GitHub endpoint has no rate limit or delivery log for forgeries to use up: a delivery whose
+signature does not verify is answered 401 and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -148,30 +155,30 @@ async def custom_webhook(
     """A delivery to a custom hook configured in ADE_HOOKS__<hook_id>; rules with a
     `webhook` trigger naming the hook (and whose `filters` fit the body) run."""
     hook = services.settings.hooks.get(hook_id)
+    now = utcnow()
     # token: a hook with tokens refuses a wrong one before anything else is looked at.
     if hook is not None and (hook.tokens or hook.scheme == "token"):
         try:
             verify_token(hook, token)
         except SignatureError as exc:
-            return await _refuse(services, hook_id, hook, request, b"", 401, exc.message)
+            return await _reject(services, hook_id, hook, request, b"", now, 401, exc.message)
     if hook is None:  # hook
         return problem(404, "Not Found", f"no webhook {hook_id!r} is configured (ADE_HOOKS__)")
     try:  # size
         body = await read_body(request, hook.max_body_bytes, services.settings.ingress_read_timeout)
     except BodyError as exc:
-        return await _refuse(services, hook_id, hook, request, b"", exc.status, exc.detail)
-    now = utcnow()
-    count = await run_in_threadpool(_count, services, hook_id)  # rate
-    if count > hook.rate_per_minute:
-        detail = f"hook {hook_id!r} takes {hook.rate_per_minute} deliveries a minute; retry later"
-        return await _refuse(services, hook_id, hook, request, body, 429, detail, retry=True)
+        return await _reject(services, hook_id, hook, request, b"", now, exc.status, exc.detail)
     try:
         timestamp_age_ok(hook, request.headers, now)  # age
         verifier = SCHEMES.get(hook.scheme)  # signature
         if verifier is not None:
             verifier(hook, body, request.headers, now)
     except SignatureError as exc:
-        return await _refuse(services, hook_id, hook, request, body, 401, exc.message)
+        return await _reject(services, hook_id, hook, request, body, now, 401, exc.message)
+    count = await run_in_threadpool(_count, services, hook_id, now)  # rate
+    if count > hook.rate_per_minute:
+        detail = f"hook {hook_id!r} takes {hook.rate_per_minute} deliveries a minute; retry later"
+        return await _refuse(services, hook_id, hook, request, body, 429, detail, retry=True)
     try:
         document = intake.parse_json(body)
     except ValueError as exc:
@@ -199,9 +206,14 @@ async def custom_webhook(
 
 
 @router.get("/{hook_id}/deliveries")
-def hook_deliveries(hook_id: str, session: SessionDep) -> list[HookDeliveryOut]:
-    """The hook's newest 50 deliveries, with what became of each."""
-    return [HookDeliveryOut.model_validate(r) for r in ingress_db.list_deliveries(session, hook_id)]
+def hook_deliveries(
+    hook_id: str, session: SessionDep, rejected: bool | None = None
+) -> list[HookDeliveryOut]:
+    """The hook's delivery log, newest first, with what became of each: the newest 50
+    deliveries that passed authentication and the newest 50 refused before they did
+    (`rejected`); `?rejected=false` or `?rejected=true` reads one of the two."""
+    rows = ingress_db.list_deliveries(session, hook_id, rejected=rejected)
+    return [HookDeliveryOut.model_validate(row) for row in rows]
 
 
 def _accepted(event_id: int | None, trigger_type: str | None) -> JSONResponse:
@@ -213,9 +225,51 @@ def _accepted(event_id: int | None, trigger_type: str | None) -> JSONResponse:
     return JSONResponse(body, status_code=202)
 
 
-def _count(services: Services, hook_id: str) -> int:
+def _count(services: Services, hook_id: str, now: datetime) -> int:
     with services.session_factory.begin() as session:
-        return ingress_db.count_delivery(session, hook_id, utcnow())
+        return ingress_db.count_delivery(session, hook_id, now)
+
+
+async def _reject(
+    services: Services,
+    hook_id: str,
+    hook: HookConfig,
+    request: Request,
+    body: bytes,
+    now: datetime,
+    status: int,
+    detail: str,
+) -> JSONResponse:
+    """Refuse a delivery that did not pass authentication: counted on the hook's rejected
+    window and logged on its rejected ring, never on the authentic deliveries' budget; over
+    `rejected_per_minute` it is answered 429 and not logged."""
+    headers = redact_headers(request.headers, [hook.header])
+    sender_id = delivery_id(hook, request.headers)
+
+    def write() -> bool:
+        with services.session_factory.begin() as session:
+            return ingress_db.log_rejected(
+                session,
+                hook_id=hook_id,
+                now=now,
+                limit=hook.rejected_per_minute,
+                status_code=status,
+                outcome=f"refused: {detail}",
+                delivery_id=sender_id,
+                headers=headers,
+                body=body,
+            )
+
+    if not await run_in_threadpool(write):
+        detail = (
+            f"more than {hook.rejected_per_minute} deliveries to hook {hook_id!r} failed "
+            "authentication this minute; check the sender's secret, then retry later"
+        )
+        status = 429
+    response = problem(status, TITLES[status], detail)
+    if status == 429:
+        response.headers["Retry-After"] = "60"
+    return response
 
 
 async def _refuse(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -255,6 +256,12 @@ def unprocessed_events(session: Session, older_than: timedelta, limit: int = 200
 
 
 # --- custom hooks ---------------------------------------------------------------------------
+#
+# A delivery either passed authentication (its token, timestamp and signature) or was refused
+# before it did (a wrong token or signature, a stale timestamp, a body too large or too slow to
+# read). The two kinds never share a budget: each has its own rate window per minute and its
+# own ring of `DELIVERY_LOG` log entries, so deliveries from someone without the secret can
+# neither get an authentic delivery refused (429) nor push it out of the log.
 
 _WINDOW = bindparam("window", type_=HookDeliveryRow.received_at.type)
 _RATE = text(
@@ -264,14 +271,29 @@ _RATE = text(
 _FORGET_WINDOWS = text(
     'DELETE FROM hook_rates WHERE hook_id = :hook_id AND "window" < :window'
 ).bindparams(_WINDOW)
+#: The rate windows of rejected deliveries are keyed `<hook>/rejected`: a hook id is one URL
+#: path segment, so it never contains `/` and never collides with such a key.
+REJECTED_SUFFIX = "/rejected"
+_KEY_LENGTH = 64  # hook_rates.hook_id
 
 
-def count_delivery(session: Session, hook_id: str, now: datetime) -> int:
-    """Count a delivery in the hook's current minute; returns the minute's count so far."""
+def rate_key(hook_id: str, *, rejected: bool) -> str:
+    """The `hook_rates` key of a hook's authentic or rejected deliveries."""
+    if not rejected:
+        return hook_id
+    key = hook_id + REJECTED_SUFFIX
+    if len(key) > _KEY_LENGTH:  # still distinct from every hook id, and it fits the column
+        key = hashlib.sha256(hook_id.encode()).hexdigest()[:40] + REJECTED_SUFFIX
+    return key
+
+
+def count_delivery(session: Session, hook_id: str, now: datetime, *, rejected: bool = False) -> int:
+    """Count a delivery in the hook's current minute, on the authentic or the rejected window;
+    returns that window's count so far."""
     window = now.replace(second=0, microsecond=0)
-    params = {"hook_id": hook_id, "window": window}
+    params = {"hook_id": rate_key(hook_id, rejected=rejected), "window": window}
     count = int(session.execute(_RATE, params).scalar_one())
-    if count == 1:  # a new minute: forget the hook's older windows
+    if count == 1:  # a new minute: forget the older windows of this kind
         session.execute(_FORGET_WINDOWS, params)
     return count
 
@@ -286,8 +308,10 @@ def log_delivery(
     event_id: int | None,
     headers: dict[str, str],
     body: bytes,
+    rejected: bool = False,
 ) -> None:
-    """Append to the hook's delivery log, keeping its newest `DELIVERY_LOG` entries."""
+    """Append to the hook's log of authentic or of `rejected` deliveries, keeping the newest
+    `DELIVERY_LOG` entries of that ring."""
     text_body = body[:DELIVERY_BODY_CAP].decode("utf-8", errors="replace")
     if len(body) > DELIVERY_BODY_CAP:
         text_body += f"\n[... {len(body) - DELIVERY_BODY_CAP} more bytes not kept]"
@@ -301,33 +325,68 @@ def log_delivery(
             event_id=event_id,
             headers=headers,
             body=text_body,
+            rejected=rejected,
         )
     )
     session.flush()
+    ring = (HookDeliveryRow.hook_id == hook_id, HookDeliveryRow.rejected == rejected)
     keep = (
         select(HookDeliveryRow.id)
-        .where(HookDeliveryRow.hook_id == hook_id)
+        .where(*ring)
         .order_by(HookDeliveryRow.id.desc())
         .offset(DELIVERY_LOG)
         .limit(1)
     )
     oldest = session.execute(keep).scalar_one_or_none()
     if oldest is not None:
-        session.execute(
-            delete(HookDeliveryRow).where(
-                HookDeliveryRow.hook_id == hook_id, HookDeliveryRow.id <= oldest
-            )
-        )
+        session.execute(delete(HookDeliveryRow).where(*ring, HookDeliveryRow.id <= oldest))
 
 
-def list_deliveries(session: Session, hook_id: str) -> Sequence[HookDeliveryRow]:
-    """A hook's delivery log, newest first."""
-    return session.scalars(
-        select(HookDeliveryRow)
-        .where(HookDeliveryRow.hook_id == hook_id)
-        .order_by(HookDeliveryRow.id.desc())
-        .limit(DELIVERY_LOG)
-    ).all()
+def log_rejected(
+    session: Session,
+    *,
+    hook_id: str,
+    now: datetime,
+    limit: int,
+    status_code: int,
+    outcome: str,
+    delivery_id: str | None,
+    headers: dict[str, str],
+    body: bytes,
+) -> bool:
+    """Count a delivery that failed authentication on the hook's rejected window and, while
+    that window is within `limit`, log it on the rejected ring. False when over the limit
+    (nothing logged: a flood of forgeries costs one counter update each)."""
+    if count_delivery(session, hook_id, now, rejected=True) > limit:
+        return False
+    log_delivery(
+        session,
+        hook_id=hook_id,
+        status_code=status_code,
+        outcome=outcome,
+        delivery_id=delivery_id,
+        event_id=None,
+        headers=headers,
+        body=body,
+        rejected=True,
+    )
+    return True
+
+
+def list_deliveries(
+    session: Session, hook_id: str, *, rejected: bool | None = None
+) -> Sequence[HookDeliveryRow]:
+    """A hook's delivery log, newest first: one ring (`rejected` true or false), or both."""
+    rings = [False, True] if rejected is None else [rejected]
+    rows: list[HookDeliveryRow] = []
+    for ring in rings:
+        rows += session.scalars(
+            select(HookDeliveryRow)
+            .where(HookDeliveryRow.hook_id == hook_id, HookDeliveryRow.rejected == ring)
+            .order_by(HookDeliveryRow.id.desc())
+            .limit(DELIVERY_LOG)
+        ).all()
+    return sorted(rows, key=lambda row: row.id, reverse=True)
 
 
 def events_count(session: Session) -> int:

@@ -411,10 +411,11 @@ class IngressEventRow(Base):
 
 
 class HookDeliveryRow(Base):
-    """One delivery to a custom webhook, accepted or not (the newest 50 per hook are kept)."""
+    """One delivery to a custom webhook, accepted or not. Two rings per hook, the newest 50 of
+    each kept: deliveries that passed authentication, and those `rejected` before it did."""
 
     __tablename__ = "hook_deliveries"
-    __table_args__ = (Index("ix_hook_deliveries_hook_id_id", "hook_id", "id"),)
+    __table_args__ = (Index("ix_hook_deliveries_hook_id_rejected_id", "hook_id", "rejected", "id"),)
 
     id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)
     hook_id: Mapped[str] = mapped_column(String(64))
@@ -425,10 +426,12 @@ class HookDeliveryRow(Base):
     event_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
     headers: Mapped[dict[str, Any]]
     body: Mapped[str] = mapped_column(Text, default="")
+    rejected: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class HookRateRow(Base):
-    """Deliveries to a hook per minute, for its rate limit (shared by every API process)."""
+    """Deliveries to a hook per minute, for its rate limit (shared by every API process).
+    Deliveries refused before authentication count apart, under `<hook>/rejected`."""
 
     __tablename__ = "hook_rates"
 

@@ -1,8 +1,17 @@
 """Custom webhook configuration: how a hook authenticates, what it admits, and what is logged.
 
 A hook is configured in settings (`HookConfig`); the endpoint `POST /api/v1/webhooks/{hook_id}`
-runs the checks of `CHECK_ORDER`, cheapest first, with the functions of this module and of
-`signatures.py`, and writes a delivery log with `redact_headers`.
+runs the checks of `CHECK_ORDER` with the functions of this module and of `signatures.py`, and
+writes a delivery log with `redact_headers`.
+
+Authentication comes before the rate limit, so that only authentic deliveries count on
+`rate_per_minute`: one refused before it passed authentication (a wrong token or signature, a
+stale timestamp, a body too large or too slow to read) counts on `rejected_per_minute` instead
+and is logged on a ring of its own. Someone without the secret can then fill only the rejected
+window and ring, never get an authentic delivery refused or pushed out of the log. Over
+`rejected_per_minute`, refusals are answered 429 and no longer logged. (A captured authentic
+delivery replayed counts as authentic: `standard-webhooks` and `stripe` refuse replays older
+than their tolerance; `hmac-sha256` and `token` carry no timestamp to refuse them by.)
 
 Filters (`JsonFilter`) address the parsed JSON body by a dotted path (`pull_request.base.ref`,
 `commits.0.id`): a number indexes a list (non-negative only) and is a plain key in an object; a
@@ -71,10 +80,12 @@ __all__ = [
 Scheme = Literal["hmac-sha256", "standard-webhooks", "stripe", "token"]
 FilterOp = Literal["equals", "not_equals", "contains", "exists", "matches"]
 
-#: The order the endpoint runs its checks: cheapest and least revealing first, so an unknown
-#: hook or a wrong token costs no body read, and no HMAC is computed for an oversized, rate-limited
-#: or stale delivery. Filters and duplicate detection need an authentic body.
-CHECK_ORDER = ("token", "hook", "size", "rate", "age", "signature", "filters", "duplicate")
+#: The order the endpoint runs its checks: an unknown hook or a wrong token costs no body read,
+#: and no HMAC is computed for an oversized or stale delivery. The rate limit comes after the
+#: signature so that forgeries count on their own limit (`rejected_per_minute`), never on the
+#: authentic deliveries' (an HMAC of a body of at most 25 MiB is cheap next to the database
+#: write every delivery costs). Filters and duplicate detection need an authentic body.
+CHECK_ORDER = ("token", "hook", "size", "age", "signature", "rate", "filters", "duplicate")
 
 TIMESTAMP_SCHEMES = frozenset({"standard-webhooks", "stripe"})
 MIN_BODY_BYTES = 1024
@@ -210,6 +221,7 @@ class HookConfig(BaseModel):
     prefix: str = ""
     max_body_bytes: int = DEFAULT_BODY_BYTES
     rate_per_minute: int = 60
+    rejected_per_minute: int = 60  # refusals before authentication, counted and logged apart
     tolerance_seconds: int | None = None
     filters: list[JsonFilter] = Field(default_factory=list)
     id_headers: list[str] = Field(default_factory=lambda: list(DEFAULT_ID_HEADERS))
@@ -278,7 +290,7 @@ class HookConfig(BaseModel):
             )
         return size
 
-    @field_validator("rate_per_minute")
+    @field_validator("rate_per_minute", "rejected_per_minute")
     @classmethod
     def _check_rate(cls, rate: int) -> int:
         if not 1 <= rate <= MAX_RATE_PER_MINUTE:

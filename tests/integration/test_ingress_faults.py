@@ -1,12 +1,15 @@
 """Hostile and unlucky ingress on real PostgreSQL, Redis, `ade-tasks api` and `celery worker`
-processes: a ReDoS pull request does not block the workers, and an event whose database connection
-is terminated while it is matched is matched later instead of failing."""
+processes: a ReDoS pull request does not block the workers, forged deliveries do not starve real
+ones, and an event whose database connection is terminated while it is matched is matched later
+instead of failing."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -22,6 +25,7 @@ from tests.integration.conftest import Cluster
 from tests.support import wait_until
 
 SECRET = "It's a Secret to Everybody"
+HOOK_KEY = base64.b64encode(b"standard-webhooks-test-key").decode()
 PR_OPENED = GITHUB_FIXTURES / "pull_request/opened.payload.json"
 
 
@@ -44,6 +48,18 @@ def pr_titled(title: str, number: int) -> bytes:
     payload["pull_request"]["title"] = title
     payload["pull_request"]["number"] = payload["number"] = number
     return json.dumps(payload).encode()
+
+
+def standard_headers(body: bytes, key: str = HOOK_KEY) -> dict[str, str]:
+    message_id = f"msg_{uuid.uuid4().hex}"
+    stamp = str(int(time.time()))
+    signed = f"{message_id}.{stamp}.".encode() + body
+    digest = hmac.new(base64.b64decode(key), signed, hashlib.sha256).digest()
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": stamp,
+        "webhook-signature": "v1," + base64.b64encode(digest).decode(),
+    }
 
 
 def rules(cluster: Cluster, documents: dict[str, str]) -> None:
@@ -70,7 +86,8 @@ def runs(cluster: Cluster) -> list[RunRow]:
 
 @pytest.fixture
 def api(cluster: Cluster) -> Iterator[httpx.Client]:
-    env = {"ADE_GITHUB__WEBHOOK_SECRET": SECRET}
+    hook = {"scheme": "standard-webhooks", "secrets": [f"whsec_{HOOK_KEY}"]}
+    env = {"ADE_GITHUB__WEBHOOK_SECRET": SECRET, "ADE_HOOKS__DEPLOYS": json.dumps(hook)}
     client = cluster.api(env=env)
     yield client
     client.close()
@@ -116,6 +133,48 @@ def test_a_redos_pull_request_does_not_block_the_workers(
     )
     assert [e.runs for e in events(cluster)] == [[], []]
     assert [run.rule_id for run in runs(cluster)] == ["hello"]
+
+
+def test_forged_deliveries_never_get_a_real_one_refused_or_out_of_the_log(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    # Given a flood of deliveries signed with a key that is not the hook's, over its 60/minute
+    rules(cluster, {"deploy-done": "{type: webhook, hook: deploys}"})
+    cluster.worker()
+    url = "/api/v1/webhooks/deploys"
+    forged_key = base64.b64encode(b"a guess at the key").decode()
+    wait_until(lambda: time.time() % 60 < 40, 25, "a fresh minute")  # one rate window
+    forged = []
+    for n in range(65):
+        body = json.dumps({"type": "deploy.done", "n": n}).encode()
+        forged.append(api.post(url, content=body, headers=standard_headers(body, forged_key)))
+
+    # When the sender, who has the secret, delivers
+    body = json.dumps({"type": "deploy.done", "env": "prod"}).encode()
+    real = api.post(url, content=body, headers=standard_headers(body))
+
+    # Then it is accepted, runs, and the delivery log shows it
+    assert {r.status_code for r in forged[:60]} == {401}
+    assert {r.status_code for r in forged[60:]} == {429}
+    assert real.status_code == 202, real.text
+    log = api.get(f"{url}/deliveries").json()
+    assert (log[0]["status_code"], log[0]["rejected"]) == (202, False)
+    assert json.loads(log[0]["body"]) == {"type": "deploy.done", "env": "prod"}
+    assert sum(entry["rejected"] for entry in log) == 50
+    wait_until(lambda: [run.rule_id for run in runs(cluster)] == ["deploy-done"], 30, "the run")
+
+
+def test_forged_github_deliveries_leave_nothing_a_real_one_could_miss(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    body = PR_OPENED.read_bytes()
+
+    forged = [deliver_pr(api, body, secret=f"guess {n}") for n in range(65)]
+    real = deliver_pr(api, body)
+
+    assert {r.status_code for r in forged} == {401}
+    assert real.status_code == 202, real.text
+    assert [e.id for e in events(cluster)] == [real.json()["event_id"]]
 
 
 def test_an_event_whose_connection_is_terminated_while_matching_is_matched_later(
