@@ -174,11 +174,14 @@ class _Link:
 
     def close(self) -> None:
         self.socket.close()  # EOF: the supervisor kills what it holds and exits
-        self.process.poll()  # reap it if it has exited already
+
+    def exited(self) -> bool:
+        return self.process.poll() is not None  # and reaped
 
 
 class _Links:
-    """This worker process's supervisors: idle ones are reused, one per running command.
+    """This worker process's supervisors: idle ones are reused, one per running command; closed
+    ones are reaped once they have exited.
 
     A forked child of the worker forgets them all (closing its copies of their sockets), so
     the worker's death still reaches them as EOF and the child starts supervisors of its own."""
@@ -187,12 +190,14 @@ class _Links:
         self._lock = threading.Lock()
         self._idle: list[_Link] = []
         self._all: set[_Link] = set()
+        self._closed: list[_Link] = []
 
     def take(self) -> _Link:
         with self._lock:
+            self._closed = [link for link in self._closed if not link.exited()]
             while self._idle:
                 link = self._idle.pop()
-                if link.process.poll() is None:
+                if not link.exited():
                     return link
                 self._all.discard(link)
                 link.close()
@@ -206,19 +211,19 @@ class _Links:
             if len(self._idle) < MAX_IDLE:
                 self._idle.append(link)
                 return
-            self._all.discard(link)
-        link.close()
+        self.discard(link)
 
     def discard(self, link: _Link) -> None:
+        link.close()
         with self._lock:
             self._all.discard(link)
-        link.close()
+            self._closed.append(link)
 
     def forget(self) -> None:
         for link in self._all:
             link.socket.close()
         self._lock = threading.Lock()
-        self._idle, self._all = [], set()
+        self._idle, self._all, self._closed = [], set(), []
 
 
 _links = _Links()

@@ -428,7 +428,8 @@ def test_sigterm_to_the_supervisor_ends_everything_it_holds(tmp_path: Path) -> N
 def test_a_stop_that_crosses_the_end_of_a_command_changes_nothing(tmp_path: Path) -> None:
     probe = ["/bin/sh", "-c", "echo $PPID"]
     with ContainedProcess(probe, cwd=str(tmp_path), env=ENV, kill_grace=1) as process:
-        supervisor = int(process.output.read())
+        with process.output:
+            supervisor = int(process.output.read())
         wait_until(lambda: process.wait(0), 5, "the command to end")
         process.stop()  # too late: the command has ended and been reported
         assert process.finish() == 0
