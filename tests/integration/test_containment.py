@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from tests.support import pid_alive, wait_until
 def read_pid(path: Path) -> int:
     text = path.read_text().strip() if path.exists() else ""
     return int(text) if text else 0
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
 
 
 def run_row(cluster: Cluster, run_id: str) -> RunRow:
@@ -47,11 +52,14 @@ def test_a_daemon_of_a_run_dies_when_its_worker_group_is_sigkilled(
     daemon_pid = read_pid(project / "daemon.pid")
     assert pid_alive(daemon_pid) and pid_alive(command_pid)
     assert run_row(cluster, run_id).status == "running"
+    supervisor = parent_of(command_pid)
+    assert os.getpgid(supervisor) != worker.pid  # outside the worker's process group
 
     worker.signal(signal.SIGKILL)  # the worker's whole process group: master and pool
 
+    everything = [daemon_pid, command_pid, supervisor]
     wait_until(
-        lambda: not pid_alive(daemon_pid) and not pid_alive(command_pid),
+        lambda: not any(pid_alive(pid) for pid in everything),
         5,
-        f"the daemon {daemon_pid} and the command {command_pid} to die with their worker",
+        f"the daemon, the command and their supervisor {everything} to die with the worker",
     )
