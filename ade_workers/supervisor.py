@@ -320,6 +320,7 @@ class Supervisor:
             os.close(out)
         self._command, self._ended, self._exit_code = command.pid, False, None
         self._kill_all(self._wait(float(request["grace"])))
+        command.returncode = self._exit_code  # reaped by _reap, so Popen must not wait for it
         # A process that would not die (uninterruptible sleep) must not share a later container.
         self._retired = self._terminated or self._worker_lost or self._reap()
         self._report({"exit": self._exit_code, "retire": self._retired})
