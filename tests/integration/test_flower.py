@@ -1,13 +1,18 @@
 """Flower on real parts: a `celery flower` process with basic auth, a `celery worker` and Redis.
 
-The deployment runs Flower with authentication on, workers with task events on, and each run's
-task named by its rule (shadow) with only the run id as its argument, so Flower shows which rule
-ran without ever showing a secret.
+The deployment runs Flower with authentication on, read from `FLOWER_BASIC_AUTH` in its
+environment (never its command line), bound to loopback (Flower serves `/metrics` without a
+login), workers with task events on, and each run's task named by its rule (shadow) with only the
+run id as its argument, so Flower shows which rule ran without ever showing a secret.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import secrets
+import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,31 +22,76 @@ from ade_tasks.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import BIN, Child, free_port, wait_until
+from tests.unit.test_deploy import DEPLOY, systemd_argv, systemd_unit
 
 SECRET_NAME = "ADE_IT_FLOWER_TOKEN"
 RULE_ID = "flower-visible"
 
 
+def deployed_flower_argv(port: int) -> list[str]:
+    """Flower's command line as deploy/systemd/ade-flower.service has it, on `port`."""
+    service = dict(systemd_unit(DEPLOY / "systemd" / "ade-flower.service")["Service"])
+    argv = systemd_argv(service["ExecStart"])
+    argv[0] = str(BIN / "celery")
+    return [f"--port={port}" if arg.startswith("--port=") else arg for arg in argv]
+
+
 def start_flower(cluster: Cluster, user: str, password: str) -> tuple[Child, str]:
-    """A real `celery flower` with basic auth, on the cluster's broker; returns it and its URL."""
+    """A real `celery flower` started as the deploy files start it, its login in its
+    environment, on the cluster's broker; returns it and its URL (once it answers)."""
     port = free_port()
-    argv = [
-        str(BIN / "celery"),
-        "-A",
-        "ade_workers.celery_app",
-        "--broker",
-        cluster.settings.broker_url,
-        "flower",
-        f"--port={port}",
-        "--address=127.0.0.1",
-        f"--basic-auth={user}:{password}",
-    ]
+    argv = deployed_flower_argv(port)
     # The cluster's environment, without any FLOWER_* setting (FLOWER_UNAUTHENTICATED_API...)
-    # that would change what is tested.
+    # that would change what is tested, plus the login.
     env = {k: v for k, v in cluster.env.items() if not k.startswith("FLOWER_")}
+    env["FLOWER_BASIC_AUTH"] = f"{user}:{password}"
     child = Child(argv, env, cluster.tmp / f"flower-{port}.log", cluster.tmp)
     cluster.children.append(child)  # stopped by the fixture should the test fail early
-    return child, f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}"
+    wait_until(
+        lambda: httpx.get(f"{url}/healthcheck", timeout=2).status_code == 200,
+        30,
+        f"Flower to answer (log: {child.log})",
+    )
+    return child, url
+
+
+def command_lines(pid: int) -> list[str]:
+    """The command line of a process and of all its descendants, as `ps` shows them."""
+    lines = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            lines += command_lines(int(child))
+    return lines
+
+
+def _address(hex_address: str) -> str:
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """The TCP addresses a process listens on (its sockets in /proc/<pid>/net/tcp, tcp6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                host, port = local.split(":")
+                found.add((_address(host), int(port, 16)))
+    return found
 
 
 def worker_name(worker: Child) -> str:
@@ -118,3 +168,38 @@ def test_flower_requires_auth_and_shows_the_run_by_rule_without_secrets(cluster:
 
     assert secret not in flower.output()
     flower.stop()
+
+
+def test_flower_takes_its_login_from_the_environment_never_its_command_line(
+    cluster: Cluster,
+) -> None:
+    # Given Flower started as the deploy files start it, FLOWER_BASIC_AUTH in its environment
+    password = secrets.token_urlsafe(18)
+    flower, url = start_flower(cluster, "ops", password)
+    # Then the login works and is required
+    with httpx.Client(base_url=url, timeout=5) as client:
+        assert client.get("/api/workers", auth=("ops", password)).status_code == 200
+        assert client.get("/api/workers", auth=("ops", password + "x")).status_code == 401
+        assert client.get("/api/workers").status_code == 401
+        assert client.get("/workers").status_code == 401
+    # And no command line `ps` shows holds it
+    lines = command_lines(flower.pid)
+    assert lines and "flower" in lines[0], lines
+    assert not [line for line in lines if password in line or "basic-auth" in line], lines
+
+
+def test_flower_serves_metrics_without_a_login_so_it_listens_on_loopback_only(
+    cluster: Cluster,
+) -> None:
+    # Given Flower started as the deploy files start it, with a login
+    password = secrets.token_urlsafe(18)
+    flower, url = start_flower(cluster, "ops", password)
+    port = int(url.rsplit(":", 1)[1])
+    # Flower itself answers /metrics without the login (no @authenticated on it): this is why
+    # the deploy files keep it on loopback. Should Flower start asking, this may become a 401.
+    metrics = httpx.get(f"{url}/metrics", timeout=5)
+    assert metrics.status_code in (200, 401)
+    # Then Flower listens on loopback and nowhere else: /metrics is unreachable off the host
+    listening = listening_addresses(flower.pid)
+    assert ("127.0.0.1", port) in listening, listening
+    assert all(ipaddress.ip_address(host).is_loopback for host, _ in listening), listening

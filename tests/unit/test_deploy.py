@@ -1,6 +1,7 @@
 """Static checks of deploy/: every file parses, every command it runs exists in the CLI with the
 options it passes, every environment variable it sets is a real setting, and the shapes the
-deployment relies on hold (non-root image, two beats, probes, Flower behind auth, queue coverage).
+deployment relies on hold (non-root image, two beats, probes, Flower behind auth with its
+password in no command line and bound to loopback, queue coverage).
 
 Nothing is built or started: Docker is not needed.
 """
@@ -40,7 +41,7 @@ ALLOWED_OTHER_ENV = {
     "POSTGRES_USER": "the postgres image creates this role",
     "POSTGRES_PASSWORD": "the postgres image sets the role's password",
     "POSTGRES_DB": "the postgres image creates this database",
-    "FLOWER_BASIC_AUTH": "user:password, passed to Flower as --basic-auth",
+    "FLOWER_BASIC_AUTH": "user:password; Flower reads it from its environment, never argv",
     "PATH": "the image puts its virtualenv first",
     "PYTHONUNBUFFERED": "logs reach the container runtime / journal at once",
     "PYTHONDONTWRITEBYTECODE": "no .pyc files in the image's working directory",
@@ -266,7 +267,8 @@ def all_commands() -> list[Command]:
         command = service.get("command")
         if command is not None:
             argv = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
-            commands.append(Command(f"docker-compose.yml service {name}", argv))
+            env = _compose_env(service.get("environment"))
+            commands.append(Command(f"docker-compose.yml service {name}", argv, env))
     for file, doc in k8s_docs():
         for container in pod_containers(doc):
             argv = [str(a) for a in (*container.get("command", []), *container.get("args", []))]
@@ -277,9 +279,9 @@ def all_commands() -> list[Command]:
         for key, value in service:
             if key.startswith("Exec"):
                 pre = [v for k, v in service if k == "ExecStartPre"]
-                commands.append(
-                    Command(f"systemd/{unit.name} {key}", systemd_argv(value), {"pre": pre})
-                )
+                files = [v for k, v in service if k == "EnvironmentFile"]
+                context = {"pre": pre, "env_files": files}
+                commands.append(Command(f"systemd/{unit.name} {key}", systemd_argv(value), context))
     return [_unwrap(c) for c in commands]
 
 
@@ -602,7 +604,7 @@ def test_k8s_beat_has_two_replicas_and_api_has_the_probes() -> None:
 def test_k8s_services_select_their_deployments() -> None:
     deployments = _deployments()
     services = [doc for _, doc in k8s_docs() if doc["kind"] == "Service"]
-    assert {s["metadata"]["name"] for s in services} >= {"ade-api", "ade-flower"}
+    assert {s["metadata"]["name"] for s in services} >= {"ade-api"}
     for service in services:
         selector = service["spec"]["selector"]
         matches = [
@@ -655,39 +657,139 @@ def test_k8s_secret_references_are_created_by_the_documented_command() -> None:
     assert refs and refs <= documented, f"not in `kubectl create secret`: {refs - documented}"
 
 
-def _flower_auth_variable(value: str) -> str | None:
-    match = PLACEHOLDER.fullmatch(value) or PLACEHOLDER.search(value)
-    if not match:
-        return None
-    return re.sub(r"[${}()]", "", match.group(0)).split(":")[0]
-
-
-def test_flower_always_starts_with_auth() -> None:
-    flowers = [
+def flower_commands() -> list[Command]:
+    return [
         c
         for c in all_commands()
         if c.program == "celery" and celery_invocation(c.argv)[1] == "flower"
     ]
+
+
+def test_flower_always_starts_with_auth_from_its_environment() -> None:
+    """Flower reads FLOWER_BASIC_AUTH itself (`flower.command.apply_env_options`), so the
+    password is in no command line; each kind of file makes the variable required."""
+    flowers = flower_commands()
     kinds = {c.source.split(" ")[0].split("/")[0] for c in flowers}
     assert kinds == {"docker-compose.yml", "k8s", "systemd"}, kinds
     for command in flowers:
         options = flower_option_values(celery_invocation(command.argv)[2])
-        auth = options.get("basic_auth") or options.get("auth")
-        assert auth, f"{command.source}: Flower without --basic-auth / --auth"
-        variable = _flower_auth_variable(auth)
-        if variable is None:
-            continue
+        assert not {"basic_auth", "oauth2_secret", "cookie_secret"} & set(options), (
+            f"{command.source}: Flower's credentials on its command line: {sorted(options)}"
+        )
         if command.source.startswith("docker-compose"):
-            assert ":?" in auth, f"{command.source}: use ${{{variable}:?...}} so it cannot be empty"
+            value = command.context.get("FLOWER_BASIC_AUTH") or ""
+            assert "${FLOWER_BASIC_AUTH:?" in value, (
+                f"{command.source}: set FLOWER_BASIC_AUTH: ${{FLOWER_BASIC_AUTH:?...}} in its "
+                "environment, so Compose refuses to start without it"
+            )
         elif command.source.startswith("k8s"):
-            ref = command.context.get(variable)
+            ref = command.context.get("FLOWER_BASIC_AUTH")
             assert isinstance(ref, dict) and "secretKeyRef" in ref, command.source
             assert not ref["secretKeyRef"].get("optional"), f"{command.source}: optional secret"
         else:
+            assert command.context.get("env_files"), f"{command.source}: no EnvironmentFile"
             pre = " ".join(command.context.get("pre", []))
-            assert variable in pre, (
-                f"{command.source}: no ExecStartPre refusing an empty {variable}"
+            assert "FLOWER_BASIC_AUTH" in pre, (
+                f"{command.source}: no ExecStartPre refusing an empty FLOWER_BASIC_AUTH"
             )
+    example = env_file(DEPLOY / "systemd" / "ade.env.example")
+    assert "FLOWER_BASIC_AUTH" in example
+
+
+def _networks(service: dict[str, Any]) -> set[str]:
+    return set(service.get("networks") or ["default"])  # a list, or a mapping by name
+
+
+def test_flower_is_reachable_from_loopback_only() -> None:
+    """Flower exempts /metrics and /healthcheck from its auth (`flower.views.monitor`: no
+    `@web.authenticated`), so no deploy lets anything but the host's loopback reach it."""
+    for command in flower_commands():
+        options = flower_option_values(celery_invocation(command.argv)[2])
+        address = options.get("address", command.context.get("FLOWER_ADDRESS", ""))
+        if command.source.startswith("docker-compose"):
+            continue  # a container's loopback is unreachable through its published port
+        assert address == "127.0.0.1", f"{command.source}: Flower listens on {address!r}"
+    services = compose()["services"]
+    flower = services["flower"]
+    ports = [str(p) for p in flower.get("ports", [])]
+    assert ports and all(p.startswith("127.0.0.1:") for p in ports), ports
+    # On a network of its own with the broker it reads: no API, worker or beat reaches it.
+    for name, service in services.items():
+        if name not in ("flower", "redis"):
+            shared = _networks(service) & _networks(flower)
+            assert not shared, f"compose service {name} reaches Flower on {shared}"
+    deployment = _deployments()["ade-flower"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"].items()
+    for _, doc in k8s_docs():
+        if doc["kind"] == "Service":
+            assert not doc["spec"]["selector"].items() <= labels, (
+                f"Service {doc['metadata']['name']} exposes Flower beyond its pod's loopback"
+            )
+
+
+# --- no secret on a command line (`ps`, /proc/<pid>/cmdline) ---------------------------------
+
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH|API_KEY|CREDENTIAL|(^|_)KEY$", re.I)
+SECRET_OPTION = re.compile(
+    r"^--?[\w-]*(password|passwd|secret|token|basic[-_]auth|api[-_]key|credential)[\w-]*(=|$)",
+    re.I,
+)
+URL_PASSWORD = re.compile(r"://[^/\s:@]*:[^@\s/]+@")
+# What the deployer expands into argv, by kind of file; an escaped reference ($$ in systemd and
+# Compose, $$( in Kubernetes) reaches the program as text, for its own shell to expand.
+EXPANDED = {
+    "docker-compose.yml": re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)"),
+    "k8s": re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)"),
+    "systemd": re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)"),
+    "Dockerfile": re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)"),
+}
+
+
+def secrets_in_argv(command: Command) -> list[str]:
+    """What of `command`'s argv is a secret once deployed: a secret variable expanded into it,
+    a credential option given a value, a URL with a password."""
+    kind = command.source.split(" ")[0].split("/")[0]
+    found = []
+    for token in command.argv:
+        for name in EXPANDED[kind].findall(token):
+            if SECRET_NAME.search(name):
+                found.append(f"${name} in {token!r}")
+        option = SECRET_OPTION.match(token)
+        if option and (option.group(2) == "=" and token.split("=", 1)[1]):
+            found.append(f"credential option {token.split('=', 1)[0]}")
+        if URL_PASSWORD.search(token):
+            found.append(f"a URL with a password in {token!r}")
+    return found
+
+
+def test_no_command_line_carries_a_secret() -> None:
+    for command in all_commands():
+        assert not secrets_in_argv(command), (
+            f"{command.source}: {secrets_in_argv(command)}; pass secrets in the environment "
+            "(argv is world-readable in ps and /proc/<pid>/cmdline)"
+        )
+
+
+def test_the_secret_checks_can_fail() -> None:
+    flower = ["celery", "-A", CELERY_APP_MODULE, "flower"]
+    for source, argv in (
+        ("docker-compose.yml service f", [*flower, "--basic-auth=ops:hunter2"]),
+        ("docker-compose.yml service f", [*flower, "--basic-auth=${FLOWER_BASIC_AUTH:?set}"]),
+        ("k8s/flower.yaml f/f", [*flower, "--basic-auth=$(FLOWER_BASIC_AUTH)"]),
+        ("systemd/f.service ExecStart", [*flower, "--basic-auth=${FLOWER_BASIC_AUTH}"]),
+        ("systemd/f.service ExecStart", [*flower, "--basic-auth", "$FLOWER_BASIC_AUTH"]),
+        ("k8s/x.yaml w/w", ["ade-tasks", "worker", "--broker=redis://:pw@redis:6379/0"]),
+        ("systemd/a.service ExecStart", ["ade-tasks", "api", "--token=abc"]),
+        ("docker-compose.yml service a", ["sh", "-c", "run --key $ADE_GITHUB__TOKEN"]),
+    ):
+        assert secrets_in_argv(Command(source, argv)), argv
+    for source, argv in (
+        ("systemd/f.service ExecStartPre", ["/bin/sh", "-c", 'test -n "$${FLOWER_BASIC_AUTH}"']),
+        ("k8s/f.yaml f/f", ["sh", "-c", "test -n $$(FLOWER_BASIC_AUTH)"]),
+        ("docker-compose.yml service f", [*flower, "--address=127.0.0.1", "--port=5555"]),
+        ("k8s/x.yaml w/w", ["ade-tasks", "worker", "--broker=redis://redis:6379/0"]),
+    ):
+        assert not secrets_in_argv(Command(source, argv)), argv
 
 
 def test_workers_send_task_events_without_dash_e() -> None:
