@@ -88,9 +88,10 @@ def test_json_format_replaces_the_formatters_of_celerys_handlers() -> None:
 
 
 def test_the_uvicorn_config_is_valid_and_text_keeps_uvicorns_own() -> None:
-    assert logs.uvicorn_log_config("text") is None
+    text = logs.uvicorn_log_config("text")
+    assert text["formatters"]["access"]["()"] == "uvicorn.logging.AccessFormatter"
+    assert text["formatters"]["default"]["()"] == "uvicorn.logging.DefaultFormatter"
     config = logs.uvicorn_log_config("json")
-    assert config is not None
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:
