@@ -162,9 +162,16 @@ def create_app(
     return app
 
 
+UNAVAILABLE: dict[str, Any] = {
+    "description": "the database (or the broker) is unavailable: try again after `Retry-After`",
+    "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+}
+
+
 def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]:
     """The OpenAPI document with the bearer scheme and, per operation, the role it needs and
-    its 401/403 answers, so a generated client knows what to send."""
+    its 401/403 answers (and the 503 of a database fault), so a generated client knows what to
+    send and what to expect."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
@@ -185,6 +192,8 @@ def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]
             for code, response in responses.items():
                 if code.startswith(("4", "5")):
                     response["content"] = as_problem
+            if path not in ("/healthz", "/readyz"):  # ade_api.db_faults
+                responses.setdefault("503", UNAVAILABLE | {"content": as_problem})
             if "requestBody" in operation:
                 responses.setdefault(
                     "400", {"description": "the body is not JSON", "content": as_problem}
