@@ -26,6 +26,7 @@ from sqlalchemy import event, func, select, text
 from ade_tasks.db.schema import RunRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch_retrying
 from tests.conftest import write_rule
+from tests.fixtures import GITHUB_FIXTURES
 from tests.integration.conftest import Cluster, _admin_execute, api_with_hello_rule
 from tests.support import free_port, wait_until
 
@@ -39,6 +40,7 @@ READS = (
     "/ui/rules",
 )
 HOOK_KEY = base64.b64encode(b"db-faults-hook-key").decode()
+GITHUB_SECRET = "db-faults-github-secret"
 
 
 def database_name(cluster: Cluster) -> str:
@@ -312,7 +314,19 @@ def _signed(body: bytes, message_id: str) -> dict[str, str]:
 
 def _hook_env() -> dict[str, str]:
     hook: dict[str, Any] = {"scheme": "standard-webhooks", "secrets": [f"whsec_{HOOK_KEY}"]}
-    return {"ADE_HOOKS__DEPLOYS": json.dumps(hook)}
+    return {"ADE_HOOKS__DEPLOYS": json.dumps(hook), "ADE_GITHUB__WEBHOOK_SECRET": GITHUB_SECRET}
+
+
+def _github(api: httpx.Client) -> httpx.Response:
+    body = (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()
+    digest = hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "X-GitHub-Event": "pull_request",
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": f"sha256={digest}",
+        "Content-Type": "application/json",
+    }
+    return api.post("/api/v1/webhooks/github", content=body, headers=headers)
 
 
 def test_a_webhook_delivery_after_a_blip_is_accepted_or_refused_with_503(
@@ -328,6 +342,7 @@ def test_a_webhook_delivery_after_a_blip_is_accepted_or_refused_with_503(
     body = json.dumps({"type": "deploy.done"}).encode()
     warm_up = api.post("/api/v1/webhooks/deploys", content=body, headers=_signed(body, "msg_0"))
     assert warm_up.status_code == 202, warm_up.text
+    assert _github(api).status_code == 202
     for round_ in range(3):
         terminate_backends(cluster)
         message = f"msg_{round_ + 1}_{uuid.uuid4().hex[:6]}"
@@ -336,6 +351,10 @@ def test_a_webhook_delivery_after_a_blip_is_accepted_or_refused_with_503(
         )
         assert response.status_code in (202, 503), response.text[:500]
         assert_answered(response, f"delivery {message}", says="")
+        terminate_backends(cluster)
+        github = _github(api)
+        assert github.status_code in (202, 503), github.text[:500]
+        assert_answered(github, "a GitHub delivery", says="")
 
 
 def test_a_webhook_delivery_without_a_database_gets_503(cluster: Cluster) -> None:
@@ -345,3 +364,6 @@ def test_a_webhook_delivery_without_a_database_gets_503(cluster: Cluster) -> Non
     response = api.post("/api/v1/webhooks/deploys", content=body, headers=_signed(body, "msg_x"))
     assert response.status_code == 503, response.text[:500]
     assert_answered(response, "delivery without a database", says="")
+    github = _github(api)
+    assert github.status_code == 503, github.text[:500]
+    assert_answered(github, "a GitHub delivery without a database", says="")
