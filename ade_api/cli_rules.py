@@ -45,16 +45,30 @@ def _summary(rule: dict[str, Any]) -> str:
 @json_option
 @click.pass_obj
 def rules_show(settings: Settings, rule_id: str, url: str | None, as_json: bool) -> None:
-    """Show one rule with its document (as YAML)."""
-    rule = Api(settings, url).call("GET", f"/api/v1/rules/{rule_id}")
+    """Show one rule with its document (as YAML) and its problems (a schedule that cannot
+    fire; with --json under `problems`)."""
+    api = Api(settings, url)
+    rule = api.call("GET", f"/api/v1/rules/{rule_id}")
+    problems = _problems(api, rule)
     if as_json:
-        _echo_json(rule)
+        _echo_json({**rule, "problems": problems})
         return
     click.echo(_summary(rule))
     click.echo(f"  content {rule['content_hash'][:12]}  updated {rule['updated_at']}")
     if rule["trust_state"] != "trusted":
         click.echo(f"  untrusted shared config: `ade-tasks rules trust {rule['source_hash']}`")
+    for problem in problems:
+        click.echo(f"  problem: {problem}")
     click.echo(yaml.safe_dump(rule["document"], sort_keys=False).rstrip())
+
+
+def _problems(api: Api, rule: dict[str, Any]) -> list[str]:
+    """The rule's problems as the API reports them (its schedules' preview)."""
+    triggers = rule["document"].get("triggers") or []
+    if not any(isinstance(t, dict) and t.get("type") == "schedule" for t in triggers):
+        return []
+    preview = api.call("GET", f"/api/v1/rules/{rule['id']}/schedule", params={"count": 1})
+    return list(preview.get("problems", []))
 
 
 @rules.command("create")

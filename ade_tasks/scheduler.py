@@ -12,6 +12,15 @@ Timing rules:
   oldest first, and is otherwise recorded as `missed` (at most `MISSED_RECORDED` per trigger);
 * a trigger seen for the first time (a new rule, an edited cron) starts at the next slot;
   a known one resumes after its newest claimed slot.
+
+Error boundaries: each trigger of each rule is evaluated on its own. A stored document this
+version cannot read, or a trigger whose schedule cannot be evaluated (a cron that never fires,
+stored before validation refused such crons; a time zone this machine does not know), becomes
+that rule's entry in `Scheduler.problems` (logged once) and is left out until its rule changes;
+every other trigger keeps firing. A batch of occurrences that fails to fire is retried one
+occurrence at a time, so one that cannot be dispatched is recorded `skipped` with the reason
+instead of holding back the rest; database errors still stop the tick (the next one retries,
+and claims left unfired are re-fired after `STALE_CLAIM`).
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
@@ -36,7 +46,8 @@ from ade_tasks.db.schema import (
     utcnow,
 )
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.errors import AdeError
+from ade_tasks.errors import AdeError, TransientError
+from ade_tasks.rules.loader import validation_problems
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import CronCursor, ScheduleSpec
 
@@ -60,6 +71,8 @@ LOCK_TIMEOUT = timedelta(seconds=2)
 MISSED_RECORDED = 1000
 Clock = Callable[[], datetime]
 SpecKey = tuple[str, int, str]
+#: Whose problem it is: (rule id, trigger index), or (rule id, None) for the whole rule.
+ProblemKey = tuple[str, int | None]
 
 
 @dataclass
@@ -72,8 +85,30 @@ class TickReport:
     lost: int = 0  # due slots another beat had claimed first
 
 
-def schedule_specs(session_factory: SessionFactory) -> dict[SpecKey, ScheduleSpec]:
-    """The schedule triggers of every enabled rule.
+_UNREADABLE: dict[str, str] = {}  # content hash -> why its document cannot be read
+_UNREADABLE_MAX = 10_000
+
+
+def _parse_stored(content_hash: str, document: object) -> None:
+    """Parse a stored document into the cache, or remember why it cannot be read."""
+    try:
+        rules_db.parse_document(content_hash, document)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        reason = "; ".join(f"{p.field}: {p.reason}" for p in validation_problems("", exc))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        return
+    if len(_UNREADABLE) >= _UNREADABLE_MAX:
+        _UNREADABLE.clear()
+    _UNREADABLE[content_hash] = reason
+
+
+def schedule_specs(
+    session_factory: SessionFactory,
+) -> tuple[dict[SpecKey, ScheduleSpec], dict[ProblemKey, str]]:
+    """The schedule triggers of every enabled rule, and the rules whose stored document this
+    version cannot read (those are left out; the others are not held back by them).
 
     Reads only ids and content hashes; documents are loaded (and parsed once per process) only
     for hashes not seen before, so a refresh over 10,000 unchanged rules stays cheap.
@@ -83,7 +118,9 @@ def schedule_specs(session_factory: SessionFactory) -> dict[SpecKey, ScheduleSpe
         rows = session.execute(
             select(table.c.id, table.c.content_hash).where(table.c.enabled)
         ).all()
-        unseen = sorted({h for _, h in rows if rules_db.cached_rule(h) is None})
+        unseen = sorted(
+            {h for _, h in rows if rules_db.cached_rule(h) is None and h not in _UNREADABLE}
+        )
         for start in range(0, len(unseen), 1000):
             chunk = unseen[start : start + 1000]
             for content_hash, document in session.execute(
@@ -91,11 +128,17 @@ def schedule_specs(session_factory: SessionFactory) -> dict[SpecKey, ScheduleSpe
                     table.c.content_hash.in_(chunk)
                 )
             ):
-                rules_db.parse_document(content_hash, document)
+                _parse_stored(content_hash, document)
     specs = {}
+    problems: dict[ProblemKey, str] = {}
     for rule_id, content_hash in rows:
         rule = rules_db.cached_rule(content_hash)
-        if rule is None:  # changed between the two reads: the next refresh picks it up
+        if rule is None:  # unreadable, or changed between the two reads (the next refresh)
+            if content_hash in _UNREADABLE:
+                problems[(rule_id, None)] = (
+                    f"its stored document cannot be read ({_UNREADABLE[content_hash]}); "
+                    "none of its schedules fire until the rule is fixed"
+                )
             continue
         for index, trigger in enumerate(rule.triggers):
             if isinstance(trigger, ScheduleTrigger):
@@ -103,7 +146,7 @@ def schedule_specs(session_factory: SessionFactory) -> dict[SpecKey, ScheduleSpe
                     rule_id, index, trigger.cron, trigger.timezone, trigger.catchup_window
                 )
                 specs[(rule_id, index, trigger.cron)] = spec
-    return specs
+    return specs, problems
 
 
 class Scheduler:
@@ -132,6 +175,8 @@ class Scheduler:
         self._lock_timeout = lock_timeout
         self._backlog_fire: list[OccurrenceKey] = []
         self._backlog_missed: list[OccurrenceKey] = []
+        self._failed: dict[SpecKey, tuple[ScheduleSpec, str]] = {}  # left out until edited
+        self.problems: dict[ProblemKey, str] = {}
 
     def now(self) -> datetime:
         """This beat's clock."""
@@ -139,22 +184,47 @@ class Scheduler:
 
     def refresh(self, now: datetime) -> None:
         """Pick up added, edited and removed rules; cursors of unchanged triggers are kept."""
-        specs = schedule_specs(self._session_factory)
-        new = [key for key in specs if key not in self._cursors]
+        specs, problems = schedule_specs(self._session_factory)
+        self._failed = {k: f for k, f in self._failed.items() if specs.get(k) == f[0]}
+        new = [key for key in specs if key not in self._cursors and key not in self._failed]
         resume: dict[SpecKey, datetime] = {}
         if new:
             with self._session_factory() as session:
                 resume = occ_db.last_slots(session, new)
         cursors = {}
         for key, spec in specs.items():
+            if key in self._failed:
+                continue
             cursor = self._cursors.get(key)
             if cursor is None or cursor.spec != spec:
                 last = resume.get(key)
                 start = max(last, now - occ_db.RETENTION) if last else now
-                cursor = CronCursor(spec, start)
+                try:
+                    cursor = CronCursor(spec, start)
+                except Exception as exc:  # this trigger's problem, not the other rules'
+                    self._failed[key] = (spec, _reason(exc))
+                    continue
             cursors[key] = cursor
         self._cursors = cursors
         self._refreshed_at = now
+        for (rule_id, index, _cron), (_spec, reason) in self._failed.items():
+            problems[(rule_id, index)] = reason
+        self._report_problems(problems)
+
+    def _report_problems(self, problems: dict[ProblemKey, str]) -> None:
+        """Keep `problems` as this beat's view; log each one when it appears or goes away."""
+        for (rule_id, index), reason in problems.items():
+            if self.problems.get((rule_id, index)) != reason:
+                where = "" if index is None else f" trigger #{index}"
+                log.warning(
+                    "rule %s%s is not scheduled: %s (every other schedule still fires)",
+                    rule_id,
+                    where,
+                    reason,
+                )
+        for rule_id, index in self.problems.keys() - problems.keys():
+            log.info("rule %s trigger #%s is scheduled again", rule_id, index)
+        self.problems = problems
 
     def tick(self) -> TickReport:
         """Claim and fire every slot due by now; re-fire claims a crashed beat left behind."""
@@ -204,10 +274,17 @@ class Scheduler:
         """The slots that came due since the last tick: to fire, and to record as missed."""
         fire: list[OccurrenceKey] = []
         missed: list[OccurrenceKey] = []
-        for key, cursor in self._cursors.items():
+        for key, cursor in list(self._cursors.items()):
             overdue: list[OccurrenceKey] = []
             window = cursor.spec.catchup_window or timedelta(0)
-            for slot in cursor.due(now):
+            try:
+                due = cursor.due(now)
+            except Exception as exc:  # this trigger's problem: drop it until its rule changes
+                del self._cursors[key]
+                self._failed[key] = (cursor.spec, _reason(exc))
+                self._report_problems({**self.problems, (key[0], key[1]): _reason(exc)})
+                continue
+            for slot in due:
                 occurrence = OccurrenceKey(key[0], key[1], key[2], slot)
                 late = now - slot
                 if late <= LATE_TOLERANCE or late <= window:
@@ -236,11 +313,37 @@ class Scheduler:
             return None
 
     def _fire_all(self, keys: list[OccurrenceKey], report: TickReport) -> None:
+        """Fire the occurrences as one batch; if that fails, one at a time, so one occurrence
+        that cannot be dispatched is recorded `skipped` with the reason and the others fire.
+        Database errors are raised (the claims stay and are re-fired when stale)."""
+        if not keys:
+            return
+        try:
+            self._fire_batch(keys, report)
+            return
+        except Exception as exc:
+            if _transient(exc):
+                raise
+            log.exception(
+                "firing %d occurrences together failed; firing them one by one", len(keys)
+            )
+        for key in keys:
+            try:
+                self._fire_batch([key], report)
+            except Exception as exc:
+                if _transient(exc):
+                    raise
+                reason = f"could not be dispatched: {_reason(exc)}"
+                log.exception("occurrence %s %s", key, reason)
+                report.skipped[key] = reason
+                with self._session_factory.begin() as session:
+                    outcome = occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, reason)
+                    occ_db.record_outcomes(session, [outcome])
+
+    def _fire_batch(self, keys: list[OccurrenceKey], report: TickReport) -> None:
         """Dispatch the occurrences as one batch, then record what came of them in one
         transaction (a crash in between leaves claims that are re-fired, and their idempotency
         keys find the runs)."""
-        if not keys:
-            return
         requests = [(key.rule_id, _schedule_event(key)) for key in keys]
         results = dispatch_many(self._session_factory, self._sender, requests)
         outcomes = [
@@ -264,6 +367,16 @@ class Scheduler:
         if keys:
             log.warning("re-firing %d claims whose claimant recorded no outcome", len(keys))
         self._fire_all(keys, report)
+
+
+def _reason(exc: Exception) -> str:
+    """An exception as a problem's text."""
+    return exc.message if isinstance(exc, AdeError) else f"{type(exc).__name__}: {exc}"
+
+
+def _transient(exc: Exception) -> bool:
+    """Is this a failure of the database or broker (retried later), not of one occurrence?"""
+    return isinstance(exc, DBAPIError | TransientError)
 
 
 def _schedule_event(key: OccurrenceKey) -> TriggerEvent:

@@ -12,6 +12,11 @@ Daylight-saving changes, defined here and tested for Europe/Berlin and America/N
 * **Repeated hour** (fall back, e.g. 02:00-03:00 happens twice): a schedule whose hour field is
   `*` (it runs every hour) fires in **both** passes, because they are different instants; any
   other schedule fires **only in the first pass**, so a daily 02:30 job runs once that night.
+
+A cron that never fires within `CRON_HORIZON_YEARS` (5) years (`0 0 30 2 *`: February 30) is
+refused when a rule is admitted; one stored before that check existed (or whose time zone this
+machine no longer knows) raises `ScheduleError` here, which callers treat as that trigger's
+problem, never as a failure of the schedules around it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
-from ade_tasks.rules.models import CRON_ALIASES
+from ade_tasks.errors import AdeError
+from ade_tasks.rules.models import CRON_ALIASES, Rule, ScheduleTrigger
+
+CRON_HORIZON_YEARS = 5
 
 _ALIAS_EXPANSION = {
     "@yearly": "0 0 1 1 *",
@@ -58,6 +66,10 @@ class ScheduleSpec:
         return self.expression.split()[1] == "*"
 
 
+class ScheduleError(AdeError):
+    """A schedule trigger cannot be evaluated: its cron never fires, or its zone is unknown."""
+
+
 def minute(moment: datetime) -> datetime:
     """The UTC minute a moment falls in; naive datetimes are refused."""
     if moment.tzinfo is None:
@@ -70,13 +82,36 @@ class CronCursor:
 
     def __init__(self, spec: ScheduleSpec, after: datetime) -> None:
         self.spec = spec
-        self._zone = ZoneInfo(spec.timezone)
-        self._iter = croniter(spec.expression, minute(after).astimezone(self._zone))
+        start = minute(after)
+        try:
+            self._zone = ZoneInfo(spec.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ScheduleError(
+                f"unknown time zone {spec.timezone!r} (this machine's tz database has no such "
+                "zone); use an IANA name such as Europe/Berlin or UTC"
+            ) from None
+        try:
+            self._iter = croniter(
+                spec.expression,
+                start.astimezone(self._zone),
+                max_years_between_matches=CRON_HORIZON_YEARS,
+            )
+        except CroniterError as exc:
+            raise ScheduleError(
+                f"cron {spec.cron!r} is not a valid cron expression ({exc})"
+            ) from None
         self._next = self._advance()
 
     def _advance(self) -> datetime:
         while True:
-            local: datetime = self._iter.get_next(datetime)
+            try:
+                local: datetime = self._iter.get_next(datetime)
+            except CroniterError:  # CroniterBadDateError: no match within the horizon
+                raise ScheduleError(
+                    f"cron {self.spec.cron!r} ({self.spec.timezone}) never fires within "
+                    f"{CRON_HORIZON_YEARS} years; check its day of month and month (e.g. "
+                    "February has no 30th, April no 31st)"
+                ) from None
             slot = minute(local)
             # The second pass of a repeated hour: fire it only for every-hour schedules.
             if slot.astimezone(self._zone).fold == 1 and not self.spec.every_hour:
@@ -106,3 +141,39 @@ def next_fire_times(spec: ScheduleSpec, after: datetime, count: int) -> list[dat
 def iter_slots(spec: ScheduleSpec, after: datetime, until: datetime) -> Iterator[datetime]:
     """Every slot in (after, until]."""
     yield from CronCursor(spec, after).due(until)
+
+
+def check_fires(cron: str, timezone: str = "UTC", now: datetime | None = None) -> None:
+    """Raise ScheduleError unless the cron fires within `CRON_HORIZON_YEARS` after `now`."""
+    now = now or datetime.now(UTC)
+    first = CronCursor(ScheduleSpec("", 0, cron, timezone), now).peek()
+    if first - now > timedelta(days=366 * CRON_HORIZON_YEARS):
+        raise ScheduleError(
+            f"cron {cron!r} ({timezone}) never fires within {CRON_HORIZON_YEARS} years "
+            f"(next: {first:%Y-%m-%d})"
+        )
+
+
+@dataclass(frozen=True)
+class TriggerSchedule:
+    """The next fire times of one schedule trigger, or why it has none."""
+
+    index: int
+    trigger: ScheduleTrigger
+    times: list[datetime]
+    problem: str | None = None
+
+
+def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedule]:
+    """The next `count` UTC fire times of each schedule trigger of a rule, each trigger
+    evaluated on its own: one that cannot fire carries its problem and no times."""
+    found = []
+    for index, trigger in enumerate(rule.triggers):
+        if not isinstance(trigger, ScheduleTrigger):
+            continue
+        spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
+        try:
+            found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
+        except ScheduleError as exc:
+            found.append(TriggerSchedule(index, trigger, [], f"triggers.{index}: {exc.message}"))
+    return found

@@ -4,6 +4,10 @@
 beat` runs). Each tick fires the rules' schedules and the housekeeping jobs through the claims in
 the database (`ade_tasks.scheduler`, `ade_tasks.housekeeping`); Celery's own schedule entries, if
 any are configured, still run as with the default scheduler.
+
+Each part of a tick fails on its own: Celery's entries, the rules' schedules and the housekeeping
+jobs (each job in its own boundary too), so a database error while firing schedules, or one rule
+the scheduler cannot evaluate, never stops the recovery sweep, retention or lane cleanups.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from celery.beat import Scheduler as CeleryScheduler
@@ -56,20 +62,30 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        interval = float(super().tick(*args, **kwargs))
-        try:
-            report = self._schedules.tick()
-            if report.fired or report.skipped or report.missed:
-                log.info(
-                    "fired %d, skipped %d, missed %d (%d claimed by other beats)",
-                    len(report.fired),
-                    len(report.skipped),
-                    len(report.missed),
-                    report.lost,
-                )
-            for key, reason in report.skipped.items():
-                log.warning("skipped %s: %s", key, reason)
-            self._housekeeping.tick(self._schedules.now())
-        except Exception:  # the database may be briefly away; the next tick retries
-            log.exception("beat tick failed")
-        return min(interval, TICK_SECONDS)
+        interval = _guarded("Celery's schedule entries", partial(super().tick, *args, **kwargs))
+        _guarded("firing the rules' schedules", self._fire_schedules)
+        _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
+        return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
+
+    def _fire_schedules(self) -> None:
+        report = self._schedules.tick()
+        if report.fired or report.skipped or report.missed:
+            log.info(
+                "fired %d, skipped %d, missed %d (%d claimed by other beats)",
+                len(report.fired),
+                len(report.skipped),
+                len(report.missed),
+                report.lost,
+            )
+        for key, reason in report.skipped.items():
+            log.warning("skipped %s: %s", key, reason)
+
+
+def _guarded(what: str, work: Callable[[], Any]) -> Any:
+    """Run one part of a tick; its failure is logged and leaves the other parts running (the
+    database may be briefly away: the next tick retries)."""
+    try:
+        return work()
+    except Exception:
+        log.exception("beat tick: %s failed", what)
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from functools import partial
@@ -35,9 +36,10 @@ from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
 from ade_tasks.rules.loader import parse_rule
-from ade_tasks.rules.models import Rule, ScheduleTrigger
-from ade_tasks.scheduling import ScheduleSpec, next_fire_times
+from ade_tasks.rules.models import Rule
+from ade_tasks.scheduling import rule_schedules
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "no such rule"}
@@ -123,6 +125,27 @@ class RuleVersionPage(BaseModel):
 
     items: list[RuleVersionOut]
     next_cursor: str | None = Field(description="pass as `cursor` to get the next page")
+
+
+class TriggerSchedule(ScheduleTriggerPreview):
+    """The next fire times of one schedule trigger, or why it has none."""
+
+    problem: str | None = Field(
+        default=None,
+        description="why this trigger cannot fire (then `next` is empty), e.g. a cron that "
+        "never fires, stored before validation refused it",
+    )
+
+
+class RuleSchedule(SchedulePreview):
+    """The next fire times of every schedule trigger of a rule, and its problems."""
+
+    triggers: list[TriggerSchedule]  # type: ignore[assignment]
+    problems: list[str] = Field(
+        default_factory=list,
+        description="why some or all of its schedules cannot fire (each also named on its "
+        "trigger); the beats leave those out and keep firing everything else",
+    )
 
 
 class RuleDeleted(BaseModel):
@@ -337,25 +360,33 @@ def rule_versions(
 @router.get("/{rule_id}/schedule", responses=NOT_FOUND)
 def schedule_preview(
     rule_id: str, session: SessionDep, count: Annotated[int, Query(ge=1, le=100)] = 10
-) -> SchedulePreview:
-    """The next fire times of the rule's schedule triggers, in UTC and in each trigger's zone."""
+) -> RuleSchedule:
+    """The next fire times of the rule's schedule triggers, in UTC and in each trigger's zone.
+
+    A trigger that cannot fire (a cron that never fires, a time zone unknown here) has its
+    `problem` and no times; a stored document that cannot be read is the rule's `problems`.
+    One such rule is answered 200 with its problems, never an error."""
     row = rules_db.get_rule(session, rule_id)
-    rule = rules_db.load_rule(row)
-    now = utcnow()
+    try:
+        rule = rules_db.load_rule(row)
+    except Exception as exc:
+        log.exception("rule %s: the stored document cannot be read", rule_id)
+        problem = f"its stored document cannot be read ({type(exc).__name__}: {exc})"
+        return RuleSchedule(rule_id=rule_id, enabled=row.enabled, triggers=[], problems=[problem])
     triggers = []
-    for index, trigger in enumerate(rule.triggers):
-        if isinstance(trigger, ScheduleTrigger):
-            spec = ScheduleSpec(rule_id, index, trigger.cron, trigger.timezone)
-            zone = ZoneInfo(trigger.timezone)
-            times = [
-                FireTime(utc=t, local=t.astimezone(zone)) for t in next_fire_times(spec, now, count)
-            ]
-            triggers.append(
-                ScheduleTriggerPreview(
-                    trigger_index=index, cron=trigger.cron, timezone=trigger.timezone, next=times
-                )
+    for found in rule_schedules(rule, utcnow(), count):
+        zone = ZoneInfo(found.trigger.timezone) if found.times else None
+        triggers.append(
+            TriggerSchedule(
+                trigger_index=found.index,
+                cron=found.trigger.cron,
+                timezone=found.trigger.timezone,
+                next=[FireTime(utc=t, local=t.astimezone(zone)) for t in found.times],
+                problem=found.problem,
             )
-    return SchedulePreview(rule_id=rule_id, enabled=row.enabled, triggers=triggers)
+        )
+    problems = [t.problem for t in triggers if t.problem]
+    return RuleSchedule(rule_id=rule_id, enabled=row.enabled, triggers=triggers, problems=problems)
 
 
 @router.get("/{rule_id}/occurrences", responses=NOT_FOUND)

@@ -62,7 +62,7 @@ from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.rules.models import InputSpec, Rule, ScheduleTrigger
-from ade_tasks.scheduling import ScheduleSpec, next_fire_times
+from ade_tasks.scheduling import rule_schedules
 
 log = logging.getLogger(__name__)
 
@@ -603,15 +603,14 @@ def _load(row: RuleRow) -> Rule | None:
         return None
 
 
-def _next_fires(rule: Rule, count: int) -> list[tuple[ScheduleTrigger, list[datetime]]]:
-    """The next fire times of each schedule trigger, as GET /rules/{id}/schedule computes them."""
-    now = utcnow()
+def _next_fires(rule: Rule, count: int) -> list[tuple[ScheduleTrigger, list[datetime], str]]:
+    """The next fire times of each schedule trigger in its zone, or the trigger's problem, as
+    GET /rules/{id}/schedule computes them (a trigger that cannot fire shows why, not a 500)."""
     found = []
-    for index, trigger in enumerate(rule.triggers):
-        if isinstance(trigger, ScheduleTrigger):
-            spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
-            zone = ZoneInfo(trigger.timezone)
-            found.append((trigger, [t.astimezone(zone) for t in next_fire_times(spec, now, count)]))
+    for schedule in rule_schedules(rule, utcnow(), count):
+        zone = ZoneInfo(schedule.trigger.timezone) if schedule.times else None
+        times = [t.astimezone(zone) for t in schedule.times]
+        found.append((schedule.trigger, times, schedule.problem or ""))
     return found
 
 
@@ -634,7 +633,12 @@ def rules_page(request: Request) -> HTMLResponse:
     lines = []
     for row, rule, last in rows:
         fires = _next_fires(rule, 1) if rule else []
-        upcoming = min((times[0] for _, times in fires if times), default=None)
+        upcoming = min((times[0] for _, times, _ in fires if times), default=None)
+        problems = "".join(
+            f'<br><span class="problem status-failed">{_e(problem)}</span>'
+            for _, _, problem in fires
+            if problem
+        )
         occurrence = f"{_when(last[0].slot)} {_e(last[0].outcome)}" if last else ""
         run_now = (
             f' <a href="/ui/rules/{_e(row.id)}/run" class="run-now">Run now</a>'
@@ -647,7 +651,7 @@ def rules_page(request: Request) -> HTMLResponse:
             f"<td>{'enabled' if row.enabled else 'disabled'}"
             f"{'' if row.trust_state == 'trusted' else ' · ' + _e(row.trust_state)}</td>"
             f"<td>{_e(_trigger_types(rule) if rule else 'unreadable document')}</td>"
-            f"<td>{_e(upcoming.isoformat(' ', 'minutes') if upcoming else '')}</td>"
+            f"<td>{_e(upcoming.isoformat(' ', 'minutes') if upcoming else '')}{problems}</td>"
             f"<td>{occurrence}</td></tr>"
         )
     body = (
@@ -696,10 +700,11 @@ def rule_page(request: Request, rule_id: str) -> HTMLResponse:
     fires = _next_fires(rule, NEXT_FIRES) if rule else []
     if fires:
         parts.append("<h2>Next fire times</h2>")
-        for trigger, times in fires:
+        for trigger, times, problem in fires:
             listed = "".join(f"<li>{_e(t.isoformat(' ', 'minutes'))}</li>" for t in times)
+            shown = f'<p class="problem error">{_e(problem)}</p>' if problem else ""
             parts.append(
-                f"<p><code>{_e(trigger.cron)}</code> ({_e(trigger.timezone)})</p>"
+                f"<p><code>{_e(trigger.cron)}</code> ({_e(trigger.timezone)})</p>{shown}"
                 f'<ul class="fires">{listed}</ul>'
             )
     if occurrences:

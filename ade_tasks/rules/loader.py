@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from ade_tasks.errors import RuleProblem
-from ade_tasks.rules.models import KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, Rule
+from ade_tasks.rules.models import ADMISSION, KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, Rule
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # Discriminator tags pydantic puts into error locations; users never wrote them as fields.
@@ -73,12 +73,12 @@ def validation_problems(source: str, exc: ValidationError, prefix: str = "") -> 
 
 
 def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[RuleProblem]:
-    """Validate one rule document; return the rule or its problems."""
+    """Admit one rule document (validated with `ADMISSION`); return the rule or its problems."""
     if not isinstance(document, dict):
         kind = type(document).__name__
         return [RuleProblem(source, prefix or "(document)", f"expected a mapping, got {kind}")]
     try:
-        return Rule.model_validate(document)
+        return Rule.model_validate(document, context=ADMISSION)
     except ValidationError as exc:
         return validation_problems(source, exc, prefix)
 

@@ -4,6 +4,7 @@ guardrails. Pydantic validates the whole document at load time so a bad rule nev
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 from enum import StrEnum
@@ -12,11 +13,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +34,35 @@ OCCURRENCE_RETENTION = timedelta(days=35)
 CRON_ALIASES = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
+MAX_DURATION = timedelta(days=366)  # the longest duration any field takes, before its own bound
+#: Upper bounds of counts and amounts (admission only, see `ADMISSION`).
+MAX_CONCURRENT = 10_000
+MAX_TOKENS = 10**12
+MAX_USD = 10**9
+MAX_RUN_SECONDS_PER_DAY = 10**9
+
+#: The validation context of a document being admitted (a rules file, an API write): checks
+#: that depend on today (a cron must fire within 5 years) or that are newer than the rules stored
+#: already (upper bounds of counts) run only then, so a stored document always reads back and
+#: a rule stored before such a check existed is reported by the scheduler, never unreadable.
+#: `Rule.model_validate(document, context=ADMISSION)`; `rules.loader.parse_rule` does this.
+ADMISSION: dict[str, Any] = {"admission": True}
+
+
+def admitting(info: ValidationInfo) -> bool:
+    """Is this validation the admission of a new document (not a stored one read back)?"""
+    return bool(info.context and info.context.get("admission"))
+
+
+def _at_most(limit: int) -> AfterValidator:
+    """An upper bound checked when a document is admitted."""
+
+    def check(value: Any, info: ValidationInfo) -> Any:
+        if value is not None and admitting(info) and value > limit:
+            raise ValueError(f"must be at most {limit:,}")
+        return value
+
+    return AfterValidator(check)
 
 
 class TriggerType(StrEnum):
@@ -89,18 +121,25 @@ def _normalize_trigger(value: Any) -> Any:
 
 
 def parse_duration(value: Any) -> timedelta:
-    """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> timedelta (a bare number is seconds)."""
+    """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> timedelta (a bare number is seconds); at most
+    `MAX_DURATION` (366 days) either way, so `1e300` is refused, not an overflow."""
     if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
-    if isinstance(value, str) and value.startswith("P"):  # ISO 8601, as stored in the database
-        return TypeAdapter(timedelta).validate_python(value)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 15m, 2h or 1d")
-    number, unit = float(match[1]), match[2] or "s"
-    return timedelta(seconds=number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+        seconds: float = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and value.startswith("P"):  # ISO 8601, as stored in the database
+        seconds = TypeAdapter(timedelta).validate_python(value).total_seconds()
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 15m, 2h or 1d")
+        number, unit = float(match[1]), match[2] or "s"
+        seconds = number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+    if isinstance(seconds, float) and not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration")
+    if abs(seconds) > MAX_DURATION.total_seconds():
+        raise ValueError(f"{value!r} is longer than {MAX_DURATION.days} days, the longest duration")
+    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
@@ -116,7 +155,7 @@ Regex = Annotated[str | None, BeforeValidator(_compile_regex)]
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- triggers ------------------------------------------------------------------------------
@@ -132,7 +171,7 @@ class ScheduleTrigger(_Document):
 
     @field_validator("cron")
     @classmethod
-    def _valid_cron(cls, value: str) -> str:
+    def _valid_cron(cls, value: str, info: ValidationInfo) -> str:
         expr = " ".join(value.split())
         if expr.startswith("@"):
             if expr not in CRON_ALIASES:
@@ -146,6 +185,13 @@ class ScheduleTrigger(_Document):
             )
         if not croniter.is_valid(expr):
             raise ValueError(f"cron {value!r} is not a valid cron expression")
+        if admitting(info):  # a 5-field cron fires somewhere in every 5 years, or never
+            from ade_tasks.scheduling import ScheduleError, check_fires
+
+            try:
+                check_fires(expr)
+            except ScheduleError as exc:
+                raise ValueError(exc.message) from None
         return expr
 
     @field_validator("timezone")
@@ -290,8 +336,8 @@ class AgentSession(_Document):
     policy: ToolPolicy = Field(default_factory=ToolPolicy)
     max_turns: int = Field(default=30, ge=1, le=500)
     max_tokens_per_turn: int = Field(default=4096, ge=256, le=200_000)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tokens: Annotated[int | None, _at_most(MAX_TOKENS)] = Field(default=None, gt=0)
+    max_cost_usd: Annotated[float | None, _at_most(MAX_USD)] = Field(default=None, gt=0)
     approval_timeout_min: float | None = Field(default=None, gt=0, le=60 * 24 * 30)
     # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
     untrusted_input: Literal["narrow", "allow"] = "narrow"
@@ -557,9 +603,11 @@ class OverlapPolicy(StrEnum):
 class Budget(_Document):
     """Daily caps per billing code."""
 
-    tokens_per_day: int | None = Field(default=None, gt=0)
-    cost_per_day_usd: float | None = Field(default=None, gt=0)
-    run_seconds_per_day: int | None = Field(default=None, gt=0)
+    tokens_per_day: Annotated[int | None, _at_most(MAX_TOKENS)] = Field(default=None, gt=0)
+    cost_per_day_usd: Annotated[float | None, _at_most(MAX_USD)] = Field(default=None, gt=0)
+    run_seconds_per_day: Annotated[int | None, _at_most(MAX_RUN_SECONDS_PER_DAY)] = Field(
+        default=None, gt=0
+    )
 
 
 class Guardrails(_Document):
@@ -567,7 +615,7 @@ class Guardrails(_Document):
 
     max_duration_min: float = Field(default=60, gt=0, le=720)
     overlap: OverlapPolicy | None = None
-    max_concurrent: int | None = Field(default=None, ge=1)
+    max_concurrent: Annotated[int | None, _at_most(MAX_CONCURRENT)] = Field(default=None, ge=1)
     rate_limit: str | None = Field(default=None, pattern=r"^\d+/(second|minute|hour|day)$")
     budget: Budget = Field(default_factory=Budget)
     allowed_paths: list[str] = Field(default_factory=list)
