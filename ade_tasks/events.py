@@ -32,7 +32,11 @@ def matching_rules(
         for row in rows:
             if not row.enabled:
                 continue
-            rule = rules_db.load_rule(row)
+            try:
+                rule = rules_db.load_rule(row)
+            except ValueError as exc:  # one unreadable stored rule must not stop the others
+                log.warning("rule %s is left out of event matching: %s", row.id, exc)
+                continue
             if any(t.type == event_type and match(rule, t) for t in rule.triggers):
                 found.append(rule.id)
     return found

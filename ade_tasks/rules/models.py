@@ -145,12 +145,16 @@ def parse_duration(value: Any) -> timedelta:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
-def _compile_regex(value: str | None) -> str | None:
-    # RE2 (ade_tasks.patterns): what it cannot express is refused here, with what to write.
-    return None if value is None else check_pattern(value)
+def _compile_regex(value: str | None, info: ValidationInfo) -> str | None:
+    # RE2 (ade_tasks.patterns): what it cannot express is refused at admission, with what to
+    # write. A rule stored before RE2 still reads back; its regex then matches nothing (the
+    # trigger filter says why) until the rule is fixed and synced again.
+    if value is None or not admitting(info):
+        return value
+    return check_pattern(value)
 
 
-#: A rule author's regex: compiled with RE2 when the rule is validated, searched in linear time.
+#: A rule author's regex: compiled with RE2 when the rule is admitted, searched in linear time.
 Regex = Annotated[str | None, BeforeValidator(_compile_regex)]
 
 

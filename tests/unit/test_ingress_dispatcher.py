@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import IngressEventRow, IngressStatus, RunRow, utcnow
+from ade_tasks.db.schema import IngressEventRow, IngressStatus, RuleRow, RunRow, utcnow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.dispatcher import (
@@ -227,3 +227,21 @@ def test_database_errors_are_told_from_matching_failures(error: Exception, datab
 
     assert is_database_error(error) is database
     assert is_database_error(wrapped) is database
+
+
+def test_a_stored_rule_that_no_longer_reads_back_does_not_stop_the_others(
+    session_factory: SessionFactory, sender: InMemorySender, rules_dir: Path
+) -> None:
+    add_rule(session_factory, rules_dir, "r.yaml", rule("r", OPENED))
+    add_rule(session_factory, rules_dir, "legacy.yaml", rule("legacy", OPENED))
+    with session_factory.begin() as session:  # stored by a version that took a lookahead
+        row = session.get(RuleRow, "legacy")
+        assert row is not None
+        steps = [{"type": "run-command", "command": "true", "condition": "x matches '(?=a)'"}]
+        document = {**row.document, "execution": {"kind": "built-in", "actions": steps}}
+        row.document, row.content_hash = document, "stored-before-re2"
+    event_id = store_pr(session_factory, sender, "legacy")
+
+    status = dispatch_ingress_event(session_factory, sender, event_id)
+
+    assert status == IngressStatus.DISPATCHED and run_rules(session_factory) == ["r"]

@@ -13,6 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from ade_tasks.conditions import ConditionError, parse_condition
+from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.ingress.filters import why_not
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.patterns import (
     MAX_SUBJECT_CHARS,
@@ -21,6 +23,7 @@ from ade_tasks.patterns import (
     compile_pattern,
 )
 from ade_tasks.rules.loader import load_rules_dir
+from ade_tasks.rules.models import Rule
 from tests.conftest import REPO, write_rule
 
 #: Each site matches `(a+)+$` (exponential for a backtracking engine) against POISON and
@@ -131,6 +134,23 @@ def test_a_rule_file_with_a_lookahead_is_refused_with_file_and_field(tmp_path: P
     assert problem.file.endswith("pr.yaml")
     assert problem.field == "triggers.0.title_regex"
     assert "uses negative lookahead (?!...), which RE2 cannot express" in problem.reason
+
+
+def test_a_rule_stored_before_re2_reads_back_and_its_regex_matches_nothing() -> None:
+    document = {
+        "id": "legacy",
+        "triggers": [{"type": "github.pr_opened", "title_regex": "^fix(?!up)"}],
+        "execution": {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]},
+    }
+    event = NormalizedEvent(
+        "github", "d", "pull_request.opened", trigger_type="github.pr_opened", title="fix it"
+    )
+
+    stored = Rule.model_validate(document)  # read back: no admission checks
+
+    reason = why_not(stored.triggers[0], event)
+    assert reason is not None and reason.startswith("title_regex is invalid: ")
+    assert "uses negative lookahead" in reason
 
 
 def test_a_hook_filter_with_a_backreference_is_refused() -> None:
