@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ade_api import problems
 from ade_api.auth import AuthMiddleware, required_role
+from ade_api.body_limits import BodyLimitMiddleware
 from ade_api.db_faults import DatabaseFaultMiddleware, RoutesReached
 from ade_api.deps import Services
 from ade_api.intake import EventIntake
@@ -158,6 +159,8 @@ def create_app(
     # Around auth: a request whose database connection died is run again when that is safe,
     # else answered 503 with Retry-After, also when the token lookup met the fault.
     app.add_middleware(DatabaseFaultMiddleware)
+    # Before anything reads or keeps a body: its size and JSON depth caps (ade_api.body_limits).
+    app.add_middleware(BodyLimitMiddleware)
     app.openapi = partial(_openapi_with_security, app, settings.metrics_public)  # type: ignore[method-assign]
     return app
 
@@ -200,6 +203,9 @@ def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]
                 )
                 responses.setdefault(
                     "422", {"description": "the body is invalid", "content": as_problem}
+                )
+                responses.setdefault(  # ade_api.body_limits
+                    "413", {"description": "the body is over its size cap", "content": as_problem}
                 )
             needed = required_role(method.upper(), path, metrics_public=metrics_public)
             if needed is None:

@@ -428,6 +428,7 @@ def api(
     import uvicorn
 
     from ade_api.app import app_from_environment
+    from ade_api.header_timeout import HTTP_PROTOCOL
     from ade_api.serve import serve
     from ade_tasks.db.engine import create_db_engine, create_session_factory
     from ade_tasks.errors import AdeError
@@ -444,6 +445,7 @@ def api(
         "port": port or settings.api_port,
         "log_level": "info",
         "access_log": settings.api_access_log,
+        "http": HTTP_PROTOCOL,  # closes connections whose headers do not arrive in 10 s
     }
     log_config = uvicorn_log_config(settings.log_format)
     if log_config is not None:

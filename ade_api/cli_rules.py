@@ -16,6 +16,7 @@ import click
 import yaml
 
 from ade_api.cli import Api, by_option, fail, json_option, main, rules, url_option
+from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 
 
@@ -108,9 +109,9 @@ def rules_update(
     text = _read(file)
     if rule_id is None:
         try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError:
-            document = None  # the API names the line and column
+            document = load_yaml(text)
+        except (ValueError, yaml.YAMLError):  # malformed, too deep, too big: the API says where
+            document = None
         if isinstance(document, dict) and isinstance(document.get("id"), str):
             rule_id = document["id"]
         else:

@@ -13,6 +13,9 @@ take all the first connections) and keeps them open: a process that dies is rest
 same socket, and connections queued for it wait instead of being refused. A process that fails
 during start-up stops everything; SIGTERM/SIGINT stop the processes gracefully. Elsewhere
 uvicorn's `--workers` is used.
+
+Every process serves with `ade_api.header_timeout` (unless `options` name another `http`
+protocol): a connection that has not sent a request's headers within 10 s is closed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from uvicorn.config import STARTUP_FAILURE
 
+from ade_api.header_timeout import HTTP_PROTOCOL
 from ade_tasks.errors import AdeError
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ class PortInUseError(AdeError):
 def serve(app: str, *, workers: int, host: str, port: int, **options: Any) -> None:
     """Serve the `app` factory (an import string) from `workers` processes on host:port;
     `options` are uvicorn.Config's. Returns when the processes have stopped."""
+    options.setdefault("http", HTTP_PROTOCOL)
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT") or sys.platform != "linux":
         import uvicorn
 

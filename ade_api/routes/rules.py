@@ -9,7 +9,6 @@ from functools import partial
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
-import yaml
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -35,7 +34,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
-from ade_tasks.rules.loader import parse_rule
+from ade_tasks.rules.loader import parse_rule, parse_yaml
 from ade_tasks.rules.models import Rule
 from ade_tasks.scheduling import rule_schedules
 
@@ -182,13 +181,9 @@ def _parse(body: RuleWrite, rule_id: str | None = None) -> tuple[Rule, bool] | J
     source = "rule"
     document: Any = body.document
     if body.yaml is not None:
-        try:
-            document = yaml.safe_load(body.yaml)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
-            reason = getattr(exc, "problem", None) or str(exc)
-            return _invalid([RuleProblem(source, where, f"malformed YAML: {reason}")])
+        document = parse_yaml(body.yaml, source)
+        if isinstance(document, RuleProblem):
+            return _invalid([document])
     if rule_id is not None and isinstance(document, dict):
         document.setdefault("id", rule_id)
         if document["id"] != rule_id:

@@ -17,6 +17,7 @@ from ade_tasks.db.schema import IngressStatus, utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.limits import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def store_malformed(
 def parse_json(body: bytes) -> Any:
     """The JSON document of a body; ValueError saying where it broke."""
     try:
-        return json.loads(body)
+        return loads_json(body, what="the body")  # nested too deeply: a ValueError too
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"the body is not valid JSON ({exc})") from None
 

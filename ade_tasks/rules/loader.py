@@ -1,6 +1,7 @@
 """Load rule files from a directory: every valid rule, and every problem as `file:field: reason`.
 
-One bad file never blocks the others: each file is parsed and validated on its own, and a rule id
+One bad file never blocks the others: each file is parsed and validated on its own (within the
+bounds of `ade_tasks.limits`: 1 MiB, 64 levels of nesting, 100,000 YAML nodes), and a rule id
 defined twice is refused where it appears the second time (files are read in name order).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,10 @@ import yaml
 from pydantic import ValidationError
 
 from ade_tasks.errors import RuleProblem
+from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
 from ade_tasks.rules.models import ADMISSION, KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, Rule
+
+log = logging.getLogger(__name__)
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # Discriminator tags pydantic puts into error locations; users never wrote them as fields.
@@ -78,9 +83,28 @@ def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[Rule
         kind = type(document).__name__
         return [RuleProblem(source, prefix or "(document)", f"expected a mapping, got {kind}")]
     try:
+        check_depth(document, what="the rule")
         return Rule.model_validate(document, context=ADMISSION)
     except ValidationError as exc:
         return validation_problems(source, exc, prefix)
+    except DocumentLimitError as exc:
+        return [RuleProblem(source, prefix or "(document)", exc.message)]
+
+
+def parse_yaml(text: str, source: str) -> Any | RuleProblem:
+    """The document of a rule file's text, or the problem that stops it being read (malformed,
+    nested too deeply, too many nodes, a number too long to convert)."""
+    try:
+        return load_yaml(text)
+    except DocumentLimitError as exc:
+        return RuleProblem(source, exc.where or "(document)", exc.message)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
+        reason = getattr(exc, "problem", None) or str(exc)
+        return RuleProblem(source, where, f"malformed YAML: {reason}")
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        return RuleProblem(source, "(document)", f"malformed YAML: {exc}")
 
 
 def load_file(
@@ -89,16 +113,20 @@ def load_file(
     """Parse one YAML file holding a rule or a list of rules (`shared`: shared config)."""
     source = display or str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_RULE_FILE_BYTES + 1)
         text = raw.decode("utf-8")
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
-        reason = getattr(exc, "problem", None) or str(exc)
-        return [], [RuleProblem(source, where, f"malformed YAML: {reason}")]
     except (OSError, UnicodeDecodeError) as exc:
         return [], [RuleProblem(source, "(file)", f"cannot read: {exc}")]
+    if len(raw) > MAX_RULE_FILE_BYTES:
+        reason = (
+            f"the file is over {MAX_RULE_FILE_BYTES:,} bytes (1 MiB), the most a rules file may "
+            "hold; split it into several files"
+        )
+        return [], [RuleProblem(source, "(file)", reason)]
+    data = parse_yaml(text, source)
+    if isinstance(data, RuleProblem):
+        return [], [data]
     if data is None:
         return [], [RuleProblem(source, "(document)", "file is empty; write a rule or delete it")]
 
@@ -131,7 +159,12 @@ def load_rules_dir(directory: Path) -> LoadResult:
     for path in files:
         result.files += 1
         shared = path.relative_to(directory).parts[0] == SHARED_DIR
-        rules, problems = load_file(path, shared=shared)
+        try:
+            rules, problems = load_file(path, shared=shared)
+        except Exception as exc:  # a file this version cannot read must not stop the others
+            log.exception("rules file %s could not be loaded", path)
+            reason = f"could not be loaded ({type(exc).__name__}: {exc}); fix or remove the file"
+            rules, problems = [], [RuleProblem(str(path), "(file)", reason)]
         result.problems.extend(problems)
         for loaded in rules:
             earlier = first_seen.get(loaded.rule.id)

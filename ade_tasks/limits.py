@@ -1,0 +1,146 @@
+"""Bounds on documents that come from outside: rule files, API bodies, webhook bodies.
+
+Python's JSON and YAML parsers recurse once per level of nesting, so a few kilobytes of
+`[[[[...` end in a RecursionError wherever they are parsed, and YAML aliases let a small file
+stand for billions of nodes. Documents from outside are read through `loads_json` and
+`load_yaml`, which refuse with a `DocumentLimitError` naming the bound that was passed:
+
+* nesting: at most `MAX_DEPTH` (64) levels of lists and mappings (GitHub's deliveries use
+  about 6, a rule about 8);
+* YAML: at most `MAX_YAML_NODES` (100,000) nodes, every alias counted as often as it is used,
+  and `MAX_RULE_FILE_BYTES` (1 MiB) of text per rules file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from ade_tasks.errors import InvalidInputError
+
+MAX_DEPTH = 64
+MAX_YAML_NODES = 100_000
+MAX_RULE_FILE_BYTES = 1024 * 1024
+
+
+class DocumentLimitError(InvalidInputError, ValueError):
+    """The document is nested too deeply or is too large to read."""
+
+    def __init__(self, message: str | None = None, where: str | None = None) -> None:
+        super().__init__(message)
+        self.where = where  # e.g. "line 3, column 5" of a YAML document
+
+
+def too_deep(what: str, limit: int) -> DocumentLimitError:
+    """The refusal of a document nested deeper than `limit` levels."""
+    return DocumentLimitError(
+        f"{what} is nested deeper than {limit} levels of lists and mappings (the most "
+        "accepted); nest it less deeply"
+    )
+
+
+def check_depth(document: Any, max_depth: int = MAX_DEPTH, what: str = "the document") -> None:
+    """Refuse a parsed document nested deeper than `max_depth` levels (walked without
+    recursion, so any depth is measured safely)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple | set):
+            children = node
+        else:
+            continue
+        if depth > max_depth:
+            raise too_deep(what, max_depth)
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple | set)
+        )
+
+
+def loads_json(
+    data: str | bytes, max_depth: int = MAX_DEPTH, what: str = "the JSON document"
+) -> Any:
+    """`json.loads` that refuses nesting deeper than `max_depth` with a DocumentLimitError
+    instead of a RecursionError (malformed JSON still raises json.JSONDecodeError)."""
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise too_deep(what, max_depth) from None
+    # Fewer brackets than levels allowed: no need to walk (the common, small case).
+    opening = (b"[", b"{") if isinstance(data, bytes) else ("[", "{")
+    if data.count(opening[0]) + data.count(opening[1]) > max_depth:  # type: ignore[arg-type]
+        check_depth(document, max_depth, what)
+    return document
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting depth and nodes as it composes the document."""
+
+    def __init__(self, stream: str, max_depth: int, max_nodes: int) -> None:
+        super().__init__(stream)
+        self._max_depth = max_depth
+        self._max_nodes = max_nodes
+        self._depth = 0
+        self._nodes = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes in its subtree, aliases expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._sizes.get(id(node), 1), event)
+            return node
+        collection = isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent)
+        if collection:
+            self._depth += 1
+            if self._depth > self._max_depth:
+                raise _LimitPassed(too_deep("the YAML document", self._max_depth), event)
+        before = self._nodes
+        self._count(1, event)
+        node = super().compose_node(parent, index)
+        if collection:
+            self._depth -= 1
+        self._sizes[id(node)] = self._nodes - before
+        return node
+
+    def _count(self, nodes: int, event: Any) -> None:
+        self._nodes += nodes
+        if self._nodes > self._max_nodes:
+            raise _LimitPassed(
+                DocumentLimitError(
+                    f"the YAML document has more than {self._max_nodes:,} nodes (aliases "
+                    "counted each time they are used); split it into smaller files"
+                ),
+                event,
+            )
+
+
+class _LimitPassed(yaml.YAMLError):
+    """A DocumentLimitError on its way out of PyYAML, with where it happened."""
+
+    def __init__(self, error: DocumentLimitError, event: Any) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.mark = getattr(event, "start_mark", None)
+
+
+def load_yaml(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODES) -> Any:
+    """`yaml.safe_load` within the bounds: a DocumentLimitError (with `where` it happened, when
+    known) instead of a RecursionError or an exponential alias expansion; malformed YAML
+    still raises yaml.YAMLError."""
+    loader = _BoundedLoader(text, max_depth, max_nodes)
+    try:
+        document = loader.get_single_data()
+    except _LimitPassed as exc:
+        mark = exc.mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
+        raise DocumentLimitError(exc.error.message, where) from None
+    except RecursionError:
+        raise too_deep("the YAML document", max_depth) from None
+    finally:
+        loader.dispose()
+    check_depth(document, max_depth, "the YAML document")  # aliases may nest what they name
+    return document
