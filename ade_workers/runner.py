@@ -164,13 +164,18 @@ class Watch:
                 return
             if renewed:
                 self._held_until = now + self._lease.total_seconds()
-        if now >= self._held_until - self._fence_margin:
+        if self.fenced():
             log.error(
                 "run %s: its lease could not be renewed (the database is unreachable); stopping "
                 "its step before the lease runs out, so the recovery sweep can resume it",
                 self.run_id,
             )
             self.lost.set()
+
+    def fenced(self) -> bool:
+        """Has the lease gone unconfirmed for so long that the run must stop now? Asked by the
+        run's own thread too, so a renewal stuck on an unreachable database cannot delay it."""
+        return time.monotonic() >= self._held_until - self._fence_margin
 
     def _write(self, write: Callable[..., Any], *args: Any) -> Any:
         """`write` in a transaction of its own; None when the database did not answer."""
@@ -357,7 +362,7 @@ def _run_chain(
             monitor.step_started(step)
             outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
             monitor.step_started(None)
-        if monitor.lost.is_set():
+        if monitor.lost.is_set() or monitor.fenced():
             log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
             return None
         if outcome.status is StepStatus.WAITING:  # an agent's tool call waits for an answer
@@ -499,7 +504,7 @@ def _base_context(
     monitor: Watch,
 ) -> StepContext:
     def should_stop() -> bool:
-        return monitor.lost.is_set() or SHUTDOWN.is_set()
+        return monitor.lost.is_set() or monitor.fenced() or SHUTDOWN.is_set()
 
     return StepContext(
         run_id=run_id,

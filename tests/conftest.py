@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.settings import get_settings
+from tests.support import FAULT_REPORTS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,3 +32,11 @@ def write_rule(directory: Path, name: str, text: str) -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text).lstrip())
     return path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's counts, one line per scenario."""
+    if FAULT_REPORTS:
+        terminalreporter.section("fault suite: runs lost / duplicated / stuck / wrongly failed")
+        for line in FAULT_REPORTS:
+            terminalreporter.write_line(line)

@@ -19,6 +19,11 @@ BIN = Path(sys.executable).parent
 TEST_REDIS = os.environ.get("ADE_TEST_REDIS", "127.0.0.1:6379")
 
 
+#: Lines of the fault suite's report (tests/integration/test_faults.py), printed at the end of
+#: the test session by `tests/conftest.py`.
+FAULT_REPORTS: list[str] = []
+
+
 def redis_db_url(db: int) -> str:
     """The URL of DB index `db` on the tests' Redis server."""
     return f"redis://{TEST_REDIS}/{db}"

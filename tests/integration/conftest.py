@@ -130,10 +130,13 @@ class Cluster:
         concurrency: int = 2,
         beat: bool = False,
         env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
     ) -> Child:
-        """A real `celery worker` process, returned once it answers a ping."""
+        """A real `celery worker` process, returned once it answers a ping. `prefix` wraps its
+        command (e.g. `ip netns exec NAME` to run it on a network host of the test's own)."""
         name = f"it-{uuid.uuid4().hex[:8]}@localhost"
         argv = [
+            *(prefix or []),
             str(BIN / "celery"),
             "-A",
             "ade_workers.celery_app",
