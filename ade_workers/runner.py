@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
@@ -43,6 +43,7 @@ from ade_workers.chain import ChainState, StepRun, run_step
 from ade_workers.publish import publish
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Set by an embedded host (`ade-tasks dev`) on Ctrl-C: running commands are killed and their
 #: runs end `cancelled` instead of leaving orphaned process groups behind.
@@ -164,7 +165,7 @@ class Watch:
                 return
             if renewed:
                 self._held_until = now + self._lease.total_seconds()
-        if self.fenced():
+        if self.fenced(max(now, time.monotonic())):  # the renewal may have blocked
             log.error(
                 "run %s: its lease could not be renewed (the database is unreachable); stopping "
                 "its step before the lease runs out, so the recovery sweep can resume it",
@@ -172,10 +173,11 @@ class Watch:
             )
             self.lost.set()
 
-    def fenced(self) -> bool:
+    def fenced(self, now: float | None = None) -> bool:
         """Has the lease gone unconfirmed for so long that the run must stop now? Asked by the
         run's own thread too, so a renewal stuck on an unreachable database cannot delay it."""
-        return time.monotonic() >= self._held_until - self._fence_margin
+        now = time.monotonic() if now is None else now
+        return now >= self._held_until - self._fence_margin
 
     def _write(self, write: Callable[..., Any], *args: Any) -> Any:
         """`write` in a transaction of its own; None when the database did not answer."""
@@ -467,12 +469,7 @@ def _park_for_tool(
 def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
     """Record a finished step that is not the run's last (that one goes with the outcome)."""
     if step is not None:
-        retrying(
-            sessions,
-            lambda session: runs_db.record_step(session, step),
-            what=f"run {step.run_id}: step {step.index + 1}",
-            attempts=FINISH_ATTEMPTS,
-        )
+        _durably(sessions, partial(runs_db.record_step, step=step), f"run {step.run_id}: step")
 
 
 def _finish(
@@ -487,12 +484,13 @@ def _finish(
 ) -> RunStatus | None:
     """`_end` in a transaction of its own, retried through a database outage of up to about
     20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
-    return retrying(
-        sessions,
-        lambda session: _end(session, run_id, worker, status, error, last_step, verdict, charge),
-        what=f"run {run_id}: outcome",
-        attempts=FINISH_ATTEMPTS,
-    )
+    outcome = (run_id, worker, status, error, last_step, verdict, charge)
+    return _durably(sessions, lambda session: _end(session, *outcome), f"run {run_id}: outcome")
+
+
+def _durably(sessions: SessionFactory, write: Callable[[Any], T], what: str) -> T:
+    """A write of what a step or run achieved, retried through a database outage."""
+    return retrying(sessions, write, what=what, attempts=FINISH_ATTEMPTS)
 
 
 def _base_context(

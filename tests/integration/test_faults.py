@@ -305,8 +305,13 @@ def test_broker_stopped_for_twenty_seconds_under_load(cluster: Cluster, tmp_path
         assert load.done() > accepted_before, "the API stopped accepting runs without a broker"
     finally:
         broker.start()
-    load.join(120)
-    tally(cluster, "broker stopped for 20 s", load, ledger, timeout=120)
+    try:
+        load.join(120)
+        tally(cluster, "broker stopped for 20 s", load, ledger, timeout=120)
+    finally:
+        for child in cluster.children:  # the workers and API first: they hold the broker's URL
+            child.stop()
+        broker.stop()
 
 
 # --- database connections terminated ------------------------------------------------------------

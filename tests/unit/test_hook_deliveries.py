@@ -94,7 +94,9 @@ def test_the_rate_limit_is_checked_after_the_signature() -> None:
     assert CHECK_ORDER.index("token") < CHECK_ORDER.index("rate")
 
 
-def test_refusals_over_their_limit_are_counted_but_not_logged(session_factory: SessionFactory) -> None:
+def test_refusals_over_their_limit_are_counted_but_not_logged(
+    session_factory: SessionFactory,
+) -> None:
     now = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
     with session_factory.begin() as session:
         logged = [
