@@ -311,8 +311,12 @@ def _iso(epoch: float) -> str:
 # --- ADE phase --------------------------------------------------------------------------------
 
 
-def rules_yaml(count: int) -> str:
-    """One YAML document holding `count` minutely rules."""
+#: Rules per file: a rules file holds at most 1 MiB (`ade_tasks.limits`), about 9,000 of these.
+RULES_PER_FILE = 1000
+
+
+def rules_yaml(first: int, count: int) -> str:
+    """One YAML document holding `count` minutely rules, numbered from `first`."""
     rules = [
         {
             "id": f"bench-{index:05d}",
@@ -322,7 +326,7 @@ def rules_yaml(count: int) -> str:
                 "actions": [{"type": "run-command", "command": "true"}],
             },
         }
-        for index in range(count)
+        for index in range(first, first + count)
     ]
     return str(yaml.safe_dump(rules, sort_keys=False))
 
@@ -677,7 +681,9 @@ def bench_vanilla(args: argparse.Namespace, store: redis.Redis, work: Path) -> R
 def prepare_rules(engine: Engine, work: Path, count: int) -> None:
     (work / "rules").mkdir()
     (work / "project").mkdir()
-    (work / "rules" / "bench.yaml").write_text(rules_yaml(count))
+    for first in range(0, count, RULES_PER_FILE):
+        chunk = min(RULES_PER_FILE, count - first)
+        (work / "rules" / f"bench-{first:06d}.yaml").write_text(rules_yaml(first, chunk))
     loaded, _ = sync_rules_dir(create_session_factory(engine), work / "rules")
     if loaded.problems or len(loaded.rules) != count:
         raise BenchError(f"the bench rules do not load: {loaded.problems[:3]}")
