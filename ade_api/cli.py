@@ -190,7 +190,8 @@ def rules_trust(settings: Settings, content_hash: str, by: str) -> None:
 def rules_next(
     settings: Settings, rule_id: str, count: int, url: str | None, as_json: bool
 ) -> None:
-    """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC)."""
+    """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC), or the
+    problem of a schedule that cannot fire (as the API and `rules show` report it)."""
     preview = Api(settings, url).call(
         "GET", f"/api/v1/rules/{rule_id}/schedule", params={"count": count}
     )
@@ -198,13 +199,19 @@ def rules_next(
         click.echo(json.dumps(preview, indent=2))
         return
     if not preview["triggers"]:
-        click.echo(f"rule {rule_id} has no schedule triggers")
+        # With no trigger to name them on, problems are the rule's own (an unreadable document).
+        for problem in preview.get("problems", []):
+            click.echo(f"rule {rule_id}: problem: {problem}")
+        if not preview.get("problems"):
+            click.echo(f"rule {rule_id} has no schedule triggers")
     if not preview["enabled"]:
         click.echo(f"rule {rule_id} is disabled: these times will not fire until it is enabled")
     for trigger in preview["triggers"]:
         click.echo(
             f"trigger #{trigger['trigger_index']}: {trigger['cron']} ({trigger['timezone']})"
         )
+        if trigger.get("problem"):
+            click.echo(f"  problem: {trigger['problem']}")
         for fire in trigger["next"]:
             click.echo(f"  {fire['local'][:16].replace('T', ' ')} local   {fire['utc'][:16]}Z")
 

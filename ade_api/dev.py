@@ -18,13 +18,16 @@ import click
 import uvicorn
 from celery import Celery
 from celery.beat import EmbeddedService
+from fastapi import FastAPI
 
 from ade_api.app import create_app
+from ade_api.header_timeout import HTTP_PROTOCOL
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.rules import list_rules, load_rule
 from ade_tasks.db.schema import Role
+from ade_tasks.logs import configure_logging, uvicorn_log_config
 from ade_tasks.recovery import recover
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
@@ -71,6 +74,20 @@ def ensure_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def api_server_config(api: FastAPI, settings: Settings) -> uvicorn.Config:
+    """The embedded API's uvicorn config: quieter than `ade-tasks api` (warnings only, no access
+    log), with the same header deadline and the same credential redaction in its log lines."""
+    return uvicorn.Config(
+        api,
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="warning",
+        lifespan="off",
+        http=HTTP_PROTOCOL,  # closes connections whose headers do not arrive in 10 s
+        log_config=uvicorn_log_config(settings.log_format, "WARNING"),
+    )
+
+
 def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -95,9 +112,7 @@ def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
     ensure_port_free(settings.api_host, settings.api_port)
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_format, logging.WARNING)
     if not settings.embedded:
         echo("note: ADE_DATABASE_URL points at a server; dev mode still uses it as configured")
     engine = create_db_engine(settings.effective_database_url)
@@ -132,11 +147,7 @@ def run_dev(settings: Settings) -> None:
         echo(f"  re-sent {len(swept.resent)} queued run(s) from before the restart")
 
     api = create_app(settings, session_factory=session_factory, celery=app)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            api, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off"
-        )
-    )
+    server = uvicorn.Server(api_server_config(api, settings))
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
     token_note = ensure_dev_token(session_factory, settings)
     echo(f"      {token_note}")

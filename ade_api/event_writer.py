@@ -13,6 +13,7 @@ Every stored event goes to `on_stored`, even when its request was cancelled mean
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from sqlalchemy.engine import make_url
 
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.errors import DatabaseUnavailableError, InvalidInputError
+
+log = logging.getLogger(__name__)
 
 #: Two writers keep the database busy while the rows for the next INSERT gather.
 WRITERS = 2
@@ -162,8 +165,17 @@ class EventWriter:
                 f"the database gave up on the delivery ({reason}); nothing was stored: redeliver it"
             ) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
+            # The sender is told what happened and what to do, never where the database is:
+            # the URL, and psycopg's message, which names the host and port, go to the log.
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning(
+                "the database at %s did not take %d delivery row(s): %s",
+                self._where,
+                len(rows),
+                reason,
+            )
             raise DatabaseUnavailableError(
-                f"the database at {self._where} did not take the delivery ({exc}); nothing was "
+                f"the database did not take the delivery ({type(exc).__name__}); nothing was "
                 "stored: redeliver it once the database is back"
             ) from exc
         return [stored.get(_key(row)) for row in rows]

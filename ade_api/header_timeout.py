@@ -11,7 +11,8 @@ only in `on_response_complete` and cancelled by any data received.
 opens and again when a response completes; it is cancelled once the next request's headers
 are complete. A connection still short of them at the deadline is answered 408 and closed.
 Request bodies are not covered here: routes that read large bodies bound them themselves (the
-webhooks' `ADE_INGRESS_READ_TIMEOUT`). `ade-tasks api` serves with it (`http=HTTP_PROTOCOL`).
+webhooks' `ADE_INGRESS_READ_TIMEOUT`). `ade-tasks api` and `ade-tasks dev` serve with it
+(`http=HTTP_PROTOCOL`).
 """
 
 from __future__ import annotations

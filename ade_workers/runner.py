@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Set by an embedded host (`ade-tasks dev`) on Ctrl-C: running commands are killed and their
-#: runs end `cancelled` instead of leaving orphaned process groups behind.
+#: runs end `cancelled`, and nothing those commands started is left behind.
 SHUTDOWN = threading.Event()
 SHUTDOWN_ERROR = "the worker shut down while this run was executing; trigger the rule again"
 #: A step still running after this many seconds appears in the run history as `running`.

@@ -167,8 +167,8 @@ async def cancel_run(
 
     A queued run is cancelled at once: its message, when a worker takes it, finds it no longer
     queued and does nothing (runs keep no Celery task id to revoke, and need none). A running
-    run's worker can no longer renew its lease: at its next heartbeat it kills the step's whole
-    process group. The run gets a `run.cancelled` event.
+    run's worker can no longer renew its lease: at its next heartbeat it kills everything the
+    step's command started. The run gets a `run.cancelled` event.
     """
     _check_id(run_id)
     body = body or RunCancel()

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.schemas import HookDeliveryOut, Problem
 from ade_tasks.db import ingress as ingress_db
+from ade_tasks.db.retry import retrying
 from ade_tasks.db.schema import utcnow
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
@@ -226,8 +227,15 @@ def _accepted(event_id: int | None, trigger_type: str | None) -> JSONResponse:
 
 
 def _count(services: Services, hook_id: str, now: datetime) -> int:
-    with services.session_factory.begin() as session:
-        return ingress_db.count_delivery(session, hook_id, now)
+    # Safe to repeat on a fresh connection: an attempt whose connection died before its COMMIT
+    # counted nothing. One whose COMMIT took effect but whose answer was lost counts this
+    # delivery twice in its minute: the hook's budget for that minute is one delivery smaller,
+    # as it would be after a 503 and the sender's redelivery.
+    return retrying(
+        services.session_factory,
+        lambda session: ingress_db.count_delivery(session, hook_id, now),
+        what=f"counting a delivery to hook {hook_id!r}",
+    )
 
 
 async def _reject(

@@ -616,8 +616,8 @@ def cancel_run(
     """Cancel a queued, waiting or running run; returns it and the status it had.
 
     A queued run's message (if any) finds it cancelled and does nothing; a running run's
-    worker cannot renew its lease any more, notices at its next heartbeat and kills the
-    step's process group (as for overlap `cancel-other`). Its running steps are marked failed
+    worker cannot renew its lease any more, notices at its next heartbeat and kills everything
+    the step's command started (as for overlap `cancel-other`). Its running steps are marked failed
     and its pending approvals cancelled. ConflictError when the run already finished.
     """
     for _ in range(5):  # the run may move (queued -> running) between the read and the update
@@ -907,7 +907,7 @@ def has_buffered(session: Session, rule_id: str) -> bool:
 
 def cancel_active(session: Session, rule_id: str, reason: str) -> list[str]:
     """Cancel the rule's active and buffered runs; a running one's worker notices at its next
-    heartbeat (its lease can no longer be renewed) and kills the step's process group."""
+    heartbeat (its lease can no longer be renewed) and kills everything the step started."""
     result = session.execute(
         update(RUNS)
         .where(

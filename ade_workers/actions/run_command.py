@@ -86,7 +86,8 @@ def command_outcome(run: CommandRun, action: Any) -> StepOutcome:
             StepStatus.TIMED_OUT,
             output=result.output,
             result=run.details,
-            error=f"killed after {run.budget:g}s ({limit}); the whole process group was stopped",
+            error=f"killed after {run.budget:g}s ({limit}); "
+            "everything the command started was stopped",
         )
     if result.cancelled:
         return StepOutcome(

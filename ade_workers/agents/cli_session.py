@@ -1,8 +1,9 @@
 """One headless session of a CLI agent provider (`claude-code`, `codex`) in a worktree.
 
 `run_cli_session` turns an `agent-session` rule into the CLI's command line, runs it with
-`run_process` (its own process group, the run's deadline, `should_stop`, a clean group kill) and
-turns its JSONL stream into the same run events and `SessionOutcome` the HTTP tool loop gives.
+`run_process` (a container of its own, the run's deadline, `should_stop`, a kill of everything it
+started) and turns its JSONL stream into the same run events and `SessionOutcome` the HTTP tool
+loop gives.
 
 Choices, in order of what happens:
 

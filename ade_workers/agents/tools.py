@@ -257,7 +257,7 @@ def edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 def bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    """Run a shell command in the worktree, in its own process group, with a deadline."""
+    """Run a shell command in the worktree, in a container of its own, with a deadline."""
     left = ctx.time_left()
     if left <= 0:
         raise ToolError("the session has no time left to run commands")
@@ -276,9 +276,9 @@ def bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         masker=ctx.masker,
     )
     if result.timed_out:
-        footer = f"[timed out after {timeout:g}s; the command's process group was killed]"
+        footer = f"[timed out after {timeout:g}s; everything the command started was killed]"
     elif result.cancelled:
-        footer = "[cancelled; the command's process group was killed]"
+        footer = "[cancelled; everything the command started was killed]"
     else:
         footer = f"[exit code {result.exit_code}]"
     data = {

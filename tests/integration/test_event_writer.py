@@ -119,13 +119,15 @@ def test_a_row_the_database_refuses_fails_alone(database_url: str) -> None:
     assert sorted(stored(database_url)) == sorted(answers)  # type: ignore[type-var]
 
 
-def test_an_unreachable_database_refuses_with_where_and_what_to_do() -> None:
-    url = f"postgresql://ade:s3cret-pw@127.0.0.1:{free_port()}/nowhere"
+def test_an_unreachable_database_refuses_with_what_to_do_but_not_where_it_is() -> None:
+    port = free_port()
+    url = f"postgresql://ade:s3cret-pw@127.0.0.1:{port}/nowhere"
     (answer,) = asyncio.run(gather_answers(EventWriter(url, [].append), [delivery(1)]))
 
     assert isinstance(answer, DatabaseUnavailableError)
-    assert "127.0.0.1" in answer.message and "redeliver it" in answer.message
-    assert "s3cret-pw" not in answer.message
+    assert "redeliver it once the database is back" in answer.message
+    for where in ("127.0.0.1", str(port), "nowhere", "ade:", "s3cret-pw"):
+        assert where not in answer.message, answer.message
 
 
 def test_a_lone_delivery_is_written_at_once_in_its_own_insert(database_url: str) -> None:

@@ -1,13 +1,20 @@
-"""EventWriter's writer tasks (the INSERT itself stubbed; tests/integration/test_event_writer.py
-runs it on PostgreSQL): no row is ever left waiting without a writer."""
+"""EventWriter's writer tasks (the INSERT or the pool stubbed; tests/integration/test_event_writer.py
+runs it on PostgreSQL): no row is ever left waiting without a writer, and a sender refused because
+the database is down is not told where the database is."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+import logging
+from typing import Any, NoReturn
+
+import psycopg
+import pytest
 
 from ade_api.event_writer import EventWriter
+from ade_tasks.errors import DatabaseUnavailableError
+from ade_tasks.ingress.intake import event_row
 
 
 def row(delivery: str) -> dict[str, Any]:
@@ -39,3 +46,59 @@ def test_a_row_arriving_as_the_last_writers_finish_still_gets_written() -> None:
         return late
 
     assert asyncio.run(scenario()) == 3
+
+
+class DeadPool:
+    """A pool whose database refuses connections, as psycopg reports it (host and port named)."""
+
+    def connection(self, timeout: float) -> NoReturn:
+        raise psycopg.OperationalError(
+            'connection failed: connection to server at "db.internal" (10.0.0.7), port 5433 '
+            "failed: Connection refused"
+        )
+
+
+def test_a_sender_refused_while_the_database_is_down_is_not_told_where_it_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a writer whose database refuses connections
+    writer = EventWriter("postgresql://ade:s3cret-pw@db.internal:5433/events_db", [].append)
+
+    async def dead_pool() -> DeadPool:
+        return DeadPool()
+
+    writer._open = dead_pool  # type: ignore[assignment,method-assign]
+
+    # When a delivery is recorded
+    async def record() -> BaseException | None:
+        try:
+            await writer.record(
+                event_row(
+                    source="github",
+                    delivery_id="d-1",
+                    event=None,
+                    event_key="github.pr_opened",
+                    payload={},
+                    digest=None,
+                    trigger_type="github.pr_opened",
+                )
+            )
+        except DatabaseUnavailableError as exc:
+            return exc
+        return None
+
+    with caplog.at_level(logging.WARNING, logger="ade_api.event_writer"):
+        refused = asyncio.run(record())
+
+    # Then the sender hears what happened and what to do, and the log says where
+    assert isinstance(refused, DatabaseUnavailableError)
+    assert refused.message == (
+        "the database did not take the delivery (OperationalError); nothing was stored: "
+        "redeliver it once the database is back"
+    )
+    logged = caplog.text
+    assert (
+        "postgresql://ade:***@db.internal:5433/events_db" in logged
+        and "Connection refused" in logged
+    )
+    assert "s3cret-pw" not in logged

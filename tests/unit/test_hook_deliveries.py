@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from ade_api.deps import Services
 from ade_api.intake import EventIntake
@@ -87,6 +89,34 @@ def test_the_log_can_be_read_one_ring_at_a_time(client: TestClient) -> None:
 
     assert [entry["delivery_id"] for entry in authentic] == ["real"]
     assert [entry["delivery_id"] for entry in refused] == ["forged"]
+
+
+def test_a_connection_lost_at_the_rate_check_is_retried_and_the_delivery_accepted(
+    client: TestClient, session_factory: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a database blip: the rate check's first statement meets a dead connection
+    real_count = ingress_db.count_delivery
+    failures = [
+        OperationalError("INSERT", {}, Exception("server closed the connection"), False, True)
+    ]
+
+    def count_after_blip(session: Session, hook_id: str, now: datetime) -> int:
+        if failures:
+            raise failures.pop()
+        return real_count(session, hook_id, now)
+
+    monkeypatch.setattr(ingress_db, "count_delivery", count_after_blip)
+
+    # When an authentic delivery arrives
+    code = post(client, b'{"n": 1}', delivery="after-blip")
+
+    # Then it is accepted, counted once on the hook's window and logged
+    assert code == 202
+    now = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
+    with session_factory.begin() as session:
+        assert real_count(session, "deploys", now) == 2  # the delivery, then this look
+    log = client.get(f"{URL}/deliveries").json()
+    assert [entry["delivery_id"] for entry in log] == ["after-blip"]
 
 
 def test_the_rate_limit_is_checked_after_the_signature() -> None:

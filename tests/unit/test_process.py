@@ -46,7 +46,7 @@ def wait_dead(pids: list[int], deadline: float = 5.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def test_timeout_kills_the_whole_process_group_including_grandchildren(tmp_path: Path) -> None:
+def test_timeout_kills_every_descendant_including_grandchildren(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     script = f"sleep 999 & echo $! >> {pids}; sh -c 'sleep 999 & echo $! >> {pids}; wait' & wait"
     started = time.monotonic()

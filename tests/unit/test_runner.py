@@ -144,6 +144,25 @@ execution:
     )
 
 
+def test_step_timeout_says_everything_the_command_started_was_stopped(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+) -> None:
+    # Given a step whose command outlives its timeout
+    rule = """
+execution:
+  kind: built-in
+  actions: [{id: slow, type: run-command, command: "sleep 30", timeout_sec: 1}]
+"""
+    # When it runs
+    run_id = run_rule(session_factory, rules_dir, config, rule)
+    # Then the step's error says the timeout stopped all of it
+    with session_factory() as session:
+        (step,) = runs_db.list_steps(session, run_id)
+    assert (
+        step.error == "killed after 1s (step timeout); everything the command started was stopped"
+    )
+
+
 def test_failure_stops_the_chain_unless_the_step_may_fail(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
 ) -> None:
