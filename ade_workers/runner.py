@@ -240,16 +240,14 @@ def execute_run(
     sessions = autocommit(session_factory)
     started = time.monotonic()
     lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
-    claimed = retrying(
-        sessions,
-        lambda session: runs_db.claim_run(session, run_id, worker, lease_until),
-        what=f"run {run_id}: claim",
-    )
-    if claimed is None:
-        log.info("run %s is already claimed or finished; nothing to do", run_id)
-        return None
 
-    def prepare(session: Any) -> tuple[_Plan, _Deadline] | RunStatus | None:
+    def claim_and_plan(session: Any) -> tuple[_Plan, _Deadline] | RunStatus | None:
+        # One unit of work, so one connection checkout; repeating it after a lost connection
+        # is safe because a claim repeated by its own worker holds (`runs_db.claim_run`).
+        claimed = runs_db.claim_run(session, run_id, worker, lease_until)
+        if claimed is None:
+            log.info("run %s is already claimed or finished; nothing to do", run_id)
+            return None
         try:
             plan = _plan(session, config, claimed, started)
             deadline = _deadline(session, plan.rule, settings, started)
@@ -260,7 +258,7 @@ def execute_run(
             return _end(session, run_id, worker, RunStatus.SKIPPED, exhausted)
         return plan, deadline
 
-    prepared = retrying(sessions, prepare, what=f"run {run_id}: plan")
+    prepared = retrying(sessions, claim_and_plan, what=f"run {run_id}: claim")
     if not isinstance(prepared, tuple):
         return prepared
     plan, deadline = prepared
