@@ -36,12 +36,21 @@ REQUEST_TIMEOUT = (
 )
 
 
-class _HeaderDeadline:
-    """The deadline itself, for the protocols below."""
+class _HeaderDeadline(asyncio.Protocol):
+    """The deadline itself, armed when a connection opens, for the protocols below (listed
+    first among their bases, so these methods wrap uvicorn's)."""
 
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     _header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_deadline()
+        super().connection_lost(exc)
 
     def _arm_header_deadline(self) -> None:
         self._cancel_header_deadline()
@@ -61,14 +70,6 @@ class _HeaderDeadline:
 
 class HeaderTimeoutH11Protocol(_HeaderDeadline, H11Protocol):
     """uvicorn's h11 protocol with the header deadline."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_header_deadline()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_deadline()
-        super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -91,14 +92,6 @@ else:
 
     class HeaderTimeoutHttpToolsProtocol(_HeaderDeadline, HttpToolsProtocol):
         """uvicorn's httptools protocol (its default when installed) with the deadline."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm_header_deadline()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_header_deadline()
-            super().connection_lost(exc)
 
         def on_headers_complete(self) -> None:
             self._cancel_header_deadline()
