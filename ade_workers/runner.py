@@ -273,9 +273,13 @@ def execute_run(
                 return None
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
-            status = _finish(
-                sessions, run_id, worker, RunStatus.FAILED, error, charge=plan.charge()
-            )
+            charge = plan.charge()
+            status = _durably(
+                sessions,
+                lambda session: _end(session, run_id, worker, RunStatus.FAILED, error, None,
+                                     None, charge),
+                f"run {run_id}: outcome",
+            )  # fmt: skip
     limit = plan.rule.guardrails.buffer_limit()
     if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
         release_buffered(session_factory, config.sender, plan.rule.id, limit)
@@ -429,7 +433,12 @@ def _publish_and_end(
         if last.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
             status, error = RunStatus.FAILED, f"step 'publish' failed: {last.error}"
     verdict = _review(rule, status, state, unverified)
-    return _finish(sessions, run_id, worker, status, error, last, verdict, plan.charge())
+    charge = plan.charge()
+    return _durably(
+        sessions,
+        lambda session: _end(session, run_id, worker, status, error, last, verdict, charge),
+        f"run {run_id}: outcome",
+    )
 
 
 def _may_rerun(sessions: SessionFactory, run_id: str, action: Any, index: int, plan: _Plan) -> bool:
@@ -470,24 +479,9 @@ def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
         _durably(sessions, partial(runs_db.record_step, step=step), f"run {step.run_id}: step")
 
 
-def _finish(
-    sessions: SessionFactory,
-    run_id: str,
-    worker: str,
-    status: RunStatus,
-    error: str | None,
-    last_step: StepRecord | None = None,
-    verdict: runs_db.RunVerdict | None = None,
-    charge: usage_db.Charge | None = None,
-) -> RunStatus | None:
-    """`_end` in a transaction of its own, retried through a database outage of up to about
-    20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
-    outcome = (run_id, worker, status, error, last_step, verdict, charge)
-    return _durably(sessions, lambda session: _end(session, *outcome), f"run {run_id}: outcome")
-
-
 def _durably(sessions: SessionFactory, write: Callable[[Any], T], what: str) -> T:
-    """A write of what a step or run achieved, retried through a database outage."""
+    """A write of what a step or run achieved, retried through a database outage of up to
+    about 20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
     return retrying(sessions, write, what=what, attempts=FINISH_ATTEMPTS)
 
 

@@ -191,6 +191,16 @@ class Cluster:
         return client
 
 
+def terminate_backends(cluster: Cluster) -> None:
+    """Kill every connection to the test's database (the API's, the workers', the test's own)."""
+    name = cluster.settings.database_url.rsplit("/", 1)[1]
+    _admin_execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+    cluster.session_factory.kw["bind"].dispose()  # the test's own pool held dead ones too
+
+
 def api_with_hello_rule(cluster: Cluster) -> httpx.Client:
     """An API process for a cluster holding one manual rule, `hello`, that echoes."""
     write_rule(cluster.tmp / "rules", "hello.yaml", """

@@ -27,7 +27,11 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch_retrying
 from tests.conftest import write_rule
 from tests.fixtures import GITHUB_FIXTURES
-from tests.integration.conftest import Cluster, _admin_execute, api_with_hello_rule
+from tests.integration.conftest import (
+    Cluster,
+    api_with_hello_rule,
+    terminate_backends,
+)
 from tests.support import free_port, wait_until
 
 PROBLEM = "application/problem+json"
@@ -45,16 +49,6 @@ GITHUB_SECRET = "db-faults-github-secret"
 
 def database_name(cluster: Cluster) -> str:
     return cluster.settings.database_url.rsplit("/", 1)[1]
-
-
-def terminate_backends(cluster: Cluster) -> None:
-    """Kill every connection to the test's database (the API's, the workers', the test's own)."""
-    name = database_name(cluster)
-    _admin_execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-    )
-    cluster.session_factory.kw["bind"].dispose()  # the test's own pool held dead ones too
 
 
 def backends(cluster: Cluster) -> int:

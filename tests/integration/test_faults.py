@@ -31,7 +31,7 @@ from sqlalchemy import make_url, select
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.retry import retrying
 from ade_tasks.db.schema import RunRow
-from tests.integration.conftest import Cluster, _admin_execute
+from tests.integration.conftest import Cluster, terminate_backends
 from tests.integration.test_run_path import FINISHED, add_rule
 from tests.support import FAULT_REPORTS, Child, free_port, wait_until
 
@@ -323,13 +323,9 @@ def test_six_rounds_of_terminated_database_connections_under_load(cluster: Clust
     cluster.worker(queues="ade.builtin", concurrency=CONCURRENCY)
     api = cluster.api()
     load = Load(api, 200).start()
-    name = make_url(cluster.settings.database_url).database
     for round_ in range(6):
         wait_until(lambda r=round_: load.done() >= 20 + 25 * r, 60, f"load before round {round_}")
-        _admin_execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-        )
+        terminate_backends(cluster)
     load.join(120)
     tally(cluster, "six pg_terminate_backend rounds", load, ledger, timeout=90)
 

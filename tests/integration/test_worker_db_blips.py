@@ -3,22 +3,11 @@ records every step and the run's outcome: bookkeeping is retried on fresh connec
 
 from __future__ import annotations
 
-from sqlalchemy import make_url
-
 from ade_tasks.db import runs as runs_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
-from tests.integration.conftest import Cluster, _admin_execute
+from tests.integration.conftest import Cluster, terminate_backends
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import wait_until
-
-
-def terminate_backends(cluster: Cluster) -> None:
-    """Kill every connection to the test's database (the test's own pool included)."""
-    name = make_url(cluster.settings.database_url).database
-    _admin_execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-    )
 
 
 def test_terminated_connections_during_every_step_lose_nothing(cluster: Cluster) -> None:
