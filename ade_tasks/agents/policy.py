@@ -1,20 +1,39 @@
 """Which tools an agent is told about and which calls the engine lets through.
 
-The engine, never the model, decides. A call is judged in a fixed order: `denied_tools` first
-(deny), then the sandbox (a write or a command outside `sandbox_root` is denied, whatever else
-allows it), then `allowed_tools` (allow), then the policy's `fallback`. Under `ask`, read-only
-tools run without asking; membership in `READ_ONLY_TOOLS` is by exact name, so `grep2` or
-`read_file_and_delete` are not read-only. Tool patterns are exact names or a prefix ending in `*`.
+The engine, never the model, decides, for every provider (the HTTP tool loop, Claude Code's
+permission hooks, Codex's approvals), with one function: `decide`. A call is judged in a fixed
+order, the first rule that speaks deciding:
+
+0. the engine's hard limits, whatever the policy says: the engine's own data is never read or
+   written and `.git` never written (`ProtectedPaths`); a path outside the worktree is refused;
+   `plan` mode writes nothing and runs no command;
+1. `denied_tools` match: deny (it also beats an operator's `accept_for_session`);
+2. `todo` and `report` touch nothing: allow;
+3. `allowed_tools` match: allow;
+4. `sandbox_root` (set): a call naming paths is allowed when every path resolves (realpath,
+   symlinks followed, relative to the worktree) inside the root, denied when one is outside; a
+   call naming no path (`bash`) is left to the next rules, never judged by a working directory;
+5. `edit` mode offers `bash` behind an approval: ask;
+6. `fallback`: `allow`; `ask` (the literal read-only set runs without asking, anything else
+   parks the run on a pending input); `deny`.
+
+Patterns are exact names or a prefix ending in `*`, compared case-insensitively; MCP tools are
+`mcp:<server>:<tool>`, and Claude Code's spelling `mcp__server__tool` matches the same patterns.
+Membership in `READ_ONLY_TOOLS` is by exact name, so `grep2` or `read_file_and_delete` are not
+read-only. Modes: `plan` read-only; `edit` adds writes, and `bash` behind an approval;
+`full-auto` adds `bash` judged by the policy alone. A tainted session narrows to read-only
+tools and `report` before the policy applies (`narrow_for_taint`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.rules.models import ToolPalette, ToolPolicy
 
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
@@ -39,12 +58,18 @@ PALETTE_TOOLS: dict[ToolPalette, tuple[str, ...]] = {
 
 MODE_TOOLS: dict[PermissionMode, frozenset[str]] = {
     "plan": READ_ONLY_TOOLS | ALWAYS_TOOLS,
-    "edit": READ_ONLY_TOOLS | ALWAYS_TOOLS | WRITE_TOOLS,
+    # edit offers bash, but each call not allowed by name waits for an operator (`decide`).
+    "edit": READ_ONLY_TOOLS | ALWAYS_TOOLS | WRITE_TOOLS | COMMAND_TOOLS,
     "full-auto": READ_ONLY_TOOLS | ALWAYS_TOOLS | WRITE_TOOLS | COMMAND_TOOLS,
 }
 """The tools each permission mode permits at most."""
 
+TAINTED_TOOLS = READ_ONLY_TOOLS | {"report"}
+"""What a session whose prompt holds outsiders' text keeps."""
+
 _ALWAYS_ORDER = ("todo", "report")
+_VERDICTS: tuple[str, ...] = get_args(Verdict)
+_MODES: tuple[str, ...] = get_args(PermissionMode)
 
 
 @dataclass(frozen=True)
@@ -57,31 +82,78 @@ class Decision:
 
 @dataclass(frozen=True)
 class Policy:
-    """A rule's tool policy as the engine enforces it."""
+    """A rule's tool policy, and the session's permission mode, as the engine enforces them.
+
+    `mode` defaults to `edit`, the middle: writes as the policy says, `bash` behind an
+    approval. Build it with the session's own mode (`Policy.from_rule(policy, mode)`).
+    """
 
     allowed_tools: tuple[str, ...] = ()
     denied_tools: tuple[str, ...] = ()
     sandbox_root: str | None = None
     fallback: Verdict = "deny"
+    mode: PermissionMode = "edit"
+
+    def __post_init__(self) -> None:
+        if self.fallback not in _VERDICTS:
+            raise ValueError(
+                f"policy fallback {self.fallback!r} is not one of {', '.join(_VERDICTS)}"
+            )
+        if self.mode not in _MODES:
+            raise ValueError(f"permission mode {self.mode!r} is not one of {', '.join(_MODES)}")
+        for field_name in ("allowed_tools", "denied_tools"):
+            for pattern in getattr(self, field_name):
+                problem = pattern_problem(pattern)
+                if problem is not None:
+                    raise ValueError(f"{field_name} pattern {pattern!r}: {problem}")
+        if self.sandbox_root is not None and (
+            not self.sandbox_root.strip() or "\x00" in self.sandbox_root
+        ):
+            raise ValueError(
+                f"sandbox_root {self.sandbox_root!r} names no directory; give a path "
+                "relative to the worktree, or leave it unset"
+            )
 
     @classmethod
-    def from_rule(cls, policy: ToolPolicy) -> Policy:
-        """The enforced form of a rule's `ToolPolicy`."""
+    def from_rule(cls, policy: ToolPolicy, mode: PermissionMode = "edit") -> Policy:
+        """The enforced form of a rule's `ToolPolicy` in a session of `mode`."""
         return cls(
             allowed_tools=tuple(policy.allowed_tools),
             denied_tools=tuple(policy.denied_tools),
             sandbox_root=policy.sandbox_root,
             fallback=policy.fallback,
+            mode=mode,
         )
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` is not a tool pattern (an exact name, or a prefix ending in `*`)."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "a tool pattern is a tool name, or a prefix ending in '*'; got an empty one"
+    if "*" in pattern[:-1]:
+        return "'*' may only end a pattern (a prefix); name tools exactly otherwise"
+    return None
+
+
+def canonical_tool(name: str) -> str:
+    """The name patterns are compared with: case-folded, `mcp__server__tool` as
+    `mcp:server:tool`."""
+    folded = name.casefold()
+    if folded.startswith("mcp__"):
+        server, _, tool = folded[len("mcp__") :].partition("__")
+        return f"mcp:{server}:{tool}" if tool else f"mcp:{server}"
+    return folded
 
 
 def matching_pattern(tool: str, patterns: Iterable[str]) -> str | None:
     """The first pattern naming `tool`: an exact name, or a prefix ending in `*`."""
+    name = canonical_tool(tool)
     for pattern in patterns:
-        if pattern.endswith("*"):
-            if tool.startswith(pattern[:-1]):
+        wanted = canonical_tool(pattern)
+        if wanted.endswith("*"):
+            if name.startswith(wanted[:-1]):
                 return pattern
-        elif tool == pattern:
+        elif name == wanted:
             return pattern
     return None
 
@@ -101,26 +173,50 @@ def exposed_tools(
     return exposed
 
 
-def decide(
-    policy: Policy, tool: str, *, writes_or_runs_in: Path | None, worktree: Path
-) -> Decision:
-    """Allow, deny or ask for one call of `tool`, which writes or runs in `writes_or_runs_in`.
+def narrow_for_taint(tools: Iterable[str]) -> list[str]:
+    """The tools a tainted session keeps: the read-only ones and `report`, in order."""
+    return [tool for tool in tools if tool in TAINTED_TOOLS]
 
-    A relative `writes_or_runs_in` is taken from the worktree; a write or command without one
-    is judged as acting on the worktree itself.
+
+def decide(
+    policy: Policy,
+    tool: str,
+    *,
+    paths: Sequence[str] = (),
+    writes: bool = False,
+    worktree: Path,
+    protected: ProtectedPaths | None = None,
+) -> Decision:
+    """Allow, deny or ask for one call of `tool` naming `paths` (writing them if `writes`).
+
+    `tool` is an engine tool or a foreign one (a CLI's `WebFetch`, `mcp:server:tool`); `paths`
+    are as the call gives them, absolute or relative to the worktree. `protected` defaults to
+    the `.ade` and `.git` rules of the worktree alone; pass `ProtectedPaths.from_settings`.
     """
+    if isinstance(paths, str):
+        raise TypeError(f"paths must be a sequence of paths, not the string {paths!r}")
+    guard = protected or ProtectedPaths(worktree=os.path.realpath(worktree))
+    writes = writes or tool in WRITE_TOOLS
+    command = canonical_tool(tool) in COMMAND_TOOLS  # Claude Code's `Bash` is bash too
+    for path in paths:
+        refusal = _hard_limit(guard, path, writes)
+        if refusal is not None:
+            return Decision("deny", refusal)
+    if policy.mode == "plan" and (writes or command):
+        what = "writes" if writes else "runs commands"
+        return Decision("deny", f"{tool} {what}; plan mode is read-only")
     denied = matching_pattern(tool, policy.denied_tools)
     if denied is not None:
         return Decision("deny", _listed(tool, denied, "denied_tools"))
     if tool in ALWAYS_TOOLS:  # the agent's own notes and final report touch nothing
         return Decision("allow", f"{tool} only records the agent's notes or report")
-    if tool in WRITE_TOOLS or tool in COMMAND_TOOLS:
-        escape = _sandbox_escape(policy, tool, writes_or_runs_in, worktree)
-        if escape is not None:
-            return Decision("deny", escape)
     allowed = matching_pattern(tool, policy.allowed_tools)
     if allowed is not None:
         return Decision("allow", _listed(tool, allowed, "allowed_tools"))
+    if policy.sandbox_root is not None and paths:
+        return _sandboxed(policy.sandbox_root, tool, paths, guard.worktree)
+    if policy.mode == "edit" and command:
+        return Decision("ask", f"edit mode runs {tool} only with an operator's approval")
     if policy.fallback == "allow":
         return Decision("allow", f"no rule denies {tool}; the policy's fallback is allow")
     if policy.fallback == "ask" and tool in READ_ONLY_TOOLS:
@@ -130,27 +226,38 @@ def decide(
     )
 
 
+def _hard_limit(guard: ProtectedPaths, path: str, writes: bool) -> str | None:
+    """Why no policy can let a call touch `path`: engine data, git internals, outside."""
+    if not path:
+        return "the call names an empty path; give a path relative to the worktree"
+    refusal = guard.refusal(path, writes=writes)
+    if refusal is not None:
+        return refusal
+    real = os.path.realpath(os.path.join(guard.worktree, path))
+    if not _contains(guard.worktree, real):
+        return f"{path} resolves to {real}, outside the worktree; agents act inside it only"
+    return None
+
+
 def _listed(tool: str, pattern: str, field: str) -> str:
     if pattern == tool:
         return f"{tool} is in {field}"
     return f"{tool} matches {pattern!r} in {field}"
 
 
-def _sandbox_escape(policy: Policy, tool: str, target: Path | None, worktree: Path) -> str | None:
-    """Why `target` is outside the sandbox, or None when it is inside."""
-    real_worktree = os.path.realpath(worktree)
-    root_text = policy.sandbox_root or "."
-    sandbox = os.path.realpath(os.path.join(real_worktree, root_text))
-    label = policy.sandbox_root or "the worktree"
-    if not _contains(real_worktree, sandbox):
-        return f"sandbox_root {root_text} is outside the worktree; {tool} cannot run"
-    real_target = os.path.realpath(os.path.join(real_worktree, target or "."))
-    if _contains(sandbox, real_target):
-        return None
-    shown = os.path.relpath(real_target, sandbox) if target is not None else "."
-    if policy.sandbox_root:
-        label = f"sandbox_root {policy.sandbox_root}"
-    return f"{tool} outside {label}: {shown}"
+def _sandboxed(root_text: str, tool: str, paths: Sequence[str], worktree: str) -> Decision:
+    """Allow when every path resolves inside `sandbox_root`, deny when one does not."""
+    sandbox = os.path.realpath(os.path.join(worktree, root_text))
+    if not _contains(worktree, sandbox):
+        return Decision(
+            "deny", f"sandbox_root {root_text} is outside the worktree; {tool} cannot run"
+        )
+    for path in paths:
+        real = os.path.realpath(os.path.join(worktree, path))
+        if not _contains(sandbox, real):
+            shown = os.path.relpath(real, sandbox)
+            return Decision("deny", f"{tool} outside sandbox_root {root_text}: {shown}")
+    return Decision("allow", f"{tool} stays inside sandbox_root {root_text}")
 
 
 def _contains(root: str, path: str) -> bool:

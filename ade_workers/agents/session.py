@@ -3,7 +3,11 @@
 Each model turn is recorded before its tools run, and each tool result before the next model
 call, so a session can be rebuilt from its recorded events and continued after a crash or an
 operator's approval: recorded model turns are never asked again and recorded tool results never
-run again. The engine's policy, not the model, decides which calls run; a call the policy wants
+run again. A call that can change something is recorded as started (`agent.tool_started`) just
+before it runs; if its worker dies before its result is recorded, the resumed session never runs
+it again blindly: it records a result saying the call was interrupted and its outcome is unknown,
+and the model goes on from there. (A read-only call, or `todo`/`report`, simply runs again.)
+The engine's policy (`decide`), not the model, decides which calls run; a call the policy wants
 an operator to approve ends the session as "waiting" and frees the worker.
 """
 
@@ -12,10 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from ade_tasks.agents.policy import COMMAND_TOOLS, WRITE_TOOLS, Policy, decide
+from ade_tasks.agents.policy import ALWAYS_TOOLS, READ_ONLY_TOOLS, WRITE_TOOLS, Policy, decide
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.settings import ModelPrice
 from ade_workers.agents.providers import (
@@ -35,6 +38,14 @@ SessionStatus = Literal[
 ]
 Record = Callable[[str, dict[str, Any]], None]
 DECLINED = "declined by an operator"
+INTERRUPTED = (
+    "{tool} was interrupted when its worker stopped: it started, but its outcome is unknown "
+    "(it may have done part or all of its work, or none). Check the current state before "
+    "calling it again."
+)
+STARTED_EVENT = "agent.tool_started"
+#: Calls that change nothing: after a crash they run again instead of being reported unknown.
+REPEATABLE_TOOLS = READ_ONLY_TOOLS | ALWAYS_TOOLS
 NO_DECISIONS = ToolDecisions(frozenset(), frozenset(), frozenset())
 
 
@@ -81,6 +92,7 @@ class _State:
     last_calls: list[dict[str, Any]] | None = None  # None until the first model turn
     done: set[str] = field(default_factory=set)
     asked: set[str] = field(default_factory=set)
+    started: set[str] = field(default_factory=set)
     report: dict[str, Any] | None = None
 
 
@@ -149,6 +161,8 @@ def run_session(
             },
             "stop_reason": turn.stop_reason,
         }
+        # A model may echo a secret the prompt held; the transcript keeps only the mask.
+        data = tool_ctx.masker.mask_value(data)
         record("agent.model_turn", data)
         _add_turn(state, data)
 
@@ -174,6 +188,8 @@ def _replay(system: str, prompt: str, history: list[tuple[str, dict[str, Any]]])
             _add_result(state, data)
         elif kind == "agent.approval_request":
             state.asked.add(data["tool_call_id"])
+        elif kind == STARTED_EVENT:
+            state.started.add(data["tool_call_id"])
         # agent.refused is a note for people; its refusal was also recorded as a tool result.
     return state
 
@@ -189,6 +205,7 @@ def _add_turn(state: _State, data: dict[str, Any]) -> None:
     # Results and approval requests that follow belong to this turn's calls.
     state.done = set()
     state.asked = set()
+    state.started = set()
     message: Message = {"role": "assistant", "content": state.last_text}
     if calls:
         message["tool_calls"] = [
@@ -223,6 +240,9 @@ def _settle(
 ) -> dict[str, Any] | None:
     """Run or refuse one call and record its result; the approval request when one is needed."""
     call_id, name, arguments = call["id"], call["name"], call["arguments"]
+    if call_id in state.started:  # it ran, or began to, in an attempt that died
+        _finish(call, state, record, ToolResult(False, INTERRUPTED.format(tool=name)), True)
+        return None
     if name not in tools:
         reason = f"tool {name} is not available in this session"
         record("agent.refused", {"tool_call_id": call_id, "tool": name, "reason": reason})
@@ -231,7 +251,12 @@ def _settle(
         result = ToolResult(False, f"{name}: {call['arguments_error']}")
     else:
         decision = decide(
-            policy, name, writes_or_runs_in=_target(name, arguments), worktree=ctx.worktree
+            policy,
+            name,
+            paths=call_paths(name, arguments),
+            writes=name in WRITE_TOOLS,
+            worktree=ctx.worktree,
+            protected=ctx.protected,
         )
         if decision.verdict == "deny":
             reason = f"refused: {decision.reason}"
@@ -255,7 +280,23 @@ def _settle(
                 state.asked.add(call_id)
             return pending
         else:
+            if name not in REPEATABLE_TOOLS:
+                record(STARTED_EVENT, {"tool_call_id": call_id, "tool": name})
+                state.started.add(call_id)
             result = run_tool(name, arguments, ctx)
+    _finish(call, state, record, result)
+    return None
+
+
+def _finish(
+    call: dict[str, Any],
+    state: _State,
+    record: Record,
+    result: ToolResult,
+    interrupted: bool = False,
+) -> None:
+    """Record a call's result and add it to the conversation."""
+    call_id, name = call["id"], call["name"]
     content = result.content
     if len(content) > TOOL_RESULT_CAP:
         cut = len(content) - TOOL_RESULT_CAP
@@ -267,22 +308,34 @@ def _settle(
         "content": content,
         "is_error": not result.ok,
     }
+    if interrupted:
+        data["interrupted"] = True
     if name == "report" and result.ok:
         # Kept so a resumed session knows it already reported without running the tool again.
         data["report"] = dict(result.data)
     record("agent.tool_result", data)
     _add_result(state, data)
-    return None
 
 
-def _target(name: str, arguments: dict[str, Any]) -> Path | None:
-    """Where a call writes or runs, relative to the worktree, for the sandbox check."""
-    if name in WRITE_TOOLS:
-        path = arguments.get("path")
-        return Path(path).parent if isinstance(path, str) and path else Path(".")
-    if name in COMMAND_TOOLS:
-        return Path(".")
-    return None
+#: The argument naming the path each engine tool acts on, and its default.
+PATH_ARGUMENTS: dict[str, tuple[str, str | None]] = {
+    "read_file": ("path", None),
+    "list_dir": ("path", "."),
+    "grep": ("path", "."),
+    "glob": ("", "."),  # a glob searches the whole worktree
+    "write_file": ("path", None),
+    "edit_file": ("path", None),
+}
+
+
+def call_paths(name: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+    """The paths an engine tool call names, as given, for `decide` (none for bash, todo,
+    report: a command is judged by the tool rules, never by a working directory)."""
+    if name not in PATH_ARGUMENTS:
+        return ()
+    key, default = PATH_ARGUMENTS[name]
+    value = arguments.get(key, default) if key else default
+    return (value,) if isinstance(value, str) else ()
 
 
 def _over_budget(state: _State, limits: SessionLimits) -> tuple[SessionStatus, str] | None:

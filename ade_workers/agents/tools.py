@@ -1,9 +1,12 @@
 """The engine's own agent tools, for HTTP providers: files, search, bash, a todo list, a report.
 
 Every path an agent names is resolved inside the worktree on real paths (`resolve_inside`), so
-`..`, absolute paths and symlinks (or chains of them) leading out are refused. A tool never
-raises to the agent loop: `run_tool` turns bad arguments, refused paths and unexpected
-exceptions into error results the model can read and correct. All output passes the masker.
+`..`, absolute paths and symlinks (or chains of them) leading out are refused. The engine's own
+data (`ProtectedPaths`: `.ade/`, the database, the token file) is refused by name and left out
+of listings, globs and searches, and nothing under `.git` is written. A tool never raises to
+the agent loop: `run_tool` turns bad arguments, refused paths and unexpected exceptions into
+error results the model can read and correct. All output passes the masker, which also knows
+the engine's own credentials (`ProtectedPaths.secrets`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.globs import glob_regex
 from ade_tasks.paths import resolve_inside
@@ -54,7 +58,13 @@ class ToolResult:
 
 @dataclass
 class ToolContext:
-    """The session state tools act on: the worktree, the allow-listed env, and the agent's notes."""
+    """The session state tools act on: the worktree, the allow-listed env, what the engine
+    protects, and the agent's notes.
+
+    `protected` defaults to what the worktree alone tells (`ProtectedPaths.for_worktree`); pass
+    `ProtectedPaths.from_settings` to protect the configured data dir and database too. Its
+    secrets join the masker.
+    """
 
     worktree: Path
     env: Mapping[str, str]
@@ -64,6 +74,19 @@ class ToolContext:
     time_left: Callable[[], float] = lambda: math.inf
     todos: list[dict[str, str]] = field(default_factory=list)
     report: dict[str, Any] | None = None
+    protected: ProtectedPaths | None = None
+
+    def __post_init__(self) -> None:
+        if self.protected is None:
+            self.protected = ProtectedPaths.for_worktree(self.worktree)
+        if self.protected.secrets:
+            self.masker = self.masker.with_values(self.protected.secrets)
+
+    @property
+    def guard(self) -> ProtectedPaths:
+        """What the engine protects in this worktree."""
+        assert self.protected is not None  # set in __post_init__
+        return self.protected
 
 
 Tool = Callable[[dict[str, Any], ToolContext], ToolResult]
@@ -72,11 +95,16 @@ Tool = Callable[[dict[str, Any], ToolContext], ToolResult]
 # --- paths ---------------------------------------------------------------------------------
 
 
-def _resolve(ctx: ToolContext, path: str) -> Path:
+def _resolve(ctx: ToolContext, path: str, *, writes: bool = False) -> Path:
     if not path:
         raise ToolError("path is empty; give a path relative to the worktree")
+    if "\x00" in path:
+        raise ToolError(f"path {path!r} contains a NUL byte; give a path relative to the worktree")
     if os.path.isabs(path):
         raise ToolError(f"path {path!r} is absolute; give a path relative to the worktree")
+    refusal = ctx.guard.refusal(path, writes=writes)
+    if refusal is not None:
+        raise ToolError(f"refused: {refusal}")
     try:
         return resolve_inside(ctx.worktree, path)
     except PolicyViolationError as exc:
@@ -93,16 +121,26 @@ def _is_binary(path: Path) -> bool:
         return b"\x00" in handle.read(BINARY_SNIFF)
 
 
+def _hidden(ctx: ToolContext, full: str) -> bool:
+    """Whether a listing leaves `full` out: engine data, by its name or where it leads."""
+    return ctx.guard.hides(full) or ctx.guard.hides(os.path.realpath(full))
+
+
 def _walk_files(ctx: ToolContext, start: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, real path) of every file under `start`, skipping .git and escapes."""
+    """(relative path, real path) of every file under `start`, skipping .git, the engine's
+    data and escapes."""
     real_root = os.path.realpath(ctx.worktree)
     for dirpath, dirnames, filenames in os.walk(start):  # never follows directory symlinks
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        dirnames[:] = sorted(
+            d for d in dirnames if d != ".git" and not _hidden(ctx, os.path.join(dirpath, d))
+        )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             real = os.path.realpath(full)
             if os.path.commonpath([real_root, real]) != real_root or not os.path.isfile(real):
                 continue  # a symlink leading out of the worktree, or to nothing
+            if _hidden(ctx, full):
+                continue  # the engine's data, or a symlink to it
             yield Path(os.path.relpath(full, real_root)).as_posix(), Path(real)
 
 
@@ -156,6 +194,7 @@ def list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     entries = sorted(
         f"{entry.name}/" if entry.is_dir(follow_symlinks=False) else entry.name
         for entry in os.scandir(real)
+        if not _hidden(ctx, entry.path)
     )
     shown = entries[:LIST_CAP]
     content = "\n".join(shown)
@@ -220,11 +259,9 @@ def grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 def _writable(ctx: ToolContext, path: str) -> tuple[Path, str]:
-    real = _resolve(ctx, path)
-    rel = _relative(ctx, real)
     # Git runs hooks and reads config from .git: a write there would reach beyond the worktree.
-    if rel == ".git" or rel.startswith(".git/"):
-        raise ToolError(f"refused: {rel} is inside .git; agents do not write git internals")
+    real = _resolve(ctx, path, writes=True)
+    rel = _relative(ctx, real)
     if real.is_dir():
         raise ToolError(f"{rel} is a directory")
     return real, rel

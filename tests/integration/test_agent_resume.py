@@ -102,3 +102,40 @@ def test_a_session_whose_worker_is_killed_resumes_without_repeating_its_tool_cal
     with cluster.session_factory() as session:
         (step,) = runs_db.list_steps(session, run_id)
     assert (step.step_id, step.status) == ("session", "succeeded")
+
+
+def test_a_command_in_flight_when_its_worker_died_is_reported_interrupted_not_run_again(
+    cluster: Cluster, project: Path, llm: ScriptedModelServer
+) -> None:
+    # Given a session whose bash call is still running when its worker is SIGKILLed
+    add_agent_rule(cluster)
+    command = "echo once >> side-effect.txt; sleep 20"
+    llm.script(
+        tool_calls(("call_1", "bash", {"command": command})),
+        text("noted: the command's outcome is unknown"),
+    )
+    providers = {"openai": {"base_url": llm.url, "api_key": "sk-test-key"}}
+    env = {"ADE_PROVIDERS": json.dumps(providers)}
+    victim = cluster.worker(queues="ade.agent", env=env)
+    cluster.worker(queues="ade.control")
+    cluster.beat()
+    run_id = dispatch(
+        cluster.session_factory, cluster.sender(), "agent", TriggerEvent.manual()
+    ).run.id
+    side_effect = project / "side-effect.txt"
+    wait_until(side_effect.exists, 30, "the command to start")
+
+    # When the worker dies mid-command and another one resumes the session
+    victim.signal(signal.SIGKILL)
+    cluster.worker(queues="ade.agent", env=env)
+    row = finished(cluster, run_id, timeout=60)
+
+    # Then the command ran once, and the model was told its outcome is unknown
+    assert row.status == "succeeded", row.error
+    assert side_effect.read_text() == "once\n"
+    (result,) = [d for k, d in events(cluster, run_id) if k == "agent.tool_result"]
+    assert (result["tool_call_id"], result["is_error"]) == ("call_1", True)
+    assert "interrupted" in result["content"] and "unknown" in result["content"]
+    sent = llm.requests[-1].json["messages"][-1]
+    assert sent["role"] == "tool" and sent["tool_call_id"] == "call_1"
+    assert "interrupted" in sent["content"]

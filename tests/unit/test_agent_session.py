@@ -30,7 +30,7 @@ from ade_workers.agents.session import SessionLimits, SessionOutcome, run_sessio
 from ade_workers.agents.tools import ToolContext
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]
-ALLOW = Policy(fallback="allow")
+ALLOW = Policy(fallback="allow", mode="full-auto")
 ALL_TOOLS = ["read_file", "list_dir", "write_file", "bash", "todo", "report"]
 
 
@@ -158,10 +158,16 @@ def test_tool_call_round_trip_with_real_tools(worktree: Path) -> None:
         "content": "     1\tone\n",
         "is_error": False,
     }
-    # And each model turn was recorded before its tool result
-    assert transcript.kinds() == ["agent.model_turn", "agent.tool_result"] * 2 + [
-        "agent.model_turn"
+    # And each model turn was recorded before its tool result, the write marked as started
+    assert transcript.kinds() == [
+        "agent.model_turn",
+        "agent.tool_started",
+        "agent.tool_result",
+        "agent.model_turn",
+        "agent.tool_result",
+        "agent.model_turn",
     ]
+    assert transcript.of("agent.tool_started") == [{"tool_call_id": "c1", "tool": "write_file"}]
     assert transcript.events[0][1] == {
         "text": "",
         "tool_calls": [
@@ -178,7 +184,7 @@ def test_tool_call_round_trip_with_real_tools(worktree: Path) -> None:
 
 def test_denied_tool_is_refused_and_the_session_goes_on(worktree: Path) -> None:
     # Given a policy that denies bash, and a model that calls it, then answers
-    policy = Policy(denied_tools=("bash",), fallback="allow")
+    policy = Policy(denied_tools=("bash",), fallback="allow", mode="full-auto")
     provider = ScriptedProvider(
         turn(ToolCall("c1", "bash", {"command": "touch ran"})), turn(text="Could not run it.")
     )
@@ -199,7 +205,7 @@ def test_denied_tool_is_refused_and_the_session_goes_on(worktree: Path) -> None:
 
 def test_write_outside_the_sandbox_is_refused(worktree: Path) -> None:
     # Given a sandbox of src/ and a model writing outside it
-    policy = Policy(sandbox_root="src", fallback="allow")
+    policy = Policy(sandbox_root="src", fallback="allow", mode="full-auto")
     provider = ScriptedProvider(
         turn(ToolCall("c1", "write_file", {"path": "docs/x.md", "content": "x"})),
         turn(text="ok"),
@@ -212,7 +218,7 @@ def test_write_outside_the_sandbox_is_refused(worktree: Path) -> None:
     # Then the write was refused by the policy
     assert not (worktree / "docs").exists()
     (refused,) = transcript.of("agent.refused")
-    assert refused["reason"] == "refused: write_file outside sandbox_root src: ../docs"
+    assert refused["reason"] == "refused: write_file outside sandbox_root src: ../docs/x.md"
 
 
 def test_tool_not_exposed_is_refused(worktree: Path) -> None:
@@ -253,7 +259,7 @@ def test_bad_arguments_are_shown_to_the_model(worktree: Path) -> None:
     assert "not valid JSON" in message["content"]
 
 
-ASK = Policy(allowed_tools=("read_file",), fallback="ask")
+ASK = Policy(allowed_tools=("read_file",), fallback="ask", mode="full-auto")
 APPEND = ToolCall("c1", "bash", {"command": "echo ran >> log.txt"})
 
 
@@ -506,3 +512,128 @@ def test_long_tool_output_is_capped(worktree: Path) -> None:
     assert len(result["content"]) < 20_100
     assert result["content"].endswith("more characters cut; ask for less]")
     assert _last_tool_message(provider)["content"] == result["content"]
+
+
+def _crashed_mid_call(command: str) -> Transcript:
+    """A transcript whose worker died while call `b` (started, no result) was running."""
+    calls = [{"id": "b", "name": "bash", "arguments": {"command": command}}]
+    turn_data = {
+        "text": "Running it.",
+        "tool_calls": calls,
+        "usage": {"input_tokens": 50, "output_tokens": 7},
+        "stop_reason": "tool_use",
+    }
+    return Transcript(
+        [
+            ("agent.model_turn", turn_data),
+            ("agent.tool_started", {"tool_call_id": "b", "tool": "bash"}),
+        ]
+    )
+
+
+def test_a_call_in_flight_when_its_worker_died_is_reported_interrupted_not_run_again(
+    worktree: Path,
+) -> None:
+    # Given a session whose bash call had started when its worker died
+    transcript = _crashed_mid_call("echo b >> log.txt")
+    provider = ScriptedProvider(turn(text="I will check log.txt first."))
+
+    # When the session resumes
+    outcome = session(provider, worktree, transcript)
+
+    # Then the command did not run again; the model got an error result saying so
+    assert not (worktree / "log.txt").exists()
+    (result,) = transcript.of("agent.tool_result")
+    assert result["tool_call_id"] == "b"
+    assert (result["ok"], result["is_error"], result["interrupted"]) == (False, True, True)
+    assert result["content"].startswith(
+        "bash was interrupted when its worker stopped: it started, but its outcome is unknown"
+    )
+    assert _last_tool_message(provider)["content"] == result["content"]
+    assert (outcome.status, outcome.turns) == ("completed", 2)
+    assert transcript.kinds().count("agent.tool_started") == 1
+
+
+def test_a_call_that_never_started_runs_on_resume_and_reads_run_again(worktree: Path) -> None:
+    # Given a turn of a read and a write whose worker died before either was recorded as done
+    calls = [
+        {"id": "r", "name": "read_file", "arguments": {"path": "README.md"}},
+        {"id": "w", "name": "write_file", "arguments": {"path": "a.txt", "content": "a"}},
+    ]
+    transcript = Transcript(
+        [("agent.model_turn", {"text": "", "tool_calls": calls, "usage": {}, "stop_reason": ""})]
+    )
+
+    # When the session resumes
+    session(ScriptedProvider(turn(text="ok")), worktree, transcript)
+
+    # Then both ran, and only the write was marked as started (a read can simply run again)
+    assert (worktree / "a.txt").read_text() == "a"
+    assert [r["ok"] for r in transcript.of("agent.tool_result")] == [True, True]
+    assert transcript.of("agent.tool_started") == [{"tool_call_id": "w", "tool": "write_file"}]
+
+
+TOKEN = "ade_tok_0123456789abcdef"
+
+
+def _dev_worktree(worktree: Path) -> None:
+    """A worktree that is also the directory `ade-tasks dev` runs in."""
+    (worktree / ".ade").mkdir()
+    (worktree / ".ade" / "api-token").write_text(TOKEN + "\n")
+    (worktree / ".ade" / "ade.db").write_bytes(b"SQLite format 3\x00")
+
+
+def test_the_engine_data_in_the_worktree_is_refused_even_in_plan_mode(worktree: Path) -> None:
+    # Given dev mode's data in the worktree and a plan-mode session allowing reads
+    _dev_worktree(worktree)
+    policy = Policy(allowed_tools=("read_file", "list_dir", "glob", "grep"), mode="plan")
+    provider = ScriptedProvider(
+        turn(
+            ToolCall("c1", "read_file", {"path": ".ade/api-token"}),
+            ToolCall("c2", "grep", {"pattern": "ade_tok"}),
+            ToolCall("c3", "list_dir", {}),
+        ),
+        turn(text="ok"),
+    )
+    transcript = Transcript()
+
+    # When the model reads the token, searches for it and lists the worktree
+    session(provider, worktree, transcript, policy=policy, tools=["read_file", "grep", "list_dir"])
+
+    # Then the read is refused by the engine, and neither search nor listing reveals it
+    read, search, listing = transcript.of("agent.tool_result")
+    assert read["is_error"] and "engine's own data" in read["content"]
+    assert search["content"] == "[no matches]"
+    assert ".ade" not in listing["content"]
+    assert TOKEN not in json.dumps(transcript.events) + json.dumps(provider.requests)
+
+
+def test_the_dev_token_is_masked_in_what_a_command_prints(worktree: Path) -> None:
+    # Given a full-auto session in dev mode's directory, its bash printing the token
+    _dev_worktree(worktree)
+    provider = ScriptedProvider(
+        turn(ToolCall("c1", "bash", {"command": "cat .ade/api-token"})),
+        turn(text="ok"),
+    )
+    transcript = Transcript()
+
+    # When the session runs
+    session(provider, worktree, transcript)
+
+    # Then the model and the transcript only see the mask
+    (result,) = transcript.of("agent.tool_result")
+    assert "***" in result["content"]
+    assert TOKEN not in json.dumps(transcript.events) + json.dumps(provider.requests)
+
+
+def test_a_model_turn_echoing_a_secret_is_recorded_masked(worktree: Path) -> None:
+    # Given a session whose masker knows a secret, and a model that echoes it
+    _dev_worktree(worktree)
+    transcript = Transcript()
+
+    # When the session runs
+    session(ScriptedProvider(turn(text=f"the token is {TOKEN}")), worktree, transcript)
+
+    # Then the transcript keeps only the mask
+    (recorded,) = transcript.of("agent.model_turn")
+    assert recorded["text"] == "the token is ***"

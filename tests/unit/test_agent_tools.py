@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
+from ade_tasks.settings import Settings
 from ade_workers.agents.tools import READ_CAP, TOOL_SPECS, TOOLS, ToolContext, run_tool
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -97,6 +99,96 @@ def test_walks_skip_symlinks_leading_out(lane: Path, ctx: ToolContext) -> None:
     found = run_tool("glob", {"pattern": "**"}, ctx)
     assert grep.ok and grep.content == "[no matches]"
     assert "link_out" not in found.content and "chain_a" not in found.content
+
+
+# --- the engine's own data ------------------------------------------------------------------
+
+TOKEN = "ade_tok_0123456789abcdef"
+
+
+@pytest.fixture
+def dev_lane(lane: Path) -> Path:
+    """The worktree holding dev mode's data, plus a symlink to it and a nested project's."""
+    (lane / ".ade").mkdir()
+    (lane / ".ade" / "api-token").write_text(TOKEN + "\n")
+    (lane / ".ade" / "ade.db").write_text(f"db {TOKEN}\n")
+    (lane / "src" / "sub" / ".ade").mkdir(parents=True)
+    (lane / "src" / "sub" / ".ade" / "api-token").write_text(TOKEN + "\n")
+    (lane / "token_link").symlink_to(lane / ".ade" / "api-token")
+    (lane / "data_link").symlink_to(lane / ".ade")
+    return lane
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".ade/api-token", ".ade", "token_link", "data_link/ade.db", "src/sub/.ade/api-token",
+     "src/../.ade/api-token", ".ADE/api-token"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    ("tool", "extra"),
+    [
+        ("read_file", {}),
+        ("list_dir", {}),
+        ("grep", {"pattern": "ade_tok"}),
+        ("write_file", {"content": "x"}),
+        ("edit_file", {"old": "ade", "new": "x"}),
+    ],
+)
+def test_the_engine_data_is_refused_by_every_tool(
+    dev_lane: Path, ctx: ToolContext, path: str, tool: str, extra: dict[str, str]
+) -> None:
+    # When a tool names the engine's data, directly, by symlink or by a detour
+    result = run_tool(tool, {"path": path, **extra}, ctx)
+    # Then it is refused as such and nothing is shown or changed
+    assert not result.ok
+    assert "the engine's own data" in result.content and TOKEN not in result.content
+    assert (dev_lane / ".ade" / "api-token").read_text() == TOKEN + "\n"
+
+
+def test_searches_and_listings_leave_the_engine_data_out(dev_lane: Path, ctx: ToolContext) -> None:
+    grep = run_tool("grep", {"pattern": "ade_tok"}, ctx)
+    found = run_tool("glob", {"pattern": "**"}, ctx)
+    listing = run_tool("list_dir", {}, ctx)
+    assert (grep.ok, grep.content) == (True, "[no matches]")
+    assert ".ade" not in found.content and "token_link" not in found.content
+    assert "src/app.py" in found.content
+    assert ".ade/" not in listing.content.split("\n") and "data_link" not in listing.content
+    assert "README.md" in listing.content
+
+
+def test_the_token_of_a_dev_stack_in_the_worktree_is_masked(
+    dev_lane: Path, ctx: ToolContext
+) -> None:
+    result = run_tool("bash", {"command": "cat .ade/api-token; echo done"}, ctx)
+    assert TOKEN not in result.content and "***" in result.content
+
+
+def test_settings_protect_a_data_dir_and_mask_the_engine_credentials(
+    lane: Path, tmp_path: Path
+) -> None:
+    # Given a data dir named otherwise inside the worktree and credentials in settings
+    (lane / "state").mkdir()
+    (lane / "state" / "api-token").write_text("dev-token-value\n")
+    settings = Settings(
+        data_dir=lane / "state",
+        api_token="api-token-value",
+        github={"token": "ghp_value"},
+        providers={"openai": {"api_key": "sk-value"}},
+        database_url="postgresql+psycopg://ade:pg-password@db/ade",
+    )
+    ctx = ToolContext(
+        worktree=lane, env=ENV, protected=ProtectedPaths.from_settings(settings, lane)
+    )
+
+    # When a tool reads the data dir, and a command prints every credential
+    read = run_tool("read_file", {"path": "state/api-token"}, ctx)
+    values = "dev-token-value api-token-value ghp_value sk-value pg-password"
+    printed = run_tool("bash", {"command": f"echo {values}"}, ctx)
+
+    # Then the read is refused and the command's output is masked
+    assert not read.ok and "the data directory" in read.content
+    assert printed.content == "*** *** *** *** ***\n[exit code 0]"
+    assert "api-token-value" not in repr(ctx.protected)
 
 
 # --- read-only tools -----------------------------------------------------------------------
