@@ -20,6 +20,10 @@ The supervisor ends the command's container when
 Only then does it report how the command ended (or why it could not start), so when
 `ContainedProcess.finish` returns, nothing of the command is left.
 
+The command's stdout and stderr arrive merged on one pipe and its stdin is /dev/null, unless the
+caller opts in (`stdin=True`, `separate_stderr=True`, for a command spoken to over a protocol,
+such as `codex app-server`): the extra pipe ends ride to the supervisor with the request.
+
 A supervisor serves one command at a time and is reused: a worker process keeps up to
 `MAX_IDLE` idle ones, so a short command costs one round trip on a socket, not the ~8 ms a fresh
 Python takes to start (`true` itself takes ~1 ms). Forking the worker instead would run Python in a
@@ -67,24 +71,56 @@ class ContainedProcess:
     """A command running in a container of its own, as the worker sees it."""
 
     def __init__(
-        self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], kill_grace: float
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        kill_grace: float,
+        stdin: bool = False,
+        separate_stderr: bool = False,
     ) -> None:
         request = {
             "argv": [os.fspath(arg) for arg in argv],
             "cwd": cwd,
             "env": dict(env),
             "grace": kill_grace,
+            "stdin": stdin,
+            "stderr": separate_stderr,
         }
-        out_r, out_w = os.pipe()
+        # The child's ends ride to the supervisor in this order: output, [stdin], [stderr].
+        ours: list[int] = []
+        theirs: list[int] = []
         try:
-            self._link: _Link | None = _hand_over(request, out_w)
+            out_r, out_w = os.pipe()
+            ours.append(out_r)
+            theirs.append(out_w)
+            if stdin:
+                in_r, in_w = os.pipe()
+                ours.append(in_w)
+                theirs.append(in_r)
+            if separate_stderr:
+                err_r, err_w = os.pipe()
+                ours.append(err_r)
+                theirs.append(err_w)
+            self._link: _Link | None = _hand_over(request, theirs)
         except BaseException:
-            os.close(out_r)
+            for fd in ours:
+                os.close(fd)
             raise
         finally:
-            os.close(out_w)
-        #: The command's stdout and stderr, merged; EOF once nothing of it is left.
-        self.output: io.BufferedReader = os.fdopen(out_r, "rb")
+            for fd in theirs:
+                os.close(fd)
+        fds = iter(ours)
+        #: The command's stdout (and stderr, unless `separate_stderr`); EOF once nothing of it
+        #: is left.
+        self.output: io.BufferedReader = os.fdopen(next(fds), "rb")
+        #: The command's stdin when asked for (`stdin=True`); close it to send EOF.
+        self.stdin: io.BufferedWriter | None = os.fdopen(next(fds), "wb") if stdin else None
+        #: The command's stderr when asked for (`separate_stderr=True`).
+        self.stderr: io.BufferedReader | None = (
+            os.fdopen(next(fds), "rb") if separate_stderr else None
+        )
 
     def __enter__(self) -> ContainedProcess:
         return self
@@ -133,12 +169,12 @@ class ContainedProcess:
             self._link = None
 
 
-def _hand_over(request: Message, out: int) -> _Link:
+def _hand_over(request: Message, fds: Sequence[int]) -> _Link:
     """Give a command to an idle supervisor, or to a fresh one if that one has died meanwhile."""
     for attempt in range(2):
         link = _links.take()
         try:
-            link.send(request, [out])
+            link.send(request, fds)
             return link
         except BaseException as exc:
             _links.discard(link)
@@ -241,7 +277,7 @@ def _send(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> Non
 def _receive(sock: socket.socket) -> tuple[Message | None, list[int]]:
     """The next message and the file descriptors that came with it; None at EOF."""
     try:
-        head, fds, _, _ = socket.recv_fds(sock, 4, 1)
+        head, fds, _, _ = socket.recv_fds(sock, 4, 3)  # output, [stdin], [stderr]
         if head:
             head += _receive_exactly(sock, 4 - len(head))
         if len(head) < 4:
@@ -294,20 +330,24 @@ class Supervisor:
             if request is None:
                 return
             if "argv" in request and fds:
-                self._run(request, fds[0])
+                self._run(request, fds)
             else:  # a stop that crossed the last command's report
                 for fd in fds:
                     os.close(fd)
 
-    def _run(self, request: Message, out: int) -> None:
+    def _run(self, request: Message, fds: list[int]) -> None:
+        handed = iter(fds)
+        out = next(handed)
+        stdin = next(handed, None) if request.get("stdin") else None
+        stderr = next(handed, None) if request.get("stderr") else None
         try:
             command = subprocess.Popen(
                 request["argv"],
                 cwd=request["cwd"],
                 env=request["env"],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if stderr is None else stderr,
                 start_new_session=True,  # its own group and session: a killpg of it misses us
             )
         except OSError as exc:
@@ -317,7 +357,8 @@ class Supervisor:
             self._report({"error": str(exc)})
             return
         finally:
-            os.close(out)
+            for fd in fds:  # the command holds its copies; ours would keep its pipes open
+                os.close(fd)
         self._command, self._ended, self._exit_code = command.pid, False, None
         self._kill_all(self._wait(float(request["grace"])))
         command.returncode = self._exit_code  # reaped by _reap, so Popen must not wait for it
