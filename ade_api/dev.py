@@ -3,6 +3,16 @@
 SQLite under ./.ade/, Celery's in-memory broker, a real Celery worker (thread pool) and beat
 in threads, and the API served by uvicorn in the main thread. Because the database is the
 record, a run queued before a restart is re-sent at start-up by the recovery sweep.
+
+The data directory stays `./.ade/`, inside the default project's root (the working
+directory), although agent sessions work there: the CLI run in this directory finds the
+stack's token in it, and deleting it resets the stack. What keeps agents out of it is not
+its place but the engine: `ProtectedPaths` refuses every agent tool's read or write of a
+`.ade` directory (and of a data dir configured elsewhere), leaves it out of listings and
+searches, and every session masks the token's value. Commands an agent runs (`bash`, in
+`edit` mode only with an approval) are the worker's user and could read it, which is why the
+token is masked in their output too; and the directory holds a `.gitignore` of `*`, so a
+`git add -A` in the project never commits the database or the token.
 """
 
 from __future__ import annotations
@@ -92,6 +102,18 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+DATA_DIR_GITIGNORE = "# ade-tasks dev: the local stack's database and token; never commit them\n*\n"
+
+
+def ensure_data_dir(settings: Settings) -> None:
+    """The data directory, private to this user when created, with a `.gitignore` of `*`."""
+    data_dir = settings.data_dir
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ignore = data_dir / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(DATA_DIR_GITIGNORE)
+
+
 def ensure_dev_token(session_factory: SessionFactory, settings: Settings) -> str:
     """The local stack's admin token, written to `<data dir>/api-token` (0600) the first time so
     the CLI in this directory is signed in; a token revoked since is replaced."""
@@ -115,6 +137,7 @@ def run_dev(settings: Settings) -> None:
     configure_logging(settings.log_format, logging.WARNING)
     if not settings.embedded:
         echo("note: ADE_DATABASE_URL points at a server; dev mode still uses it as configured")
+    ensure_data_dir(settings)
     engine = create_db_engine(settings.effective_database_url)
     echo(f"[1/4] migrating {engine.url.render_as_string(hide_password=True)}")
     upgrade(engine)

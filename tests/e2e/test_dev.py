@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -252,3 +253,63 @@ def test_an_emitted_event_is_stored_handed_over_and_run_in_dev(dev: Dev, workdir
         "the run to succeed",
     )
     assert run["rule_id"] == "on-commit"
+
+
+def test_a_plan_mode_session_in_dev_never_reads_or_shows_the_stacks_token(
+    dev: Dev, workdir: Path
+) -> None:
+    # Given dev's data dir inside the project root, and a plan-mode agent that goes for the token
+    from sqlalchemy import text as sql
+
+    from tests.fake_llm import ScriptedModelServer
+    from tests.integration.test_agent_runs import text, tool_calls
+
+    write_rule(
+        workdir / "config" / "rules",
+        "zz-agent.yaml",
+        """
+        id: snoop
+        triggers: [{type: manual}]
+        execution:
+          kind: agent-session
+          provider: openai
+          model: gpt-4o-mini
+          permission_mode: plan
+          prompt: "Summarise the project."
+        """,
+    )
+    with ScriptedModelServer() as llm:
+        providers = {"openai": {"base_url": llm.url, "api_key": "sk-test-key"}}
+        dev.env = {**dev.env, "ADE_PROVIDERS": json.dumps(providers)}
+        dev.start()
+        token = (workdir / ".ade" / "api-token").read_text().strip()
+        llm.script(
+            tool_calls(
+                ("c1", "read_file", {"path": ".ade/api-token"}),
+                ("c2", "grep", {"pattern": re.escape(token[:12]), "path": "."}),
+                ("c3", "list_dir", {"path": "."}),
+            ),
+            text("nothing to see"),
+        )
+
+        # When the session runs
+        ran = dev.cli("run", "snoop", "--wait")
+
+        # Then it succeeded without the token reaching the model or the run's events
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        sent = json.dumps([request.json for request in llm.requests])
+    engine = create_db_engine(f"sqlite:///{workdir / '.ade' / 'ade.db'}")
+    with engine.connect() as connection:
+        events = [row[0] for row in connection.execute(sql("SELECT data FROM run_events"))]
+    engine.dispose()
+    recorded = json.dumps(events)
+    assert token not in sent and token not in recorded
+    results = {
+        data["tool_call_id"]: data["content"]
+        for data in (json.loads(e) if isinstance(e, str) else e for e in events)
+        if "tool_call_id" in data and "content" in data
+    }
+    assert "the engine's own data" in results["c1"]
+    assert results["c2"] == "[no matches]" and ".ade/" not in results["c3"].split()
+    # And the data dir keeps itself out of git
+    assert (workdir / ".ade" / ".gitignore").read_text().endswith("*\n")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 
-from ade_api.dev import api_server_config
+from ade_api.dev import api_server_config, ensure_data_dir
 from ade_api.header_timeout import HeaderTimeoutProtocol
 from ade_tasks.settings import Settings
 
@@ -52,3 +53,19 @@ def test_the_embedded_api_redacts_credentials_in_its_log_lines(
     err = capsys.readouterr().err
     assert SECRET not in err, err
     assert "token=[redacted]" in err and "api_key=[redacted]" in err, err
+
+
+def test_a_fresh_data_dir_is_private_and_kept_out_of_git(tmp_path: Path) -> None:
+    # When dev prepares a data dir that does not exist yet
+    ensure_data_dir(Settings(data_dir=tmp_path / ".ade"))
+    # Then it is this user's only, and git ignores everything in it
+    assert (tmp_path / ".ade").stat().st_mode & 0o077 == 0
+    assert (tmp_path / ".ade" / ".gitignore").read_text().splitlines()[-1] == "*"
+
+
+def test_an_edited_gitignore_in_the_data_dir_is_left_as_it_is(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / ".ade")
+    ensure_data_dir(settings)
+    (tmp_path / ".ade" / ".gitignore").write_text("*\n# kept\n")
+    ensure_data_dir(settings)
+    assert (tmp_path / ".ade" / ".gitignore").read_text() == "*\n# kept\n"
