@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from ade_tasks.agents.policy import Policy
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.settings import Settings
 from ade_workers.agents.providers import ModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
@@ -203,3 +205,53 @@ def test_429_then_success_inside_a_session(
     assert len(server.requests) == 3
     assert server.requests[1].at - server.requests[0].at >= 0.1
     assert server.requests[0].json == server.requests[1].json
+
+
+def _pointed_at(case: Case, reply: Reply, arguments: dict[str, Any]) -> Reply:
+    """The recorded tool-call turn with the call's arguments replaced."""
+    if case.name == "openai":
+        function = reply.body["choices"][0]["message"]["tool_calls"][0]["function"]
+        function["arguments"] = json.dumps(arguments)
+    else:
+        reply.body["content"][0]["input"] = arguments
+    return reply
+
+
+def test_the_engine_data_never_reaches_the_provider(
+    server: ScriptedModelServer, case: Case, worktree: Path
+) -> None:
+    # Given a data dir inside the worktree under another name, holding the API token
+    token = "ade_dev_token_value_0123456789"
+    (worktree / "state").mkdir()
+    (worktree / "state" / "api-token").write_text(token + "\n")
+    settings = Settings(data_dir=worktree / "state")
+    ctx = ToolContext(
+        worktree=worktree,
+        env={"PATH": os.environ["PATH"]},
+        protected=ProtectedPaths.from_settings(settings, worktree),
+    )
+    server.script(_pointed_at(case, case.tool_call(), {"path": "state/api-token"}), case.final())
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    # When the model reads it in a session allowed to read anything
+    with closing(case.make(server.url)) as provider:
+        outcome = run_session(
+            provider,
+            model="test-model",
+            max_tokens_per_turn=256,
+            system="You read files.",
+            prompt="What does the token say?",
+            tools=["read_file", "report"],
+            policy=Policy(allowed_tools=("*",), fallback="allow", mode="plan"),
+            tool_ctx=ctx,
+            limits=SessionLimits(max_turns=5, max_tokens=None, deadline=time.monotonic() + 30),
+            history=[],
+            record=lambda kind, data: events.append((kind, data)),
+        )
+
+    # Then the engine refused it, and the token reached neither the provider nor the transcript
+    assert outcome.status == "completed"
+    (refused,) = [data for kind, data in events if kind == "agent.refused"]
+    assert refused["reason"].startswith("refused: state/api-token is the engine's own data")
+    assert token not in json.dumps([r.json for r in server.requests])
+    assert token not in json.dumps(events)

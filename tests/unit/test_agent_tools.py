@@ -191,6 +191,27 @@ def test_settings_protect_a_data_dir_and_mask_the_engine_credentials(
     assert "api-token-value" not in repr(ctx.protected)
 
 
+def test_a_lane_inside_the_data_dir_is_searched_but_the_data_dir_is_not(tmp_path: Path) -> None:
+    # Given the default layout: the worktree is a lane under <data dir>/lanes/<project>
+    data = tmp_path / ".ade"
+    lane = data / "lanes" / "default" / "fix"
+    (lane / "src").mkdir(parents=True)
+    (lane / "src" / "a.py").write_text("x = 1\n")
+    (data / "api-token").write_text(TOKEN + "\n")
+    protected = ProtectedPaths.from_settings(Settings(data_dir=data), lane)
+    ctx = ToolContext(worktree=lane, env=ENV, protected=protected)
+    # When the agent globs and greps its lane
+    found = run_tool("glob", {"pattern": "**/*.py"}, ctx)
+    grep = run_tool("grep", {"pattern": "x = 1"}, ctx)
+    # Then its own files are there
+    assert (found.content, grep.content) == ("src/a.py", "src/a.py:1: x = 1")
+
+
+def test_a_path_with_a_nul_byte_is_a_clear_error(ctx: ToolContext) -> None:
+    result = run_tool("read_file", {"path": "README.md\x00.txt"}, ctx)
+    assert not result.ok and "contains a NUL byte" in result.content
+
+
 # --- read-only tools -----------------------------------------------------------------------
 
 
