@@ -1,7 +1,49 @@
 """One Codex session driven over `codex app-server` (JSON-RPC on stdio), the engine answering
 every approval codex asks for.
 
-PLACEHOLDER_ENFORCEMENT_TABLE
+`run_codex_session` writes a per-session CODEX_HOME (config.toml, an execpolicy rules file, an
+empty HOME), starts `codex app-server --strict-config` in a container of its own
+(`ContainedProcess`, stdin and stderr as pipes), does the handshake (`initialize`,
+`thread/start`, `turn/start`) and then answers every server request: approvals by the engine's
+`decide`, anything else refused. Items become the neutral run events the other providers
+record; token usage is checked after every model response. What codex 0.169 lets the engine
+enforce, verified against the real binary by tests/integration/test_codex_real.py:
+
+Per policy item, support in brackets:
+
+- Commands (`bash` in denied/allowed tools, the fallback) [enforced, one gap]:
+  `approval_policy = "on-request"` plus a rules file with a `prompt` rule for every program name
+  on PATH, in the worktree and in a base list (shells; `.`, `source`, `eval`; codex's "known
+  safe" `cat`, `ls`, `grep`, ...); a script that is not a plain word list is judged as `bash`.
+  Each command is an `item/commandExecution/requestApproval` that `decide` answers. The gap:
+  rules match basenames, so an executable outside PATH and the worktree under a name no rule
+  lists runs unasked, inside the sandbox.
+- File changes (`write_file`, `edit_file`, `sandbox_root`): `item/fileChange/requestApproval`
+  with the change's absolute paths (codex resolves `..`). Read-only sandbox [enforced]: every
+  change asks. Workspace-write [best-effort]: a change outside the writable roots (absolute,
+  `..`, `.git/`) asks; one inside the worktree (`.ade/` included) is applied unasked.
+- What commands may write [enforced by codex's bubblewrap sandbox]: read-only writes nothing,
+  even for an approved command; workspace-write the worktree only (not /tmp or $TMPDIR, `.git`
+  read-only); network off (`network_access = false`).
+- What may be read [unsupported]: the sandbox does not confine reads.
+- `max_tokens`, `max_cost_usd` [best-effort]: every `thread/tokenUsage/updated` (after each
+  model response) goes to `over_budget`; a reason kills the container at once. codex asks for a
+  tool call as soon as it streams, before that response's usage is known.
+- Deadline, cancel [enforced]: polled every 50 ms; the container is killed (TERM, then KILL
+  after `kill_grace`), codex and every command it started.
+- Credentials [enforced]: the key is in `ADE_CODEX_API_KEY` (the provider's `env_key`), given
+  to the codex process only; `OPENAI_API_KEY` and `CODEX_API_KEY` are dropped; commands get
+  `shell_environment_policy.inherit = "core"`, without the key.
+- No user or project settings [enforced; a machine's /etc/codex is outside reach]: CODEX_HOME
+  and HOME are per-session dirs; a worktree's `.codex/` (an untrusted project) is not loaded;
+  AGENTS.md is off; hooks, apps, plugins, memories, goals, sub-agents, web search, image tools
+  and shell snapshots are off; no MCP servers; `--strict-config` refuses unknown keys.
+- Other server requests (user input, MCP elicitation, permissions, dynamic tools) [enforced]:
+  refused with a JSON-RPC error and recorded as a `deny` decision.
+- `max_turns` [unsupported]: one app-server turn, no limit on model calls within it.
+- `ask`: answered as a decline; `CodexOutcome.pending` holds the first such request.
+- A denial's reason is recorded (`agent.tool_decision`); codex tells the model only "rejected
+  by user".
 """
 
 from __future__ import annotations
@@ -46,15 +88,16 @@ _QUIET = [
     "command/exec/outputDelta",
     "account/rateLimits/updated",
 ]
-#: Programs every rules file names, found on PATH or not: shells, interpreters, codex's own
-#: "known safe" list (which it would otherwise run without asking) and common tools.
+#: Programs every rules file names, found on PATH or not: shells and their builtins that run
+#: other code (`.`, `source`, `eval`, ...), interpreters, codex's own "known safe" list (which
+#: it would otherwise run without asking) and common tools.
 BASE_PROGRAMS = (
     "bash sh zsh dash fish ksh env sudo su nohup setsid timeout xargs time nice exec eval "
     "python python3 node nodejs perl ruby php lua deno bun npm npx pip pip3 uv make git "
     "cat cd cut echo expr false grep head id ls nl paste pwd rev seq stat tail tr true uname "
     "uniq wc which whoami base64 find rg sed numfmt tac awk sort diff less more file du df "
     "touch cp mv rm mkdir rmdir ln chmod chown curl wget tee dd tar gzip unzip apply_patch "
-    "applypatch"
+    "applypatch . source command builtin exec eval trap alias"
 ).split()
 _PROGRAM_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 # Features that bring tools outside the approval protocol (sub-agents, web, images, apps,

@@ -7,6 +7,7 @@ outputs the model got back), and the processes left behind (none).
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -393,3 +394,88 @@ def test_approval_round_trip(codex: str, server: ScriptedResponsesServer, tmp_pa
         f"p99 {p(to_result, 0.99):.1f} ms; approval->next approval p50 {p(cycle, 0.5):.1f} ms "
         f"p99 {p(cycle, 0.99):.1f} ms (median {statistics.median(cycle) * 1000:.1f} ms)"
     )
+
+
+def test_project_settings_in_the_worktree_change_nothing(
+    codex: str, server: ScriptedResponsesServer, tmp_path: Path
+) -> None:
+    # Given: a worktree whose .codex/ turns approvals off, opens the sandbox and allows `touch`,
+    # and whose AGENTS.md carries instructions
+    run = new_run(tmp_path, server, always("deny"))
+    project = run.worktree / ".codex"
+    (project / "rules").mkdir(parents=True)
+    (project / "config.toml").write_text(
+        'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n'
+    )
+    (project / "rules" / "open.rules").write_text(
+        'prefix_rule(pattern=["touch"], decision="allow")\n'
+    )
+    (run.worktree / "AGENTS.md").write_text("PROJECT-INSTRUCTIONS-MARKER\n")
+    server.script(Turn.command("touch project-marker", call_id="call_p"), Turn.text("done"))
+
+    outcome = session(codex, run)
+
+    # Then: the command was still asked (and denied), and AGENTS.md never reached the model
+    assert outcome.status == "completed", outcome
+    assert [r.command for r in run.requests] == ["/bin/bash -lc 'touch project-marker'"]
+    assert not (run.worktree / "project-marker").exists()
+    bodies = [json.dumps(r.json) for r in server.model_requests()]
+    assert not any("PROJECT-INSTRUCTIONS-MARKER" in body for body in bodies)
+
+
+def test_sourcing_a_script_the_model_wrote_unasked_is_still_asked(
+    codex: str, server: ScriptedResponsesServer, tmp_path: Path
+) -> None:
+    # Given: under workspace-write a patch in the worktree goes through unasked, so the model
+    # can write a script; running it by any name or through the shell's `.` / `source` asks.
+    server.script(
+        Turn.patch(add_file_patch("evil.sh", "touch sourced-marker"), call_id="call_write"),
+        Turn.command(". ./evil.sh", call_id="call_dot"),
+        Turn.command("source evil.sh", call_id="call_source"),
+        Turn.text("done"),
+    )
+    run = new_run(tmp_path, server, always("deny"))
+
+    outcome = session(codex, run)
+
+    assert outcome.status == "completed", outcome
+    assert (run.worktree / "evil.sh").exists()
+    assert [r.id for r in run.requests] == ["call_dot", "call_source"]
+    assert not (run.worktree / "sourced-marker").exists()
+
+
+def test_a_program_no_rule_names_runs_unasked_inside_the_sandbox(
+    codex: str, server: ScriptedResponsesServer, tmp_path: Path
+) -> None:
+    # The limit of execpolicy rules (the module docstring reports it): rules match programs by
+    # basename, and the rules list the names on PATH and in the worktree when the session
+    # starts. An executable elsewhere under another name runs without asking, confined only
+    # by codex's sandbox.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    program = elsewhere / "zz-unlisted-tool"
+    program.write_text("#!/bin/sh\ntouch unlisted-marker\n")
+    program.chmod(0o755)
+    server.script(Turn.command(str(program), call_id="call_unlisted"), Turn.text("done"))
+    run = new_run(tmp_path, server, always("deny"))
+
+    outcome = session(codex, run)
+
+    assert outcome.status == "completed", outcome
+    assert run.requests == []
+    assert (run.worktree / "unlisted-marker").exists()
+
+
+def test_an_allowed_command_cannot_write_outside_the_worktree(
+    codex: str, server: ScriptedResponsesServer, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside-by-command"
+    server.script(Turn.command(f"touch {outside}", call_id="call_out"), Turn.text("done"))
+    run = new_run(tmp_path, server, always("allow"))
+
+    outcome = session(codex, run, sandbox="workspace-write")
+
+    assert outcome.status == "completed", outcome
+    assert len(run.requests) == 1
+    assert not outside.exists()
+    assert "Read-only file system" in server.tool_outputs()["call_out"]
