@@ -195,7 +195,13 @@ def decide(
     """
     if isinstance(paths, str):
         raise TypeError(f"paths must be a sequence of paths, not the string {paths!r}")
-    guard = protected or ProtectedPaths(worktree=os.path.realpath(worktree))
+    real_worktree = os.path.realpath(worktree)
+    guard = protected or ProtectedPaths(worktree=real_worktree)
+    if guard.worktree != real_worktree:
+        raise ValueError(
+            f"the protected paths were built for {guard.worktree}, not for the worktree "
+            f"{real_worktree}; build them with ProtectedPaths.from_settings(settings, worktree)"
+        )
     writes = writes or tool in WRITE_TOOLS
     command = canonical_tool(tool) in COMMAND_TOOLS  # Claude Code's `Bash` is bash too
     for path in paths:

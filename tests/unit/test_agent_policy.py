@@ -363,3 +363,11 @@ def test_exposed_tools_drop_denied_tools() -> None:
 def test_a_tainted_session_keeps_read_only_tools_and_report() -> None:
     tools = [*REPO_READ, "write_file", "bash", "todo", "report"]
     assert narrow_for_taint(tools) == [*REPO_READ, "report"]
+
+
+def test_protected_paths_of_another_worktree_are_a_clear_error(
+    worktree: Path, tmp_path: Path
+) -> None:
+    other = ProtectedPaths.for_worktree(tmp_path)
+    with pytest.raises(ValueError, match="built for .*, not for the worktree"):
+        decide(Policy(), "read_file", worktree=worktree, protected=other)
