@@ -369,5 +369,5 @@ def test_protected_paths_of_another_worktree_are_a_clear_error(
     worktree: Path, tmp_path: Path
 ) -> None:
     other = ProtectedPaths.for_worktree(tmp_path)
-    with pytest.raises(ValueError, match="built for .*, not for the worktree"):
+    with pytest.raises(ValueError, match=r"built for .*, not for the worktree"):
         decide(Policy(), "read_file", worktree=worktree, protected=other)
