@@ -4,6 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
+# The real agent CLIs (pinned in tests/agent_clis) that the agent tests drive. Install scripts
+# stay off except claude-code's own, which only links the platform binary npm already fetched.
+AGENT_CLIS := $(VENV)/agent-clis
+CLIS_STAMP := $(AGENT_CLIS)/.installed
 
 .PHONY: dev test lint typecheck bench clean
 
@@ -21,11 +25,20 @@ $(CHROMIUM):
 	@echo "installing Debian's chromium for the browser tests ..."
 	$(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get install -y -qq --no-install-recommends chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }'
 
+# Without npm the real-CLI tests skip locally and fail under CI (tests/real_clis.py says why).
+$(CLIS_STAMP): tests/agent_clis/package.json tests/agent_clis/package-lock.json $(STAMP)
+	@if command -v npm >/dev/null; then \
+	  echo "installing the pinned agent CLIs (claude-code, codex) with npm ci into $(AGENT_CLIS) ..."; \
+	  mkdir -p $(AGENT_CLIS) && cp tests/agent_clis/package.json tests/agent_clis/package-lock.json $(AGENT_CLIS)/ && \
+	  cd $(AGENT_CLIS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && \
+	  node node_modules/@anthropic-ai/claude-code/install.cjs && touch .installed; \
+	else echo "npm not found: the tests that drive the real claude and codex CLIs will skip"; fi
+
 # The venv's bin comes first on PATH, so rule commands such as `python3 -m pytest` use it.
 dev: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ade-tasks dev
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(CLIS_STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest

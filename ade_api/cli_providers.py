@@ -1,5 +1,6 @@
 """`ade-tasks providers`: which LLM providers and agent CLIs this machine can use, and how to
-fix the ones it cannot. Local only: no API call, no network."""
+fix the ones it cannot. Local only, unless `--check` is given: then one real, cheap call per
+configured provider proves it logs in (`ade_workers.agents.provider_check`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import click
 
 from ade_api.cli import json_option, main
+from ade_tasks.settings import Settings
 from ade_workers.agents.cli_agents import ProviderStatus, providers_report
+from ade_workers.agents.provider_check import check_provider
 
 
 def _line(status: ProviderStatus) -> str:
@@ -24,13 +27,40 @@ def _line(status: ProviderStatus) -> str:
 
 @main.command("providers")
 @json_option
-def providers(as_json: bool) -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Make one real, cheap call to each configured provider and say what failed.",
+)
+@click.option("--model", default=None, help="The model the CLI checks ask (claude-code).")
+def providers(as_json: bool, check: bool, model: str | None) -> None:
     """Show provider credentials (by name, never values), base URLs and installed agent CLIs."""
     report = providers_report(os.environ)
-    if as_json:
-        click.echo(json.dumps([status.as_dict() for status in report], indent=2))
+    if not check:
+        if as_json:
+            click.echo(json.dumps([status.as_dict() for status in report], indent=2))
+            return
+        for status in report:
+            click.echo(_line(status))
+            for fix in status.fixes:
+                click.echo(f"{'':<12} fix: {fix}")
         return
+    settings = Settings()
+    checked = []
     for status in report:
-        click.echo(_line(status))
-        for fix in status.fixes:
-            click.echo(f"{'':<12} fix: {fix}")
+        if not status.ready:
+            checked.append({**status.as_dict(), "check": "skipped: not configured"})
+            if not as_json:
+                click.echo(f"{status.name:<12} skipped: not configured ({'; '.join(status.fixes)})")
+            continue
+        if not as_json:
+            click.echo(f"{status.name:<12} checking (one real call) ...", nl=False)
+        result = check_provider(status.name, settings, model=model)
+        verdict = "ok" if result.ok else "failed"
+        checked.append({**status.as_dict(), "check": verdict, "detail": result.detail})
+        if not as_json:
+            click.echo(f" {verdict} in {result.seconds:.1f}s: {result.detail}")
+    if as_json:
+        click.echo(json.dumps(checked, indent=2))
+    if any(item["check"] == "failed" for item in checked):
+        raise SystemExit(1)

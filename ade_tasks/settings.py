@@ -65,11 +65,20 @@ class GithubSettings(BaseModel):
 
 
 class ProviderSettings(BaseModel):
-    """An LLM provider: an HTTP endpoint and key, or the executable of a CLI agent."""
+    """An LLM provider: an HTTP endpoint and key, or a CLI agent and the endpoint it calls.
+
+    For the CLI agents (`claude-code`, `codex`), `api_key` and `base_url` reach only the
+    engine's model proxy for the session (the CLI gets the proxy's address and a per-session
+    token), `env` is added to the CLI's own environment only (never a command's or a tool's:
+    the CLI's tools see it, so it holds settings, not secrets), and `config_home` is where each
+    session's private config home is made (default: the system's temporary directory).
+    """
 
     base_url: str | None = None
     api_key: SecretStr | None = None
     binary: str | None = None  # claude-code / codex: the CLI to run (default: found on PATH)
+    env: dict[str, str] = Field(default_factory=dict)
+    config_home: Path | None = None
 
 
 class ModelPrice(BaseModel):

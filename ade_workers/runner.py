@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ade_tasks.agents.protected import engine_secrets
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
@@ -36,6 +37,7 @@ from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
 from ade_tasks.review import review
 from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
+from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
 from ade_workers.agents.agent_run import park_for_tool
@@ -339,7 +341,8 @@ def _run_chain(
     """Run the steps the plan has left, then publish; end the run (or park it for approval)."""
     sessions = autocommit(session_factory)
     rule, actions = plan.rule, plan.actions
-    state = ChainState()
+    # The engine's own credentials are masked in every step's output, not only in sessions.
+    state = ChainState(masker=Masker(engine_secrets(config.settings)))
     for row in plan.done:
         state.remember(row.step_id, StepOutcome(StepStatus(row.status), row.exit_code,
                                                 row.output, row.result, row.error))  # fmt: skip

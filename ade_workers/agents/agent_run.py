@@ -11,19 +11,22 @@ input naming the call, and no worker waits for a human.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from ade_tasks.agents.policy import READ_ONLY_TOOLS, Policy, exposed_tools
+from ade_tasks.agents.policy import Policy, exposed_tools, narrow_for_taint
 from ade_tasks.agents.prompt import render_prompt
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
+from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
@@ -32,6 +35,7 @@ from ade_tasks.settings import Settings
 from ade_tasks.templating import TemplateError
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
+from ade_workers.agents.claude_session import ClaudeSetup
 from ade_workers.agents.cli_session import run_cli_session
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
@@ -79,11 +83,12 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         limits = _limits(sessions, settings, context.rule, action, context)
     except (AdeError, TemplateError) as exc:
         return StepOutcome(StepStatus.FAILED, error=exc.message)
-    policy = Policy.from_rule(action.policy)
+    policy = Policy.from_rule(action.policy, action.permission_mode)
     tools = exposed_tools(list(action.tool_palette), action.permission_mode, policy)
     narrowed = prompt.tainted and action.untrusted_input != "allow"
     if narrowed:
-        tools = [t for t in tools if t in READ_ONLY_TOOLS or t == "report"]
+        tools = narrow_for_taint(tools)
+    protected = ProtectedPaths.from_settings(settings, context.root)
     with sessions() as session:
         history = [
             (kind, data)
@@ -96,6 +101,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         record("agent.tainted", {"reasons": list(prompt.reasons), "tools_narrowed": narrowed})
     tool_ctx = ToolContext(
         worktree=context.root,
+        protected=protected,
         env=child_env(context, action),
         masker=context.masker,
         kill_grace=context.kill_grace,
@@ -103,7 +109,15 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         time_left=lambda: limits.deadline - time.monotonic(),
     )
     if action.provider in CLI_BINARIES:
-        outcome = _cli_session(action, settings, prompt.text, tool_ctx, limits, record)
+        cli = CliSession(
+            policy=policy,
+            tools=tools,
+            tainted=narrowed,
+            decisions=decisions,
+            protected=protected,
+            history=history,
+        )
+        outcome = _cli_session(action, settings, prompt.text, tool_ctx, limits, record, cli)
     else:
         # One HTTP client per session; closing it releases its connections.
         with closing(provider_for(action, settings)) as provider:
@@ -147,6 +161,19 @@ def park_for_tool(
         )
 
 
+@dataclass(frozen=True)
+class CliSession:
+    """What the engine decides for a CLI session besides the rule: the policy it enforces,
+    the tools left after mode, palette and taint, earlier answers, and the step's history."""
+
+    policy: Policy
+    tools: list[str]
+    tainted: bool
+    decisions: ToolDecisions
+    protected: ProtectedPaths
+    history: list[tuple[str, dict[str, Any]]]
+
+
 def _cli_session(
     action: AgentSessionStep,
     settings: Settings,
@@ -154,14 +181,33 @@ def _cli_session(
     tool_ctx: ToolContext,
     limits: SessionLimits,
     record: Record,
+    cli: CliSession,
 ) -> SessionOutcome:
-    """A headless CLI agent session; it starts afresh when a run is resumed (the CLI keeps
-    no transcript the engine could continue)."""
+    """A headless CLI agent session. A resumed run starts the CLI afresh (its transcript lived
+    in the session's private config home); the prompt then names the calls an earlier attempt
+    was allowed to make whose outcome is unknown, so the model checks before repeating them."""
     configured = settings.provider(action.provider)
+    binary = (configured.binary if configured else None) or CLI_BINARIES[action.provider]
+    claude = None
+    if action.provider == "claude-code":
+        claude = ClaudeSetup(
+            binary=binary,
+            worktree=tool_ctx.worktree,
+            env=tool_ctx.env,
+            limits=limits,
+            policy=cli.policy,
+            tools=cli.tools,
+            tainted=cli.tainted,
+            decisions=cli.decisions,
+            protected=cli.protected,
+            provider=configured,
+            masker=tool_ctx.masker,
+            record=record,
+        )
     ran = run_cli_session(
         action,
-        binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
-        prompt=prompt,
+        binary=binary,
+        prompt=prompt + interrupted_note(cli.history),
         system=action.system,
         worktree=tool_ctx.worktree,
         env=tool_ctx.env,
@@ -170,11 +216,31 @@ def _cli_session(
         kill_grace=tool_ctx.kill_grace,
         record=record,
         masker=tool_ctx.masker,
+        claude=claude,
     )
     outcome = ran.outcome
-    if ran.cost_usd is not None:  # Claude Code reports its cost; else the price table's
+    if limits.price is None and ran.cost_usd is not None:  # only the CLI knows the price
         return replace(outcome, cost_usd=ran.cost_usd)
     return replace(outcome, cost_usd=limits.cost(outcome.input_tokens, outcome.output_tokens))
+
+
+def interrupted_note(history: list[tuple[str, dict[str, Any]]]) -> str:
+    """What the model is told about calls an earlier, interrupted attempt was allowed to make:
+    the decisions recorded after the last finished CLI process (none if it finished)."""
+    unknown: list[str] = []
+    for kind, data in history:
+        if kind == "agent.cli_result":
+            unknown = []
+        elif kind == "agent.tool_decision" and data.get("verdict") == "allow":
+            unknown.append(f"- {data.get('tool')} {json.dumps(data.get('input', {}))[:500]}")
+    if not unknown:
+        return ""
+    calls = "\n".join(unknown[-20:])
+    return (
+        "\n\nNote: an earlier attempt of this session was interrupted when its worker stopped. "
+        "It was allowed to make these tool calls; whether each ran, and how far, is unknown:\n"
+        f"{calls}\nCheck the current state before repeating any of them."
+    )
 
 
 def _recorder(session_factory: SessionFactory, run_id: str, step_id: str) -> Record:

@@ -308,6 +308,7 @@ class CliTranscript:
     errors: list[str] = field(default_factory=list)
     session_id: str | None = None
     completed: bool = False
+    init: dict[str, Any] | None = None  # the CLI's own account of the session (claude's init)
 
     @property
     def ok(self) -> bool:
@@ -351,6 +352,8 @@ def parse_claude_stream(lines: Iterable[str]) -> CliTranscript:
         kind = obj.get("type")
         if kind == "system":
             transcript.session_id = obj.get("session_id", transcript.session_id)
+            if obj.get("subtype") == "init":
+                transcript.init = obj
         elif kind == "assistant":
             _claude_blocks(transcript, obj, assistant=True)
         elif kind == "user":
@@ -548,10 +551,9 @@ class _Api:
 class _Cli:
     name: str
     binary: str
-    key_vars: tuple[str, ...]
-    login_files: tuple[str, ...]  # relative to the home directory
+    prefix: str  # of its settings: <prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY
+    default_url: str
     install: str
-    login: str
 
 
 _APIS = (
@@ -572,18 +574,16 @@ _CLIS = (
     _Cli(
         "claude-code",
         "claude",
-        ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"),
-        (".claude/.credentials.json",),
+        "ADE_PROVIDERS__CLAUDE_CODE__",
+        "https://api.anthropic.com",
         "npm install -g @anthropic-ai/claude-code",
-        "claude login",
     ),
     _Cli(
         "codex",
         "codex",
-        ("OPENAI_API_KEY",),
-        (".codex/auth.json",),
+        "ADE_PROVIDERS__CODEX__",
+        "https://api.openai.com/v1",
         "npm install -g @openai/codex",
-        "codex login",
     ),
 )
 
@@ -635,17 +635,22 @@ def providers_report(
             )
         )
     for cli in _CLIS:
-        path = which(cli.binary, path=env.get("PATH"))
+        # A CLI session runs with a private home and reaches the provider only through the
+        # engine's model proxy, so the CLI's own login (~/.claude, ~/.codex) does not apply:
+        # the engine's settings are its credentials.
+        path = which(env.get(cli.prefix + "BINARY") or cli.binary, path=env.get("PATH"))
         version = run_version(path) if path else None
-        credentials = _first_var(env, cli.key_vars) or next(
-            (f"~/{name}" for name in cli.login_files if (home / name).is_file()), None
+        key = cli.prefix + "API_KEY"
+        credentials = key if env.get(key) else None
+        fixes = ([] if path else [cli.install]) + (
+            [] if credentials else [f"export {key}=... (it reaches only the engine's proxy)"]
         )
-        fixes = ([] if path else [cli.install]) + ([] if credentials else [cli.login])
         report.append(
             ProviderStatus(
                 name=cli.name,
                 ready=path is not None and credentials is not None,
                 credentials=credentials,
+                base_url=env.get(cli.prefix + "BASE_URL") or cli.default_url,
                 binary=path,
                 version=version,
                 fixes=tuple(fixes),

@@ -46,6 +46,8 @@ from typing import Any
 
 from ade_tasks.rules.models import AgentSession
 from ade_tasks.secrets import Masker
+from ade_workers.agents.claude_session import ClaudeSetup, Stop, run_claude
+from ade_workers.agents.claude_session import capabilities as claude_capabilities
 from ade_workers.agents.cli_agents import (
     _CLIS,
     CliName,
@@ -232,10 +234,15 @@ def run_cli_session(
     kill_grace: float,
     record: Record,
     masker: Masker | None = None,
+    claude: ClaudeSetup | None = None,
 ) -> CliSessionOutcome:
-    """Run one headless session of the CLI `execution.provider` names in `worktree`."""
+    """Run one headless session of the CLI `execution.provider` names in `worktree`
+    (Claude Code bounded by the engine as `claude` sets up, see `claude_session`)."""
     cli = _cli_name(execution)
-    report = capability_report(cli, execution.policy, execution.permission_mode, system=system)
+    if claude is not None:
+        report = claude_capabilities(claude, execution, None)
+    else:
+        report = capability_report(cli, execution.policy, execution.permission_mode, system=system)
     capabilities = report.as_dict()
     record("agent.capabilities", capabilities)
 
@@ -243,23 +250,37 @@ def run_cli_session(
         outcome = SessionOutcome(status, "", [], None, 0, 0, turns, error, None)
         return CliSessionOutcome(outcome, None, capabilities)
 
-    argv = cli_argv(execution, binary=binary, prompt=prompt, system=system)
     timeout = deadline - time.monotonic()
     if timeout <= 0:
         return ended("timed_out", f"the session's deadline passed before {cli} started")
     if should_stop():
         return ended("failed", f"{cli} was cancelled before it started")
+    stop: Stop | None = None
+    spent: tuple[int, int] | None = None
     try:
-        result = run_process(
-            argv,
-            cwd=worktree,
-            env=env,
-            timeout=timeout,
-            kill_grace=kill_grace,
-            should_stop=should_stop,
-            cap=OUTPUT_CAP,
-            masker=masker,
-        )
+        if claude is not None:
+            ran = run_claude(
+                execution,
+                claude,
+                prompt=session_prompt(cli, prompt, system),
+                system=system,
+                deadline=deadline,
+                should_stop=should_stop,
+                kill_grace=kill_grace,
+                output_cap=OUTPUT_CAP,
+            )
+            result, stop, spent = ran.result, ran.stop, (ran.spend_input, ran.spend_output)
+        else:
+            result = run_process(
+                cli_argv(execution, binary=binary, prompt=prompt, system=system),
+                cwd=worktree,
+                env=env,
+                timeout=timeout,
+                kill_grace=kill_grace,
+                should_stop=should_stop,
+                cap=OUTPUT_CAP,
+                masker=masker,
+            )
     except FileNotFoundError:
         return ended("failed", _not_installed(cli, binary))
     except OSError as exc:
@@ -274,23 +295,32 @@ def run_cli_session(
     if noise:
         record("agent.cli_output", {"lines": noise[-NOISE_LINES:], "total": len(noise)})
     record("agent.cli_result", _result_data(result, transcript))
+    if claude is not None:
+        capabilities = claude_capabilities(claude, execution, transcript.init).as_dict()
+        record("agent.capabilities", {**capabilities, "checked_against": "init"})
 
     turns = _count_turns(transcript.events) or 1
     status, error = _status(cli, result, transcript, noise)
+    if stop is not None and stop.status is not None:
+        status, error = stop.status, stop.reason
     parsed = parse_report(transcript.final_text)
     if status == "completed" and parsed.notes:
         record("agent.report_note", {"notes": parsed.notes})
     completed = status == "completed"
+    # What the engine's proxy metered, unless the CLI reports more (it cannot report less).
+    metered_in, metered_out = spent or (0, 0)
+    input_tokens = max(metered_in, transcript.usage.input_tokens)
+    output_tokens = max(metered_out, transcript.usage.output_tokens)
     outcome = SessionOutcome(
         status=status,
         summary=parsed.summary if completed else (transcript.final_text or ""),
         findings=parsed.findings if completed else [],
         confidence=parsed.confidence if completed else None,
-        input_tokens=transcript.usage.input_tokens,
-        output_tokens=transcript.usage.output_tokens,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         turns=turns,
         error=error,
-        pending=None,
+        pending=stop.pending if stop is not None and status == "waiting" else None,
     )
     return CliSessionOutcome(outcome, transcript.cost_usd, capabilities)
 
@@ -308,7 +338,7 @@ def _not_installed(cli: CliName, binary: str) -> str:
     where = "not found" if "/" in binary else "not found on PATH"
     return (
         f"{cli} is not installed: `{binary}` {where}; install it ({info.install}) "
-        f"or set providers.{cli}.binary"
+        f"or set {info.prefix}BINARY to its path"
     )
 
 

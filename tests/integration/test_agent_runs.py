@@ -421,9 +421,10 @@ execution:
     assert status == RunStatus.SUCCEEDED, run.error
     kinds = [kind for kind, _ in events]
     assert kinds[0] == "agent.capabilities" and "agent.cli_result" in kinds
-    (report,) = [data for kind, data in events if kind == "agent.capabilities"]
-    fallback = [i for i in report["items"] if i["aspect"] == "fallback"]
-    assert fallback[0]["support"] == "unsupported"  # `ask` cannot be honoured headless
+    before, checked = [data for kind, data in events if kind == "agent.capabilities"]
+    assert checked["checked_against"] == "init"
+    fallback = [i for i in before["items"] if i["aspect"] == "fallback"]
+    assert fallback[0]["support"] == "enforced"  # the engine's hook parks `ask` calls
     (result,) = [data for kind, data in events if kind == "agent.cli_result"]
     with session_factory() as session:
         (step,) = runs_db.list_steps(session, run_id)

@@ -12,14 +12,17 @@ from typing import Any
 
 import pytest
 
+from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.rules.models import AgentExecution, ToolPolicy
 from ade_tasks.secrets import Masker
+from ade_workers.agents.claude_session import ClaudeSetup
 from ade_workers.agents.cli_session import (
     REPORT_INSTRUCTION,
     CliSessionOutcome,
     parse_report,
     run_cli_session,
 )
+from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from tests.support import wait_until
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -98,20 +101,53 @@ def run(
         **(extra_env or {}),
     }
     recorder = Recorder()
+    session = execution(provider, **overrides)
+    binary = binary or str(FAKE_CLI / BINARIES[provider])
+    deadline = time.monotonic() + timeout
     outcome = run_cli_session(
-        execution(provider, **overrides),
-        binary=binary or str(FAKE_CLI / BINARIES[provider]),
+        session,
+        binary=binary,
         prompt="review the change",
         system=system,
         worktree=worktree,
         env=env,
-        deadline=time.monotonic() + timeout,
+        deadline=deadline,
         should_stop=should_stop,
         kill_grace=0.5,
         record=recorder,
         masker=masker,
+        claude=claude_setup(session, binary, worktree, env, deadline, recorder, masker)
+        if provider == "claude-code"
+        else None,
     )
     return outcome, recorder
+
+
+def claude_setup(
+    session: AgentExecution,
+    binary: str,
+    worktree: Path,
+    env: dict[str, str],
+    deadline: float,
+    record: Recorder,
+    masker: Masker | None,
+) -> ClaudeSetup:
+    """What the engine gives a claude-code session (the fake CLI ignores most of it)."""
+    policy = Policy.from_rule(session.policy, session.permission_mode)
+    return ClaudeSetup(
+        binary=binary,
+        worktree=worktree,
+        env=env,
+        limits=SessionLimits(max_turns=session.max_turns, max_tokens=None, deadline=deadline),
+        policy=policy,
+        tools=exposed_tools(list(session.tool_palette), session.permission_mode, policy),
+        tainted=False,
+        decisions=NO_DECISIONS,
+        protected=None,
+        provider=None,
+        masker=masker or Masker.none(),
+        record=record,
+    )
 
 
 def logged_argv(tmp_path: Path) -> list[str]:
@@ -219,9 +255,10 @@ def test_claude_code_recorded_session_completes(tmp_path: Path) -> None:
         "agent.tool_call",
         "agent.tool_result",
         "agent.cli_result",
+        "agent.capabilities",  # checked against the CLI's init event
         "agent.report_note",
     ]
-    assert recorder.events[0][1] == result.capabilities
+    assert recorder.events[4][1] == {**result.capabilities, "checked_against": "init"}
     assert result.capabilities["cli"] == "claude-code"
     assert recorder.events[1][1]["name"] == "Bash"
     cli_result = recorder.one("agent.cli_result")
@@ -240,13 +277,16 @@ def test_claude_code_recorded_session_completes(tmp_path: Path) -> None:
     assert argv[:4] == ["-p", "--output-format", "stream-json", "--verbose"]
     assert argv[argv.index("--model") + 1] == "test-model"
     assert argv[argv.index("--max-turns") + 1] == "7"
-    assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
+    # The engine decides every call (its hook); claude's own mode is never a bypass.
+    assert argv[argv.index("--permission-mode") + 1] == "default"
+    assert argv[argv.index("--setting-sources") + 1] == ""
+    assert "--strict-mcp-config" in argv
+    hooks = json.loads(argv[argv.index("--settings") + 1])["hooks"]
+    assert list(hooks) == ["PreToolUse"] and hooks["PreToolUse"][0]["matcher"] == "*"
     assert argv[argv.index("--append-system-prompt") + 1] == "be thorough"
-    assert argv[argv.index("--allowedTools") + 1 : argv.index("--disallowedTools")] == [
-        "Read",
-        "Grep",
-    ]
-    assert argv[argv.index("--disallowedTools") + 1 : argv.index("--")] == ["WebFetch"]
+    # edit mode, palette repo: Claude's tools for the engine's (Read is read_file, ...).
+    assert argv[argv.index("--tools") + 1] == "Read,LS,Glob,Grep,Write,Edit,MultiEdit,NotebookEdit"
+    assert "--allowedTools" not in argv and "--dangerously-skip-permissions" not in argv
     assert argv[-1] == f"review the change\n\n{REPORT_INSTRUCTION}"
 
 
@@ -390,7 +430,12 @@ def test_claude_code_error_result_fails_with_the_cli_message(tmp_path: Path) -> 
     assert (outcome.input_tokens, outcome.output_tokens) == (50, 10)
     assert result.cost_usd == 0.005
     assert outcome.findings == []
-    assert recorder.kinds() == ["agent.capabilities", "agent.error", "agent.cli_result"]
+    assert recorder.kinds() == [
+        "agent.capabilities",
+        "agent.error",
+        "agent.cli_result",
+        "agent.capabilities",
+    ]
     assert recorder.one("agent.cli_result")["exit_code"] == 1
 
 
@@ -459,7 +504,7 @@ def test_missing_binary_says_how_to_install_it(
     assert result.outcome.status == "failed"
     assert result.outcome.error == (
         f"{provider} is not installed: `{binary}` not found on PATH; install it ({install}) "
-        f"or set providers.{provider}.binary"
+        f"or set ADE_PROVIDERS__{provider.upper().replace('-', '_')}__BINARY to its path"
     )
     assert result.outcome.turns == 0
     assert recorder.kinds() == ["agent.capabilities"]

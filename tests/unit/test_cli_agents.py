@@ -451,9 +451,12 @@ def test_providers_report_without_keys_says_how_to_fix(tmp_path: Path) -> None:
     assert report["claude-code"].binary is None
     assert report["claude-code"].fixes == (
         "npm install -g @anthropic-ai/claude-code",
-        "claude login",
+        "export ADE_PROVIDERS__CLAUDE_CODE__API_KEY=... (it reaches only the engine's proxy)",
     )
-    assert report["codex"].fixes == ("npm install -g @openai/codex", "codex login")
+    assert report["codex"].fixes == (
+        "npm install -g @openai/codex",
+        "export ADE_PROVIDERS__CODEX__API_KEY=... (it reaches only the engine's proxy)",
+    )
 
 
 def test_providers_report_with_keys_and_installed_clis_names_sources_only(
@@ -468,6 +471,9 @@ def test_providers_report_with_keys_and_installed_clis_names_sources_only(
         "ADE_PROVIDERS__OPENAI__API_KEY": SECRET,
         "ANTHROPIC_API_KEY": SECRET,
         "ANTHROPIC_BASE_URL": "https://proxy.example/anthropic",
+        "ADE_PROVIDERS__CLAUDE_CODE__API_KEY": SECRET,
+        "ADE_PROVIDERS__CLAUDE_CODE__BASE_URL": "http://127.0.0.1:9/anthropic",
+        "ADE_PROVIDERS__CODEX__API_KEY": SECRET,
     }
 
     report = {s.name: s for s in providers_report(env)}
@@ -476,22 +482,27 @@ def test_providers_report_with_keys_and_installed_clis_names_sources_only(
     assert report["anthropic"].base_url == "https://proxy.example/anthropic"
     assert report["claude-code"].binary == str(fake_bin / "claude")
     assert report["claude-code"].version == "2.1.7 (Claude Code)"
-    assert report["claude-code"].credentials == "ANTHROPIC_API_KEY"
+    assert report["claude-code"].credentials == "ADE_PROVIDERS__CLAUDE_CODE__API_KEY"
+    assert report["claude-code"].base_url == "http://127.0.0.1:9/anthropic"
     assert report["codex"].version == "codex-cli 0.46.0"
-    assert report["codex"].credentials == "~/.codex/auth.json"
+    assert report["codex"].credentials == "ADE_PROVIDERS__CODEX__API_KEY"
     assert all(status.ready and not status.fixes for status in report.values())
     assert SECRET not in json.dumps([s.as_dict() for s in report.values()])
 
 
-def test_providers_report_finds_the_claude_login_file(tmp_path: Path, fake_bin: Path) -> None:
+def test_a_cli_login_of_the_worker_user_does_not_make_a_cli_ready(
+    tmp_path: Path, fake_bin: Path
+) -> None:
+    # Sessions run with a private home behind the engine's proxy: ~/.claude is never read.
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
     (home / ".claude" / ".credentials.json").write_text("{}")
+    env = {"PATH": str(fake_bin), "HOME": str(home), "ANTHROPIC_API_KEY": SECRET}
 
-    report = {s.name: s for s in providers_report({"PATH": str(fake_bin), "HOME": str(home)})}
+    report = {s.name: s for s in providers_report(env)}
 
-    assert report["claude-code"].credentials == "~/.claude/.credentials.json"
-    assert report["claude-code"].ready
+    assert report["claude-code"].credentials is None
+    assert not report["claude-code"].ready
 
 
 def test_providers_command_prints_json(
@@ -511,8 +522,10 @@ def test_providers_command_prints_json(
     data = {item["name"]: item for item in json.loads(result.output)}
     assert data["openai"]["credentials"] == "OPENAI_API_KEY"
     assert data["codex"]["binary"] == str(fake_bin / "codex")
-    assert data["codex"]["credentials"] == "OPENAI_API_KEY"
-    assert data["claude-code"]["fixes"] == ["claude login"]
+    assert data["codex"]["credentials"] is None  # the CLI's own variable is not the engine's
+    assert data["claude-code"]["fixes"] == [
+        "export ADE_PROVIDERS__CLAUDE_CODE__API_KEY=... (it reaches only the engine's proxy)"
+    ]
     assert SECRET not in result.output
 
 
@@ -528,4 +541,4 @@ def test_providers_command_prints_a_table_with_fixes(
 
     assert result.exit_code == 0, result.output
     assert "fix: npm install -g @openai/codex" in result.output
-    assert "fix: claude login" in result.output
+    assert "fix: export ADE_PROVIDERS__CLAUDE_CODE__API_KEY=..." in result.output

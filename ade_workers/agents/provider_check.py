@@ -1,0 +1,131 @@
+"""`ade-tasks providers --check`: one real, cheap call per configured provider, to prove the
+engine's settings log in before a rule depends on them.
+
+- `claude-code`: one headless session exactly as a rule runs it (the engine's proxy holding the
+  key, the private home, no tools, one turn), asked to answer "ok". This checks the binary, the
+  key, the base URL and the model name in one go.
+- `openai`, `anthropic`: `GET <base_url>/models` with the key (no tokens spent).
+
+Each check has a deadline and says what failed: the provider's own error message when it
+answered, or what could not be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ade_tasks.agents.policy import Policy
+from ade_tasks.rules.models import AgentSession
+from ade_tasks.secrets import Masker
+from ade_tasks.settings import Settings
+from ade_workers.agents.claude_session import ClaudeSetup
+from ade_workers.agents.cli_session import run_cli_session
+from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+
+CHECK_TIMEOUT = 60.0
+CHECK_PROMPT = "This is a connection check. Reply with the single word: ok"
+DEFAULT_MODELS = {"claude-code": "claude-haiku-4-5"}
+HTTP_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """How one provider's check went."""
+
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+def check_provider(
+    name: str, settings: Settings, *, model: str | None = None, timeout: float = CHECK_TIMEOUT
+) -> CheckResult:
+    """Make the one real call that tells whether `name` works with these settings."""
+    started = time.monotonic()
+    if name == "claude-code":
+        ok, detail = _check_claude(settings, model or DEFAULT_MODELS[name], timeout)
+    elif name in HTTP_URLS:
+        ok, detail = _check_http(name, settings, timeout)
+    else:
+        ok, detail = False, f"no check for provider {name!r}"
+    return CheckResult(name, ok, detail, time.monotonic() - started)
+
+
+def _check_claude(settings: Settings, model: str, timeout: float) -> tuple[bool, str]:
+    provider = settings.provider("claude-code")
+    binary = (provider.binary if provider else None) or "claude"
+    execution = AgentSession(
+        provider="claude-code",
+        model=model,
+        prompt=CHECK_PROMPT,
+        permission_mode="plan",
+        tool_palette=[],
+        max_turns=1,
+    )
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="ade-check-") as scratch:
+        setup = ClaudeSetup(
+            binary=binary,
+            worktree=Path(scratch),
+            env={"PATH": os.environ.get("PATH", os.defpath)},
+            limits=SessionLimits(max_turns=1, max_tokens=None, deadline=deadline),
+            policy=Policy(mode="plan"),
+            tools=[],
+            tainted=False,
+            decisions=NO_DECISIONS,
+            protected=None,
+            provider=provider,
+            masker=Masker.none(),
+            record=lambda *_: None,  # a check keeps no transcript
+        )
+        ran = run_cli_session(
+            execution,
+            binary=binary,
+            prompt=CHECK_PROMPT,
+            system=None,
+            worktree=setup.worktree,
+            env=setup.env,
+            deadline=deadline,
+            should_stop=lambda: False,
+            kill_grace=1.0,
+            record=setup.record,
+            claude=setup,
+        )
+    outcome = ran.outcome
+    if outcome.status == "completed":
+        return (
+            True,
+            f"model {model} answered ({outcome.input_tokens + outcome.output_tokens} tokens)",
+        )
+    if outcome.status == "timed_out":
+        return False, f"no answer within {timeout:g}s (is the base URL reachable?)"
+    return False, outcome.error or outcome.status
+
+
+def _check_http(name: str, settings: Settings, timeout: float) -> tuple[bool, str]:
+    provider = settings.provider(name)
+    key = provider.api_key.get_secret_value() if provider and provider.api_key else None
+    if not key:
+        return False, f"no key: set ADE_PROVIDERS__{name.upper()}__API_KEY"
+    base = (provider.base_url if provider else None) or HTTP_URLS[name]
+    if name == "anthropic" and not base.rstrip("/").endswith("/v1"):
+        base = base.rstrip("/") + "/v1"
+    headers = (
+        {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        if name == "anthropic"
+        else {"authorization": f"Bearer {key}"}
+    )
+    try:
+        response = httpx.get(f"{base.rstrip('/')}/models", headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return False, f"{base} could not be reached: {exc}"
+    if response.status_code == 200:
+        return True, f"{base} accepted the key"
+    return False, f"{base} answered {response.status_code}: {response.text[:300]}"

@@ -1,0 +1,191 @@
+"""The engine's side of a Claude Code session without the CLI: how a call is judged, the
+decision socket and its hook program (fail closed), and the model proxy (key swap, metering)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ade_tasks.agents.policy import Policy
+from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.rules.models import ToolPolicy
+from ade_workers.agents import claude_hook
+from ade_workers.agents.claude_calls import CallJudge, call_id, call_paths, engine_name
+from ade_workers.agents.decision_server import DecisionServer
+from ade_workers.agents.model_proxy import ModelProxy, UsageReader
+from tests.fake_anthropic import ScriptedAnthropic, Turn
+
+NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
+
+
+def judge(tmp_path: Path, mode: str = "edit", **policy: Any) -> tuple[CallJudge, list[Any]]:
+    asked: list[Any] = []
+    worktree = tmp_path / "wt"
+    worktree.mkdir(exist_ok=True)
+    return (
+        CallJudge(
+            policy=Policy.from_rule(ToolPolicy(**policy), mode),  # type: ignore[arg-type]
+            tainted=False,
+            worktree=worktree,
+            protected=ProtectedPaths.for_worktree(worktree),
+            decisions=NONE,
+            record=lambda kind, data: None,
+            on_ask=asked.append,
+        ),
+        asked,
+    )
+
+
+def call(name: str, **tool_input: Any) -> dict[str, Any]:
+    return {"tool_name": name, "tool_input": tool_input, "tool_use_id": "toolu_1"}
+
+
+def test_claude_tools_map_onto_the_engines_names_and_paths() -> None:
+    assert engine_name("Read") == "read_file" and engine_name("MultiEdit") == "edit_file"
+    assert engine_name("mcp__github__create_issue") == "mcp:github:create_issue"
+    assert engine_name("WebFetch") == "WebFetch"
+    assert call_paths("Glob", {"pattern": "/etc/*", "path": "src"}) == ["src", "/etc/*"]
+    assert call_paths("Glob", {"pattern": "**/*.py"}) == []
+    assert call_paths("Bash", {"command": "cat /etc/passwd"}) == []
+    assert call_id("Bash", {"command": "ls"}) == call_id("Bash", {"command": "ls"})
+    assert call_id("Bash", {"command": "ls"}) != call_id("Bash", {"command": "ls -a"})
+
+
+def test_edit_mode_asks_for_bash_once_and_denies_the_call_while_it_waits(tmp_path: Path) -> None:
+    decide, asked = judge(tmp_path, "edit")
+
+    first = decide(call("Bash", command="make"))
+    second = decide(call("Bash", command="make test"))
+
+    assert first[0] == "deny" and "an operator must approve" in first[1]
+    assert second[0] == "deny"
+    assert [a["tool"] for a in asked] == ["Bash"]  # the first ask parks the run
+
+
+def test_plan_mode_refuses_writes_and_foreign_tools_need_allowed_tools(tmp_path: Path) -> None:
+    decide, _ = judge(tmp_path, "plan")
+    assert decide(call("Write", file_path="x.txt", content=""))[0] == "deny"
+    assert decide(call("WebFetch", url="http://127.0.0.1"))[0] == "deny"
+    allowed, _ = judge(tmp_path, "plan", allowed_tools=["WebFetch"])
+    assert allowed(call("WebFetch", url="http://127.0.0.1"))[0] == "allow"
+
+
+def test_the_engines_data_is_refused_whatever_the_policy(tmp_path: Path) -> None:
+    decide, _ = judge(tmp_path, "full-auto", fallback="allow")
+    (tmp_path / "wt" / ".ade").mkdir()
+    verdict, reason = decide(call("Read", file_path=str(tmp_path / "wt" / ".ade" / "api-token")))
+    assert verdict == "deny" and "engine" in reason
+    assert decide(call("Write", file_path=".git/config", content=""))[0] == "deny"
+
+
+def test_the_hook_prints_the_workers_verdict(tmp_path: Path) -> None:
+    socket_path = tmp_path / "d.sock"
+    with DecisionServer(socket_path, lambda c: ("deny", f"no {c['tool_name']}")):
+        done = run_hook(socket_path, call("Bash", command="ls"))
+    assert done.returncode == 0
+    output = json.loads(done.stdout)["hookSpecificOutput"]
+    assert output == {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "deny",
+        "permissionDecisionReason": "no Bash",
+    }
+
+
+def test_the_hook_fails_closed_without_a_worker_or_with_a_broken_judge(tmp_path: Path) -> None:
+    missing = run_hook(tmp_path / "nobody.sock", call("Bash", command="ls"))
+    assert missing.returncode == 2 and "it is refused" in missing.stderr
+
+    def broken(_: dict[str, Any]) -> tuple[str, str]:
+        raise RuntimeError("bug")
+
+    with DecisionServer(tmp_path / "b.sock", broken):
+        done = run_hook(tmp_path / "b.sock", call("Bash", command="ls"))
+    output = json.loads(done.stdout)["hookSpecificOutput"]
+    assert (
+        output["permissionDecision"] == "deny"
+        and "failed to decide" in output["permissionDecisionReason"]
+    )
+
+
+def run_hook(socket_path: Path, payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", "-S", claude_hook.__file__, str(socket_path)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_proxy_swaps_the_token_for_the_key_and_meters_the_stream() -> None:
+    spent: list[tuple[int, int]] = []
+
+    def meter(i: int, o: int) -> str | None:
+        spent.append((i, o))
+        return "over" if len(spent) >= 2 else None
+
+    with ScriptedAnthropic() as upstream:
+        upstream.script(Turn.text("one", input_tokens=7, output_tokens=3))
+        with ModelProxy(
+            upstream=upstream.url, api_key="sk-real", style="anthropic", meter=meter
+        ) as proxy:
+            body = {"model": "m", "stream": True, "tools": [{"name": "x"}], "messages": []}
+            with httpx.Client() as client:
+                bad = client.post(
+                    f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": "no"}
+                )
+                ok = client.post(
+                    f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": proxy.token}
+                )
+                again = client.post(
+                    f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": proxy.token}
+                )
+                refused = client.post(
+                    f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": proxy.token}
+                )
+    assert bad.status_code == 401
+    assert ok.status_code == 200 and "event: message_start" in ok.text
+    assert again.status_code == 200
+    assert refused.status_code == 400 and "stopped the session: over" in refused.text
+    assert spent[0] == (7, 3)
+    assert {seen.headers["x-api-key"] for seen in upstream.requests} == {"sk-real"}
+    assert len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("style", "streaming", "chunks", "expected"),
+    [
+        (
+            "anthropic",
+            False,
+            [b'{"type":"message","usage":{"input_tokens":5,"output_tokens":2}}'],
+            (5, 2),
+        ),
+        (
+            "openai",
+            True,
+            [
+                b'data: {"type":"response.created"}\n\n',
+                b'data: {"type":"response.completed",',
+                b'"response":{"usage":{"input_tokens":9,"output_tokens":4}}}\n\n',
+            ],
+            (9, 4),
+        ),
+    ],
+)
+def test_usage_is_read_from_json_and_split_sse_chunks(
+    style: Any, streaming: bool, chunks: list[bytes], expected: tuple[int, int]
+) -> None:
+    reader = UsageReader(style, streaming)
+    for chunk in chunks:
+        reader.feed(chunk)
+    reader.close()
+    assert (reader.input_tokens, reader.output_tokens) == expected
