@@ -346,6 +346,51 @@ class AgentSession(_Document):
     # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
     untrusted_input: Literal["narrow", "allow"] = "narrow"
 
+    @model_validator(mode="after")
+    def _enforceable(self, info: ValidationInfo) -> AgentSession:
+        if admitting(info):
+            problem = unenforceable_on_codex(self) if self.provider == "codex" else None
+            if problem is not None:
+                raise ValueError(problem)
+        return self
+
+
+def unenforceable_on_codex(session: AgentSession) -> str | None:
+    """What a codex session of this rule could do that the engine could not stop, or None.
+
+    Codex (0.169, workspace-write) applies file changes inside its workspace without asking
+    its client, and has no turn limit; a rule that relies on either is refused, not run and
+    reported afterwards.
+    """
+    from ade_tasks.agents.policy import matching_pattern  # the policy module imports this one
+
+    if "max_turns" in session.model_fields_set:
+        return (
+            "max_turns cannot be enforced on provider codex (it has no turn limit): remove it; "
+            "timeout_sec, max_tokens and max_cost_usd bound a codex session"
+        )
+    if session.permission_mode == "plan":
+        return None
+    policy = session.policy
+    writes = ("write_file", "edit_file")
+    denied = [t for t in writes if matching_pattern(t, policy.denied_tools)]
+    allowed = all(matching_pattern(t, policy.allowed_tools) for t in writes)
+    if not denied and policy.sandbox_root is None and (allowed or policy.fallback == "allow"):
+        return None
+    why = (
+        f"policy.denied_tools names {', '.join(denied)}"
+        if denied
+        else "policy.sandbox_root is set"
+        if policy.sandbox_root is not None
+        else f"the policy would {policy.fallback} some writes (fallback: {policy.fallback})"
+    )
+    return (
+        f"policy cannot be enforced on provider codex in permission_mode {session.permission_mode}"
+        f": codex applies file changes inside its workspace without asking, so the engine cannot "
+        f"refuse or ask for them ({why}). Allow writes (policy.allowed_tools: [write_file, "
+        "edit_file], no sandbox_root), use permission_mode: plan, or use provider claude-code"
+    )
+
 
 # --- execution -----------------------------------------------------------------------------
 

@@ -35,8 +35,8 @@ from ade_tasks.settings import Settings
 from ade_tasks.templating import TemplateError
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
-from ade_workers.agents.claude_session import ClaudeSetup
-from ade_workers.agents.cli_session import run_cli_session
+from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
@@ -48,8 +48,6 @@ DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
 }
-#: CLI agents and the executable each is found as when settings name none.
-CLI_BINARIES = {"claude-code": "claude", "codex": "codex"}
 DEFAULT_SYSTEM = (
     "You are an automation agent of ADE Tasks working in a git worktree. Use only the tools "
     "you are given; paths are relative to the worktree. When you are done, call `report` once "
@@ -187,36 +185,28 @@ def _cli_session(
     in the session's private config home); the prompt then names the calls an earlier attempt
     was allowed to make whose outcome is unknown, so the model checks before repeating them."""
     configured = settings.provider(action.provider)
-    binary = (configured.binary if configured else None) or CLI_BINARIES[action.provider]
-    claude = None
-    if action.provider == "claude-code":
-        claude = ClaudeSetup(
-            binary=binary,
-            worktree=tool_ctx.worktree,
-            env=tool_ctx.env,
-            limits=limits,
-            policy=cli.policy,
-            tools=cli.tools,
-            tainted=cli.tainted,
-            decisions=cli.decisions,
-            protected=cli.protected,
-            provider=configured,
-            masker=tool_ctx.masker,
-            record=record,
-        )
-    ran = run_cli_session(
-        action,
-        binary=binary,
-        prompt=prompt + interrupted_note(cli.history),
-        system=action.system,
+    setup = CliSetup(
+        binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
         worktree=tool_ctx.worktree,
         env=tool_ctx.env,
+        limits=limits,
+        policy=cli.policy,
+        tools=cli.tools,
+        tainted=cli.tainted,
+        decisions=cli.decisions,
+        protected=cli.protected,
+        provider=configured,
+        masker=tool_ctx.masker,
+        record=record,
+    )
+    ran = run_cli_session(
+        action,
+        setup,
+        prompt=prompt + interrupted_note(cli.history),
+        system=action.system,
         deadline=limits.deadline,
         should_stop=tool_ctx.should_stop,
         kill_grace=tool_ctx.kill_grace,
-        record=record,
-        masker=tool_ctx.masker,
-        claude=claude,
     )
     outcome = ran.outcome
     if limits.price is None and ran.cost_usd is not None:  # only the CLI knows the price

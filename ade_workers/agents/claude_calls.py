@@ -27,8 +27,6 @@ a fresh session repeating the same call meets the operator's answer.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +45,7 @@ from ade_tasks.agents.policy import (
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.secrets import Masker
+from ade_workers.agents.cli_setup import call_id
 
 Record = Callable[[str, dict[str, Any]], None]
 ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS
@@ -112,13 +111,6 @@ def call_paths(claude_name: str, tool_input: dict[str, Any]) -> list[str]:
             continue
         paths.append(value)
     return paths
-
-
-def call_id(claude_name: str, tool_input: dict[str, Any]) -> str:
-    """A stable id for a call: the same tool with the same input gets the same id in any
-    session, so an operator's answer meets the call again after the run resumes."""
-    canonical = json.dumps([claude_name, tool_input], sort_keys=True, separators=(",", ":"))
-    return "cli-" + hashlib.sha256(canonical.encode()).hexdigest()[:24]
 
 
 @dataclass

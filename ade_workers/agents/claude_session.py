@@ -32,26 +32,25 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.agents.policy import Policy
-from ade_tasks.agents.protected import ProtectedPaths
-from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.models import AgentSession
-from ade_tasks.secrets import Masker
-from ade_tasks.settings import ProviderSettings
 from ade_workers.agents import claude_hook
 from ade_workers.agents.claude_calls import CallJudge, claude_tools_for
 from ade_workers.agents.cli_agents import Capability, CapabilityReport, Support
+from ade_workers.agents.cli_setup import (
+    CliSetup,
+    Stop,
+    budget_meter,
+    private_home,
+    proxy_capabilities,
+)
 from ade_workers.agents.decision_server import DecisionServer
 from ade_workers.agents.model_proxy import ModelProxy
-from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 from ade_workers.process import ProcessResult, run_process
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -67,41 +66,6 @@ QUIET_ENV = {
 }
 
 
-@dataclass
-class Stop:
-    """Why the engine ended the session early (a budget, a pending call), if it did."""
-
-    status: SessionStatus | None = None
-    reason: str | None = None
-    pending: dict[str, Any] | None = None
-    event: threading.Event = field(default_factory=threading.Event)
-
-    def set(
-        self, status: SessionStatus, reason: str, pending: dict[str, Any] | None = None
-    ) -> None:
-        if self.status is None:
-            self.status, self.reason, self.pending = status, reason, pending
-        self.event.set()
-
-
-@dataclass(frozen=True)
-class ClaudeSetup:
-    """Everything a session needs from the engine besides the rule."""
-
-    binary: str
-    worktree: Path
-    env: Mapping[str, str]
-    limits: SessionLimits
-    policy: Policy
-    tools: list[str]  # the engine tools the mode, palette and taint leave
-    tainted: bool
-    decisions: ToolDecisions
-    protected: ProtectedPaths | None
-    provider: ProviderSettings | None
-    masker: Masker
-    record: Record
-
-
 def session_settings(socket_path: Path) -> dict[str, Any]:
     """The only settings the session loads: the engine's PreToolUse hook for every tool."""
     command = " ".join(
@@ -114,7 +78,7 @@ def session_settings(socket_path: Path) -> dict[str, Any]:
 
 def claude_argv(
     execution: AgentSession,
-    setup: ClaudeSetup,
+    setup: CliSetup,
     *,
     prompt: str,
     system: str | None,
@@ -149,7 +113,7 @@ def claude_argv(
     return [*argv, "--", prompt]
 
 
-def session_env(setup: ClaudeSetup, proxy: ModelProxy, home: Path) -> dict[str, str]:
+def session_env(setup: CliSetup, proxy: ModelProxy, home: Path) -> dict[str, str]:
     """The CLI's environment: the allow-listed one, the provider's extra settings, the proxy,
     and a private home; never the provider's key."""
     extra = setup.provider.env if setup.provider else {}
@@ -164,38 +128,8 @@ def session_env(setup: ClaudeSetup, proxy: ModelProxy, home: Path) -> dict[str, 
     }
 
 
-def budget_meter(limits: SessionLimits, stop: Stop) -> Callable[[int, int], str | None]:
-    """The proxy's meter: the running totals against the session's token and cost budgets."""
-    spent = [0, 0]
-
-    def meter(input_tokens: int, output_tokens: int) -> str | None:
-        spent[0] += input_tokens
-        spent[1] += output_tokens
-        total = spent[0] + spent[1]
-        if limits.max_tokens is not None and total > limits.max_tokens:
-            reason = f"spent {total} tokens, over the budget of {limits.max_tokens}"
-            stop.set("token_budget", reason)
-            return reason
-        cost = limits.cost(spent[0], spent[1])
-        if limits.max_cost_usd is not None and cost is not None and cost > limits.max_cost_usd:
-            reason = f"spent ${cost:.4f}, over the budget of ${limits.max_cost_usd:g}"
-            stop.set("cost_budget", reason)
-            return reason
-        return None
-
-    return meter
-
-
-def private_home(provider: ProviderSettings | None) -> Path:
-    """A fresh directory only this session uses (0700), under `config_home` if set."""
-    base = provider.config_home if provider and provider.config_home else None
-    if base is not None:
-        base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="ade-claude-", dir=base))
-
-
 def capabilities(
-    setup: ClaudeSetup, execution: AgentSession, init: dict[str, Any] | None
+    setup: CliSetup, execution: AgentSession, init: dict[str, Any] | None
 ) -> CapabilityReport:
     """What the engine enforces on this session and how, checked against Claude's init event
     (the tools it really offered, its MCP servers) once it has run."""
@@ -214,28 +148,16 @@ def capabilities(
         Capability("denied_tools", E, hook),
         Capability("sandbox_root", E, f"{hook}: paths resolved (symlinks followed) and contained"),
         Capability("fallback", E, f"{hook}; ask parks the run as a pending input"),
-        Capability("engine_data", E, f"{hook}: the engine's data and .git internals are refused"),
-        Capability("max_turns", E, "--max-turns"),
-        Capability(
-            "budget",
-            E,
-            "metered by the engine's model proxy; the session is stopped once over "
-            "(at most one answer past it)",
-        )
-        if setup.limits.max_tokens is not None or setup.limits.max_cost_usd is not None
-        else Capability("budget", E, "none requested"),
-        Capability(
-            "taint",
-            E,
-            f"{hook}: only read-only tools while the prompt holds outsiders' text",
-        )
-        if setup.tainted
-        else Capability("taint", E, "the prompt holds no outsiders' text"),
-        Capability(
-            "credentials",
-            E,
-            "the key stays in the worker's model proxy; the CLI has a per-session token",
+        Capability("engine_data", E, f"{hook}: the engine's data and .git internals are refused")
+        if "bash" not in setup.tools
+        else Capability(
+            "engine_data",
+            Support.BEST_EFFORT,
+            f"{hook} refuses file tools on it; Bash names no path and acts as the worker's user, "
+            "but the engine's secrets are masked in everything sent to the model",
         ),
+        Capability("max_turns", E, "--max-turns"),
+        *proxy_capabilities(setup, f"{hook}: only read-only tools run"),
     ]
     if init is None:
         items.append(
@@ -280,7 +202,7 @@ class ClaudeRun:
 
 def run_claude(
     execution: AgentSession,
-    setup: ClaudeSetup,
+    setup: CliSetup,
     *,
     prompt: str,
     system: str | None,
@@ -292,10 +214,9 @@ def run_claude(
     """Start the proxy and the decision socket, run `claude -p` under them, and tear
     everything down, the private home included."""
     stop = Stop()
-    home = private_home(setup.provider)
-    provider = setup.provider
-    key = provider.api_key.get_secret_value() if provider and provider.api_key else None
-    upstream = (provider.base_url if provider else None) or DEFAULT_BASE_URL
+    home = private_home(setup.provider, "ade-claude-")
+    key = setup.api_key()
+    upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
     judge = CallJudge(
         policy=setup.policy,
         tainted=setup.tainted,
@@ -313,7 +234,8 @@ def run_claude(
                 api_key=key,
                 style="anthropic",
                 meter=budget_meter(setup.limits, stop),
-                stopped=lambda: stop.reason if stop.event.is_set() else None,
+                stopped=stop.refusal,
+                masker=setup.masker,
                 on_refused=lambda reason: stop.set("failed", f"{reason}: check {KEY_SETTING}"),
             ) as proxy,
             DecisionServer(home / "decide.sock", judge),

@@ -1,8 +1,8 @@
-"""The pure parts of the CLI agent providers (Claude Code, Codex): command lines, what a policy
-becomes on each CLI, stream parsers, and the `ade-tasks providers` report.
+"""The pure parts of the CLI agent providers (Claude Code, Codex): the capability report's
+shape, Claude's stream-json parser, and the `ade-tasks providers` report.
 
-Nothing here starts an agent session; the caller runs the argv (with `run_process`) and feeds the
-output lines to a parser. Formats follow the recordings in `tests/fixtures/agents/`.
+Nothing here starts an agent session (`claude_session`, `codex_session` do). The stream format
+follows the recordings in `tests/fixtures/agents/claude-code/`.
 """
 
 from __future__ import annotations
@@ -16,85 +16,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ade_tasks.rules.models import ToolPolicy
 from ade_workers.process import run_process
 
-PermissionMode = Literal["plan", "edit", "full-auto"]
-SystemMode = Literal["append", "replace"]
 CliName = Literal["claude-code", "codex"]
 
-# The names `claude --help` gives the modes (choices of --permission-mode).
-CLAUDE_PERMISSION_MODES: dict[str, str] = {
-    "plan": "plan",
-    "edit": "acceptEdits",
-    "full-auto": "bypassPermissions",
-}
-# `codex exec --sandbox`; danger-full-access is deliberately never used.
-CODEX_SANDBOXES: dict[str, str] = {
-    "plan": "read-only",
-    "edit": "workspace-write",
-    "full-auto": "workspace-write",
-}
 VERSION_TIMEOUT = 5.0
-
-
-# --- command lines ------------------------------------------------------------------------
-
-
-def claude_code_argv(
-    prompt: str,
-    *,
-    model: str,
-    max_turns: int,
-    permission_mode: PermissionMode,
-    allowed_tools: Sequence[str] = (),
-    denied_tools: Sequence[str] = (),
-    system: str | None = None,
-    system_mode: SystemMode = "append",
-    binary: str = "claude",
-) -> list[str]:
-    """The `claude -p` command line for one headless session streaming JSONL."""
-    argv = [
-        binary,
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--model",
-        model,
-        "--max-turns",
-        str(max_turns),
-        "--permission-mode",
-        CLAUDE_PERMISSION_MODES[permission_mode],
-    ]
-    if system is not None:
-        argv += [
-            "--system-prompt" if system_mode == "replace" else "--append-system-prompt",
-            system,
-        ]
-    if allowed_tools:
-        argv += ["--allowedTools", *allowed_tools]
-    if denied_tools:
-        argv += ["--disallowedTools", *denied_tools]
-    # `--` ends the variadic tool lists and keeps a prompt starting with "-" from being a flag.
-    return [*argv, "--", prompt]
-
-
-def codex_argv(
-    prompt: str, *, model: str, permission_mode: PermissionMode, binary: str = "codex"
-) -> list[str]:
-    """The `codex exec --json` command line for one headless session streaming JSONL."""
-    return [
-        binary,
-        "exec",
-        "--json",
-        "--sandbox",
-        CODEX_SANDBOXES[permission_mode],
-        "--model",
-        model,
-        "--",
-        prompt,
-    ]
 
 
 # --- capability report --------------------------------------------------------------------
@@ -145,142 +71,6 @@ class CapabilityReport:
                 for i in self.items
             ],
         }
-
-
-def capability_report(
-    cli: CliName,
-    policy: ToolPolicy,
-    permission_mode: PermissionMode,
-    *,
-    system: str | None = None,
-) -> CapabilityReport:
-    """What `policy` and `permission_mode` become on `cli`, aspect by aspect."""
-    build = _claude_capabilities if cli == "claude-code" else _codex_capabilities
-    return CapabilityReport(cli=cli, items=tuple(build(policy, permission_mode, system)))
-
-
-def _item(aspect: str, support: Support, reason: str) -> Capability:
-    return Capability(aspect, support, reason)
-
-
-def _fallback_ask() -> Capability:
-    return _item(
-        "fallback",
-        Support.UNSUPPORTED,
-        "fallback 'ask' needs a human, and a headless CLI cannot ask one: "
-        "unlisted tools are refused instead",
-    )
-
-
-def _claude_capabilities(
-    policy: ToolPolicy, mode: PermissionMode, system: str | None
-) -> list[Capability]:
-    E, B, U = Support.ENFORCED, Support.BEST_EFFORT, Support.UNSUPPORTED
-    bypass = mode == "full-auto"
-    items = [
-        _item("permission_mode", E, f"--permission-mode {CLAUDE_PERMISSION_MODES[mode]}"),
-        _item("max_turns", E, "--max-turns"),
-        _item("system_prompt", E, "--system-prompt / --append-system-prompt")
-        if system is not None
-        else _item("system_prompt", E, "none requested"),
-    ]
-    if not policy.allowed_tools:
-        items.append(_item("allowed_tools", E, "none requested"))
-    elif bypass:
-        items.append(
-            _item(
-                "allowed_tools",
-                B,
-                "--allowedTools only pre-approves; bypassPermissions also runs unlisted tools",
-            )
-        )
-    else:
-        items.append(_item("allowed_tools", E, "--allowedTools"))
-    items.append(
-        _item("denied_tools", E, "--disallowedTools")
-        if policy.denied_tools
-        else _item("denied_tools", E, "none requested")
-    )
-    if policy.fallback == "ask":
-        items.append(_fallback_ask())
-    elif policy.fallback == "allow":
-        items.append(
-            _item("fallback", E, "bypassPermissions runs every tool not disallowed")
-            if bypass
-            else _item("fallback", B, "headless -p refuses unlisted tools that need permission")
-        )
-    else:
-        items.append(
-            _item("fallback", U, "bypassPermissions runs unlisted tools; list them as denied")
-            if bypass
-            else _item(
-                "fallback",
-                B,
-                "headless -p refuses unlisted tools that need permission; "
-                "read-only tools (Read, Grep, Glob) still run",
-            )
-        )
-    items.append(
-        _item(
-            "sandbox_root",
-            B,
-            "the session runs in the sandbox as cwd; tools can still reach absolute paths",
-        )
-    )
-    return items
-
-
-def _codex_capabilities(
-    policy: ToolPolicy, mode: PermissionMode, system: str | None
-) -> list[Capability]:
-    E, B, U = Support.ENFORCED, Support.BEST_EFFORT, Support.UNSUPPORTED
-    sandbox = CODEX_SANDBOXES[mode]
-    items = [
-        _item("permission_mode", E, f"--sandbox {sandbox}")
-        if mode != "full-auto"
-        else _item(
-            "permission_mode",
-            B,
-            "full-auto runs as --sandbox workspace-write: no writes outside cwd, "
-            "danger-full-access is never used",
-        ),
-        _item("max_turns", U, "codex exec has no turn limit; only the run timeout bounds it"),
-        _item("system_prompt", U, "codex exec has no system prompt flag")
-        if system is not None
-        else _item("system_prompt", E, "none requested"),
-        _item("allowed_tools", U, "codex exec has no per-tool allowlist; only the sandbox limits")
-        if policy.allowed_tools
-        else _item("allowed_tools", E, "none requested"),
-    ]
-    if not policy.denied_tools:
-        items.append(_item("denied_tools", E, "none requested"))
-    elif mode == "plan":
-        items.append(
-            _item(
-                "denied_tools",
-                B,
-                "no per-tool deny flag; the read-only sandbox blocks writing tools only",
-            )
-        )
-    else:
-        items.append(_item("denied_tools", U, "codex exec has no per-tool deny flag"))
-    if policy.fallback == "ask":
-        items.append(_fallback_ask())
-    else:
-        items.append(
-            _item(
-                "fallback",
-                U,
-                f"codex exec runs every tool the {sandbox} sandbox permits; "
-                f"fallback '{policy.fallback}' cannot be applied per tool",
-            )
-        )
-    items.append(
-        _item("sandbox_root", E, "read-only sandbox: no writes anywhere")
-        if mode == "plan"
-        else _item("sandbox_root", B, "workspace-write confines writes to cwd; reads are not")
-    )
-    return items
 
 
 # --- stream parsers -----------------------------------------------------------------------
@@ -426,83 +216,6 @@ def _claude_result(transcript: CliTranscript, obj: dict[str, Any]) -> None:
     subtype = str(obj.get("subtype", ""))
     if obj.get("is_error") or subtype.startswith("error"):
         transcript.error(f"claude ended with {subtype or 'an error'}", subtype=subtype)
-
-
-def parse_codex_stream(lines: Iterable[str]) -> CliTranscript:
-    """Parse `codex exec --json` output."""
-    transcript = CliTranscript()
-    called: set[str] = set()
-    for obj in _objects(lines, transcript):
-        kind = obj.get("type")
-        if kind == "thread.started":
-            transcript.session_id = obj.get("thread_id")
-        elif kind == "turn.started":
-            continue
-        elif kind in ("item.started", "item.updated", "item.completed"):
-            item = obj.get("item")
-            if isinstance(item, dict):
-                _codex_item(transcript, item, called, done=kind == "item.completed")
-            else:
-                transcript.emit("agent.unknown", type=kind, event=obj)
-        elif kind == "turn.completed":
-            transcript.completed = True
-            usage = obj.get("usage")
-            if isinstance(usage, dict):
-                transcript.usage = Usage(
-                    input_tokens=_int(usage.get("input_tokens")),
-                    output_tokens=_int(usage.get("output_tokens")),
-                    cached_input_tokens=_int(usage.get("cached_input_tokens")),
-                )
-        elif kind in ("turn.failed", "error"):
-            transcript.completed = kind == "turn.failed" or transcript.completed
-            transcript.error(f"codex {kind}: {_codex_error_message(obj)}", type=kind)
-        else:
-            transcript.emit("agent.unknown", type=kind, event=obj)
-    if not transcript.completed:
-        transcript.error("the stream ended without turn.completed (truncated)")
-    return transcript
-
-
-def _codex_item(
-    transcript: CliTranscript, item: dict[str, Any], called: set[str], *, done: bool
-) -> None:
-    itype, item_id = item.get("type"), str(item.get("id"))
-    if itype == "agent_message":
-        if done:
-            transcript.final_text = str(item.get("text", ""))
-            transcript.emit("agent.message", text=transcript.final_text)
-    elif itype == "reasoning":
-        if done:
-            transcript.emit("agent.reasoning", text=item.get("text", ""))
-    elif itype in ("command_execution", "file_change"):
-        args = (
-            {"command": item.get("command")}
-            if itype == "command_execution"
-            else {"changes": item.get("changes", [])}
-        )
-        if item_id not in called:
-            called.add(item_id)
-            transcript.emit("agent.tool_call", id=item_id, name=itype, input=args)
-        if done:
-            transcript.emit(
-                "agent.tool_result",
-                id=item_id,
-                output=item.get("aggregated_output", ""),
-                exit_code=item.get("exit_code"),
-                status=item.get("status"),
-                is_error=item.get("status") == "failed",
-            )
-    elif done:
-        transcript.emit("agent.unknown", type=f"item/{itype}", event=item)
-
-
-def _codex_error_message(obj: dict[str, Any]) -> str:
-    error = obj.get("error")
-    if isinstance(error, dict) and "message" in error:
-        return str(error["message"])
-    if "message" in obj:
-        return str(obj["message"])
-    return json.dumps(obj)
 
 
 # --- providers report ---------------------------------------------------------------------

@@ -1,37 +1,35 @@
-"""One headless session of a CLI agent provider (`claude-code`, `codex`) in a worktree.
+"""One headless session of a CLI agent provider (`claude-code`, `codex`), bounded by the engine.
 
-`run_cli_session` turns an `agent-session` rule into the CLI's command line, runs it with
-`run_process` (a container of its own, the run's deadline, `should_stop`, a kill of everything it
-started) and turns its JSONL stream into the same run events and `SessionOutcome` the HTTP tool
-loop gives.
+`run_cli_session` runs the session (`claude_session.run_claude`, `codex_session.run_codex`:
+the engine decides every tool call, holds the key, meters the budget, contains the processes)
+and turns what the CLI did into the same run events and `SessionOutcome` the HTTP tool loop
+gives.
 
 Choices, in order of what happens:
 
-- The capability report (what the policy and permission mode become on this CLI, aspect by
-  aspect) is recorded as `agent.capabilities` before the process starts, so a downgrade is
-  never silent.
-- The CLI's own tools run, under the CLI's own permission system: the engine does not see the
-  calls before they run, so there is no `ask` / approval wait and no resuming mid-session. A
-  redelivered run starts a fresh CLI session.
+- The capability report (what the engine enforces on this CLI, aspect by aspect, and how) is
+  recorded as `agent.capabilities` before the CLI starts; Claude's is recorded again once its
+  init event told which tools and MCP servers it really had (`checked_against: init`).
+- A redelivered or answered run starts a fresh CLI session: the CLI's transcript lived in the
+  session's private config home. The repeated call meets the operator's answer (`call_id`).
 - The prompt ends with an instruction to finish with a fenced ```json block
   `{"summary", "findings", "confidence"}`; `parse_report` reads it leniently from the final
   message (no block or a broken one: the whole final message is the summary, no findings;
   invalid findings are dropped and listed in an `agent.report_note` event).
-- `codex exec` has no system prompt flag (the capability report says so): the `system` text is
-  put before the prompt instead, under an "Instructions" heading.
-- stdout and stderr arrive merged (`run_process`). Lines that do not start with `{` are treated
-  as stderr noise: they are not parsed, but kept (capped) in an `agent.cli_output` event and the
-  last one names the cause in a failure message. A line that starts with `{` and is not valid
-  JSON is a stream error (`agent.error`), so a corrupt stream fails the session.
-- The output is parsed once the process has ended (not streamed); events are then recorded in
-  stream order, followed by one `agent.cli_result` event with the exit code, session id, usage,
-  cost, permission denials and errors. If the output exceeded `OUTPUT_CAP`, its middle is cut:
-  the line cut in half is dropped and an `agent.output_truncated` event says so.
-- Secrets are masked (`masker`) in the output before anything is parsed or recorded.
+- Codex has no system prompt: the `system` text is put before the prompt instead, under an
+  "Instructions" heading.
+- Claude's stdout and stderr arrive merged (`run_process`). Lines that do not start with `{` are
+  treated as stderr noise: kept (capped) in an `agent.cli_output` event, and the last one names
+  the cause in a failure message. A line that starts with `{` and is not valid JSON is a stream
+  error (`agent.error`), so a corrupt stream fails the session. The stream is parsed once the
+  process has ended; the engine's decisions are recorded live (`agent.tool_decision`). If the
+  output exceeded `OUTPUT_CAP`, its middle is cut: the line cut in half is dropped and an
+  `agent.output_truncated` event says so.
+- Secrets (the engine's, the provider key, the session token) are masked before anything is
+  parsed or recorded.
 
 The return value is a `CliSessionOutcome`: the `SessionOutcome` plus the session's cost in USD
-(claude reports it; codex does not) and the capability report, since `SessionOutcome` has no
-room for either.
+as the CLI reports it (claude does; codex does not) and the capability report.
 """
 
 from __future__ import annotations
@@ -39,29 +37,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ade_tasks.rules.models import AgentSession
-from ade_tasks.secrets import Masker
-from ade_workers.agents.claude_session import ClaudeSetup, Stop, run_claude
 from ade_workers.agents.claude_session import capabilities as claude_capabilities
-from ade_workers.agents.cli_agents import (
-    _CLIS,
-    CliName,
-    CliTranscript,
-    capability_report,
-    claude_code_argv,
-    codex_argv,
-    parse_claude_stream,
-    parse_codex_stream,
-)
+from ade_workers.agents.claude_session import run_claude
+from ade_workers.agents.cli_agents import _CLIS, CliName, CliTranscript, parse_claude_stream
+from ade_workers.agents.cli_setup import CliSetup
+from ade_workers.agents.codex_session import CodexRun, run_codex, unenforceable
+from ade_workers.agents.codex_session import capabilities as codex_capabilities
 from ade_workers.agents.session import Record, SessionOutcome, SessionStatus
 from ade_workers.agents.tools import FINDING_SEVERITIES
-from ade_workers.process import ProcessResult, run_process
+from ade_workers.process import ProcessResult
 
+#: CLI agents and the executable each is found as when settings name none.
+CLI_BINARIES = {"claude-code": "claude", "codex": "codex"}
 OUTPUT_CAP = 16_000_000
 """Characters of CLI output kept (head + tail); a session's whole stream normally fits."""
 NOISE_LINES = 50
@@ -180,114 +172,68 @@ def session_prompt(cli: CliName, prompt: str, system: str | None) -> str:
     return text
 
 
-#: The engine's tool names as Claude Code calls its own tools; other names pass through, so a
-#: policy may also name Claude's tools (e.g. `Bash(git diff:*)`). `report` is the final
-#: message's json block there, so it is never a flag.
-CLAUDE_TOOL_NAMES = {
-    "read_file": "Read",
-    "list_dir": "LS",
-    "glob": "Glob",
-    "grep": "Grep",
-    "write_file": "Write",
-    "edit_file": "Edit",
-    "bash": "Bash",
-    "todo": "TodoWrite",
-}
-
-
-def claude_tools(names: list[str]) -> list[str]:
-    """Policy tool names as `--allowedTools` / `--disallowedTools` values."""
-    return [CLAUDE_TOOL_NAMES.get(name, name) for name in names if name != "report"]
-
-
-def cli_argv(execution: AgentSession, *, binary: str, prompt: str, system: str | None) -> list[str]:
-    """The command line of one headless session of `execution.provider`."""
-    cli = _cli_name(execution)
-    text = session_prompt(cli, prompt, system)
-    if cli == "codex":
-        return codex_argv(
-            text, model=execution.model, permission_mode=execution.permission_mode, binary=binary
-        )
-    return claude_code_argv(
-        text,
-        model=execution.model,
-        max_turns=execution.max_turns,
-        permission_mode=execution.permission_mode,
-        allowed_tools=claude_tools(execution.policy.allowed_tools),
-        denied_tools=claude_tools(execution.policy.denied_tools),
-        system=system,
-        system_mode=execution.system_mode,
-        binary=binary,
-    )
-
-
 def run_cli_session(
     execution: AgentSession,
+    setup: CliSetup,
     *,
-    binary: str,
     prompt: str,
     system: str | None,
-    worktree: Path,
-    env: Mapping[str, str],
     deadline: float,
     should_stop: Callable[[], bool],
     kill_grace: float,
-    record: Record,
-    masker: Masker | None = None,
-    claude: ClaudeSetup | None = None,
 ) -> CliSessionOutcome:
-    """Run one headless session of the CLI `execution.provider` names in `worktree`
-    (Claude Code bounded by the engine as `claude` sets up, see `claude_session`)."""
+    """Run one headless session of the CLI `execution.provider` names, bounded by the engine
+    (`claude_session`, `codex_session`)."""
     cli = _cli_name(execution)
-    if claude is not None:
-        report = claude_capabilities(claude, execution, None)
+    record = setup.record
+    if cli == "codex":
+        report = codex_capabilities(setup, execution)
     else:
-        report = capability_report(cli, execution.policy, execution.permission_mode, system=system)
+        report = claude_capabilities(setup, execution, None)
     capabilities = report.as_dict()
     record("agent.capabilities", capabilities)
 
-    def ended(status: SessionStatus, error: str, turns: int = 0) -> CliSessionOutcome:
-        outcome = SessionOutcome(status, "", [], None, 0, 0, turns, error, None)
+    def ended(status: SessionStatus, error: str) -> CliSessionOutcome:
+        outcome = SessionOutcome(status, "", [], None, 0, 0, 0, error, None)
         return CliSessionOutcome(outcome, None, capabilities)
 
-    timeout = deadline - time.monotonic()
-    if timeout <= 0:
+    if deadline - time.monotonic() <= 0:
         return ended("timed_out", f"the session's deadline passed before {cli} started")
     if should_stop():
         return ended("failed", f"{cli} was cancelled before it started")
-    stop: Stop | None = None
-    spent: tuple[int, int] | None = None
+    text = session_prompt(cli, prompt, system)
     try:
-        if claude is not None:
-            ran = run_claude(
+        if cli == "codex":
+            refused = unenforceable(setup, execution)
+            if refused is not None:
+                return ended("failed", refused)
+            codex = run_codex(
                 execution,
-                claude,
-                prompt=session_prompt(cli, prompt, system),
-                system=system,
+                setup,
+                prompt=text,
                 deadline=deadline,
                 should_stop=should_stop,
                 kill_grace=kill_grace,
-                output_cap=OUTPUT_CAP,
             )
-            result, stop, spent = ran.result, ran.stop, (ran.spend_input, ran.spend_output)
-        else:
-            result = run_process(
-                cli_argv(execution, binary=binary, prompt=prompt, system=system),
-                cwd=worktree,
-                env=env,
-                timeout=timeout,
-                kill_grace=kill_grace,
-                should_stop=should_stop,
-                cap=OUTPUT_CAP,
-                masker=masker,
-            )
+            return _codex_outcome(codex, capabilities, record)
+        claude = run_claude(
+            execution,
+            setup,
+            prompt=text,
+            system=system,
+            deadline=deadline,
+            should_stop=should_stop,
+            kill_grace=kill_grace,
+            output_cap=OUTPUT_CAP,
+        )
     except FileNotFoundError:
-        return ended("failed", _not_installed(cli, binary))
+        return ended("failed", _not_installed(cli, setup.binary))
     except OSError as exc:
-        return ended("failed", f"{cli} could not be started (`{binary}`): {exc}")
+        return ended("failed", f"{cli} could not be started (`{setup.binary}`): {exc}")
 
+    result, stop = claude.result, claude.stop
     lines, noise, truncated = _split_output(result.output)
-    transcript = (parse_codex_stream if cli == "codex" else parse_claude_stream)(lines)
+    transcript = parse_claude_stream(lines)
     if truncated:
         record("agent.output_truncated", {"reason": f"over {OUTPUT_CAP} characters of output"})
     for event in transcript.events:
@@ -295,34 +241,94 @@ def run_cli_session(
     if noise:
         record("agent.cli_output", {"lines": noise[-NOISE_LINES:], "total": len(noise)})
     record("agent.cli_result", _result_data(result, transcript))
-    if claude is not None:
-        capabilities = claude_capabilities(claude, execution, transcript.init).as_dict()
-        record("agent.capabilities", {**capabilities, "checked_against": "init"})
+    capabilities = claude_capabilities(setup, execution, transcript.init).as_dict()
+    record("agent.capabilities", {**capabilities, "checked_against": "init"})
 
-    turns = _count_turns(transcript.events) or 1
     status, error = _status(cli, result, transcript, noise)
-    if stop is not None and stop.status is not None:
+    if stop.status is not None:
         status, error = stop.status, stop.reason
-    parsed = parse_report(transcript.final_text)
-    if status == "completed" and parsed.notes:
-        record("agent.report_note", {"notes": parsed.notes})
-    completed = status == "completed"
     # What the engine's proxy metered, unless the CLI reports more (it cannot report less).
-    metered_in, metered_out = spent or (0, 0)
-    input_tokens = max(metered_in, transcript.usage.input_tokens)
-    output_tokens = max(metered_out, transcript.usage.output_tokens)
-    outcome = SessionOutcome(
+    outcome = _outcome(
+        status,
+        error,
+        transcript.final_text,
+        max(claude.spend_input, transcript.usage.input_tokens),
+        max(claude.spend_output, transcript.usage.output_tokens),
+        _count_turns(transcript.events) or 1,
+        stop.pending if status == "waiting" else None,
+        record,
+    )
+    return CliSessionOutcome(outcome, transcript.cost_usd, capabilities)
+
+
+CODEX_STATUS: dict[str, SessionStatus] = {
+    "completed": "completed",
+    "timed_out": "timed_out",
+    "budget_exceeded": "token_budget",
+    "failed": "failed",
+}
+
+
+def _codex_outcome(
+    codex: CodexRun, capabilities: dict[str, Any], record: Record
+) -> CliSessionOutcome:
+    ran, stop = codex.outcome, codex.stop
+    record(
+        "agent.cli_result",
+        {
+            "exit_code": ran.exit_code,
+            "session_id": ran.thread_id,
+            "usage": {
+                "input_tokens": ran.input_tokens,
+                "output_tokens": ran.output_tokens,
+                "cached_input_tokens": ran.cached_input_tokens,
+            },
+            "errors": [ran.error] if ran.error else [],
+            "stderr": ran.stderr[-NOISE_LINES:],
+        },
+    )
+    status, error = CODEX_STATUS[ran.status], ran.error
+    if stop.status is not None:
+        status, error = stop.status, stop.reason
+    outcome = _outcome(
+        status,
+        error,
+        ran.final_text,
+        max(codex.spend_input, ran.input_tokens),
+        max(codex.spend_output, ran.output_tokens),
+        1,
+        stop.pending if status == "waiting" else None,
+        record,
+    )
+    return CliSessionOutcome(outcome, None, capabilities)
+
+
+def _outcome(
+    status: SessionStatus,
+    error: str | None,
+    final_text: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int,
+    pending: dict[str, Any] | None,
+    record: Record,
+) -> SessionOutcome:
+    """The session's outcome; a completed one's final message is read as its report."""
+    parsed = parse_report(final_text)
+    completed = status == "completed"
+    if completed and parsed.notes:
+        record("agent.report_note", {"notes": parsed.notes})
+    return SessionOutcome(
         status=status,
-        summary=parsed.summary if completed else (transcript.final_text or ""),
+        summary=parsed.summary if completed else (final_text or ""),
         findings=parsed.findings if completed else [],
         confidence=parsed.confidence if completed else None,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         turns=turns,
         error=error,
-        pending=stop.pending if stop is not None and status == "waiting" else None,
+        pending=pending,
     )
-    return CliSessionOutcome(outcome, transcript.cost_usd, capabilities)
 
 
 def _cli_name(execution: AgentSession) -> CliName:

@@ -7,6 +7,9 @@ token, swaps in the provider's real key, forwards the request to the provider an
 answer back. The real key never enters the session's processes; the token is worth nothing once
 the session ends.
 
+Before forwarding, the engine's secrets are masked in the request body: a tool output holding
+one (a command that printed the API token) never reaches the provider.
+
 The proxy also meters: it reads the token usage of every answer (JSON, or the Server-Sent Events
 of the Anthropic Messages and OpenAI Responses streams) and adds it up. When `meter` says the
 session is over its budget, the proxy refuses every later call (HTTP 400, so no CLI retries) and
@@ -25,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
 import httpx
+
+from ade_tasks.secrets import Masker
 
 Style = Literal["anthropic", "openai"]
 Meter = Callable[[int, int], str | None]
@@ -62,6 +67,7 @@ class ModelProxy:
         meter: Meter,
         stopped: Callable[[], str | None] = lambda: None,
         on_refused: Callable[[str], None] = lambda reason: None,  # noqa: ARG005
+        masker: Masker | None = None,
     ) -> None:
         self.token = f"ade-session-{secrets.token_urlsafe(24)}"
         self.spend = Spend()
@@ -71,6 +77,7 @@ class ModelProxy:
         self._meter = meter
         self._stopped = stopped
         self._on_refused = on_refused
+        self._masker = masker
         self._lock = threading.Lock()
         self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -105,6 +112,15 @@ class ModelProxy:
         session (a call parked for approval), so the CLI cannot race the stop."""
         with self._lock:
             return self.spend.exhausted or self._stopped()
+
+    def outgoing(self, body: bytes) -> bytes:
+        """The request body as the provider gets it: the engine's secrets masked, so a tool
+        that printed one (a `cat` of the token file) never sends it to the model."""
+        if not self._masker:
+            return body
+        return self._masker.mask(body.decode("utf-8", "surrogateescape")).encode(
+            "utf-8", "surrogateescape"
+        )
 
     def forward_headers(self, headers: dict[str, str]) -> dict[str, str]:
         kept = {k: v for k, v in headers.items() if k not in _DROPPED_REQUEST}
@@ -259,7 +275,7 @@ def _handler(proxy: ModelProxy) -> type[BaseHTTPRequestHandler]:
                 self.command,
                 proxy.target(self.path),
                 headers=proxy.forward_headers(headers),
-                content=body,
+                content=proxy.outgoing(body),
             )
             try:
                 upstream = proxy.client().send(request, stream=True)

@@ -1,9 +1,9 @@
 """`ade-tasks providers --check`: one real, cheap call per configured provider, to prove the
 engine's settings log in before a rule depends on them.
 
-- `claude-code`: one headless session exactly as a rule runs it (the engine's proxy holding the
-  key, the private home, no tools, one turn), asked to answer "ok". This checks the binary, the
-  key, the base URL and the model name in one go.
+- `claude-code`, `codex`: one headless session exactly as a rule runs it (the engine's proxy
+  holding the key, the private home, no tools, plan mode), asked to answer "ok". This checks the
+  binary, the key, the base URL and the model name in one go.
 - `openai`, `anthropic`: `GET <base_url>/models` with the key (no tokens spent).
 
 Each check has a deadline and says what failed: the provider's own error message when it
@@ -24,13 +24,13 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.rules.models import AgentSession
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.claude_session import ClaudeSetup
-from ade_workers.agents.cli_session import run_cli_session
+from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 
 CHECK_TIMEOUT = 60.0
 CHECK_PROMPT = "This is a connection check. Reply with the single word: ok"
-DEFAULT_MODELS = {"claude-code": "claude-haiku-4-5"}
+DEFAULT_MODELS = {"claude-code": "claude-haiku-4-5", "codex": "gpt-5-mini"}
 HTTP_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
 
 
@@ -49,8 +49,8 @@ def check_provider(
 ) -> CheckResult:
     """Make the one real call that tells whether `name` works with these settings."""
     started = time.monotonic()
-    if name == "claude-code":
-        ok, detail = _check_claude(settings, model or DEFAULT_MODELS[name], timeout)
+    if name in DEFAULT_MODELS:
+        ok, detail = _check_cli(name, settings, model or DEFAULT_MODELS[name], timeout)
     elif name in HTTP_URLS:
         ok, detail = _check_http(name, settings, timeout)
     else:
@@ -58,20 +58,19 @@ def check_provider(
     return CheckResult(name, ok, detail, time.monotonic() - started)
 
 
-def _check_claude(settings: Settings, model: str, timeout: float) -> tuple[bool, str]:
-    provider = settings.provider("claude-code")
-    binary = (provider.binary if provider else None) or "claude"
+def _check_cli(name: str, settings: Settings, model: str, timeout: float) -> tuple[bool, str]:
+    provider = settings.provider(name)
+    binary = (provider.binary if provider else None) or CLI_BINARIES[name]
     execution = AgentSession(
-        provider="claude-code",
+        provider=name,
         model=model,
         prompt=CHECK_PROMPT,
         permission_mode="plan",
         tool_palette=[],
-        max_turns=1,
     )
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="ade-check-") as scratch:
-        setup = ClaudeSetup(
+        setup = CliSetup(
             binary=binary,
             worktree=Path(scratch),
             env={"PATH": os.environ.get("PATH", os.defpath)},
@@ -87,16 +86,12 @@ def _check_claude(settings: Settings, model: str, timeout: float) -> tuple[bool,
         )
         ran = run_cli_session(
             execution,
-            binary=binary,
+            setup,
             prompt=CHECK_PROMPT,
             system=None,
-            worktree=setup.worktree,
-            env=setup.env,
             deadline=deadline,
             should_stop=lambda: False,
             kill_grace=1.0,
-            record=setup.record,
-            claude=setup,
         )
     outcome = ran.outcome
     if outcome.status == "completed":

@@ -27,9 +27,8 @@ from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.models import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ModelPrice, ProviderSettings
-from ade_workers.agents.claude_calls import call_id
-from ade_workers.agents.claude_session import ClaudeSetup
 from ade_workers.agents.cli_session import CliSessionOutcome, run_cli_session
+from ade_workers.agents.cli_setup import CliSetup, call_id
 from ade_workers.agents.session import SessionLimits
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.real_clis import real_cli
@@ -86,6 +85,7 @@ def run_claude(
     protected: ProtectedPaths | None = None,
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    masker: Masker | None = None,
 ) -> Run:
     execution = AgentSession(
         provider="claude-code",
@@ -97,7 +97,7 @@ def run_claude(
     )
     engine_policy = Policy.from_rule(execution.policy, execution.permission_mode)
     events: list[tuple[str, dict[str, Any]]] = []
-    setup = ClaudeSetup(
+    setup = CliSetup(
         binary=str(claude),
         worktree=worktree,
         env=env or {"PATH": os.environ["PATH"]},
@@ -114,21 +114,17 @@ def run_claude(
         decisions=decisions,
         protected=protected,
         provider=ProviderSettings(api_key=REAL_KEY, base_url=server.url),  # type: ignore[arg-type]
-        masker=Masker.none(),
+        masker=masker or Masker.none(),
         record=lambda kind, data: events.append((kind, data)),
     )
     outcome = run_cli_session(
         execution,
-        binary=str(claude),
+        setup,
         prompt=execution.prompt,
         system=None,
-        worktree=worktree,
-        env=setup.env,
         deadline=setup.limits.deadline,
         should_stop=lambda: False,
         kill_grace=1.0,
-        record=setup.record,
-        claude=setup,
     )
     return Run(outcome, events)
 
@@ -246,6 +242,28 @@ def test_the_engines_own_data_is_never_readable(claude, server, worktree):
     run = run_claude(claude, server, worktree, mode="plan", protected=protected)
     assert run.outcome.status == "completed"
     assert not any("ade_admin_token_value" in text for _, text in results(server))
+    assert not any("ade_admin_token_value" in json.dumps(data) for _, data in run.events)
+
+
+def test_a_command_that_prints_the_engines_token_never_sends_it_to_the_model(
+    claude, server, worktree
+):
+    (worktree / ".ade").mkdir()
+    (worktree / ".ade" / "api-token").write_text("ade_admin_token_value\n")
+    server.script(Turn.tool("Bash", command="cat .ade/api-token"), Turn.text("done"))
+    protected = ProtectedPaths.for_worktree(worktree)
+    run = run_claude(
+        claude,
+        server,
+        worktree,
+        mode="full-auto",
+        policy=BASH,
+        protected=protected,
+        masker=Masker(protected.secrets),
+    )
+    assert run.outcome.status == "completed"
+    assert results(server) == [(False, "***")]  # the command ran; its output was masked
+    assert not any("ade_admin_token_value" in json.dumps(seen.body) for seen in server.requests)
     assert not any("ade_admin_token_value" in json.dumps(data) for _, data in run.events)
 
 

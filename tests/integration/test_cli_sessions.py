@@ -1,6 +1,6 @@
-"""CLI agent sessions run for real: the fake `claude` / `codex` executables replay recorded
-streams (or hang, fail, print noise) and `run_cli_session` turns them into run events and a
-`SessionOutcome`. No services needed."""
+"""CLI agent sessions run for real with a fake `claude` that replays recorded streams (or hangs,
+fails, prints noise): `run_cli_session` turns them into run events and a `SessionOutcome`. The
+real CLIs are driven in test_claude_code_real.py and test_codex_real.py. No services needed."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import pytest
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.rules.models import AgentExecution, ToolPolicy
 from ade_tasks.secrets import Masker
-from ade_workers.agents.claude_session import ClaudeSetup
 from ade_workers.agents.cli_session import (
     REPORT_INSTRUCTION,
     CliSessionOutcome,
     parse_report,
     run_cli_session,
 )
+from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from tests.support import wait_until
 
@@ -106,24 +106,17 @@ def run(
     deadline = time.monotonic() + timeout
     outcome = run_cli_session(
         session,
-        binary=binary,
+        cli_setup(session, binary, worktree, env, deadline, recorder, masker),
         prompt="review the change",
         system=system,
-        worktree=worktree,
-        env=env,
         deadline=deadline,
         should_stop=should_stop,
         kill_grace=0.5,
-        record=recorder,
-        masker=masker,
-        claude=claude_setup(session, binary, worktree, env, deadline, recorder, masker)
-        if provider == "claude-code"
-        else None,
     )
     return outcome, recorder
 
 
-def claude_setup(
+def cli_setup(
     session: AgentExecution,
     binary: str,
     worktree: Path,
@@ -131,10 +124,10 @@ def claude_setup(
     deadline: float,
     record: Recorder,
     masker: Masker | None,
-) -> ClaudeSetup:
+) -> CliSetup:
     """What the engine gives a claude-code session (the fake CLI ignores most of it)."""
     policy = Policy.from_rule(session.policy, session.permission_mode)
-    return ClaudeSetup(
+    return CliSetup(
         binary=binary,
         worktree=worktree,
         env=env,
@@ -307,71 +300,10 @@ def test_claude_code_replace_system_mode_uses_system_prompt(tmp_path: Path) -> N
     assert argv[argv.index("--permission-mode") + 1] == "plan"
 
 
-def test_codex_recorded_session_completes(tmp_path: Path) -> None:
-    result, recorder = run(
-        tmp_path,
-        "codex",
-        FIXTURES / "codex/exec-json.command-execution.jsonl",
-        permission_mode="plan",
-    )
+def test_report_block_in_the_final_message_becomes_findings(tmp_path: Path) -> None:
+    stream = jsonl(tmp_path, "s.jsonl", [claude_result(REPORT_TEXT)])
 
-    outcome = result.outcome
-    assert outcome.status == "completed"
-    assert (outcome.input_tokens, outcome.output_tokens) == (6040, 129)
-    assert result.cost_usd is None
-    assert outcome.turns == 2  # reasoning + command, then the final message
-    assert outcome.summary.startswith("Files here:")
-    assert recorder.kinds() == [
-        "agent.capabilities",
-        "agent.reasoning",
-        "agent.tool_call",
-        "agent.tool_result",
-        "agent.message",
-        "agent.cli_result",
-        "agent.report_note",
-    ]
-    capabilities = {i["aspect"]: i for i in recorder.events[0][1]["items"]}
-    assert capabilities["system_prompt"]["support"] == "unsupported"
-    assert capabilities["max_turns"]["support"] == "unsupported"
-    cli_result = recorder.one("agent.cli_result")
-    assert cli_result["session_id"] == "019a2d7a-6455-7170-a661-c6d8b94c630a"
-    assert cli_result["usage"]["cached_input_tokens"] == 4992
-    assert cli_result["cost_usd"] is None
-
-    argv = logged_argv(tmp_path)
-    assert argv[:-1] == [
-        "exec",
-        "--json",
-        "--sandbox",
-        "read-only",
-        "--model",
-        "test-model",
-        "--",
-    ]
-    assert argv[-1] == (
-        f"Instructions:\nbe thorough\n\nTask:\nreview the change\n\n{REPORT_INSTRUCTION}"
-    )
-
-
-@pytest.mark.parametrize("provider", ["claude-code", "codex"])
-def test_report_block_in_the_final_message_becomes_findings(tmp_path: Path, provider: str) -> None:
-    if provider == "claude-code":
-        stream = jsonl(tmp_path, "s.jsonl", [claude_result(REPORT_TEXT)])
-    else:
-        stream = jsonl(
-            tmp_path,
-            "s.jsonl",
-            [
-                {"type": "thread.started", "thread_id": "t-1"},
-                {
-                    "type": "item.completed",
-                    "item": {"id": "i", "type": "agent_message", "text": REPORT_TEXT},
-                },
-                {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 2}},
-            ],
-        )
-
-    result, recorder = run(tmp_path, provider, stream)
+    result, recorder = run(tmp_path, "claude-code", stream)
 
     outcome = result.outcome
     assert outcome.status == "completed"
@@ -439,27 +371,6 @@ def test_claude_code_error_result_fails_with_the_cli_message(tmp_path: Path) -> 
     assert recorder.one("agent.cli_result")["exit_code"] == 1
 
 
-def test_codex_turn_failed_fails_with_the_cli_message(tmp_path: Path) -> None:
-    lines = (FIXTURES / "codex/exec-json.incomplete.jsonl").read_text()
-    stream = tmp_path / "failed.jsonl"
-    stream.write_text(lines + '{"type":"turn.failed","error":{"message":"model overloaded"}}\n')
-
-    result, recorder = run(tmp_path, "codex", stream, extra_env={"FAKE_CLI_EXIT": "1"})
-
-    assert result.outcome.status == "failed"
-    assert result.outcome.error == "codex exited 1: codex turn.failed: model overloaded"
-    assert recorder.one("agent.cli_result")["errors"] == ["codex turn.failed: model overloaded"]
-
-
-def test_codex_truncated_stream_fails_even_with_exit_zero(tmp_path: Path) -> None:
-    result, _ = run(tmp_path, "codex", FIXTURES / "codex/exec-json.incomplete.jsonl")
-
-    assert result.outcome.status == "failed"
-    assert result.outcome.error == (
-        "codex failed: the stream ended without turn.completed (truncated)"
-    )
-
-
 def test_non_zero_exit_fails_and_names_the_last_output_line(tmp_path: Path) -> None:
     result, recorder = run(
         tmp_path,
@@ -477,12 +388,12 @@ def test_non_zero_exit_fails_and_names_the_last_output_line(tmp_path: Path) -> N
 
 
 def test_cli_without_output_fails_with_its_stderr(tmp_path: Path) -> None:
-    result, _ = run(tmp_path, "codex", None)  # the fake exits 2 without FAKE_CLI_STREAM
+    result, _ = run(tmp_path, "claude-code", None)  # the fake exits 2 without FAKE_CLI_STREAM
 
     assert result.outcome.status == "failed"
     assert result.outcome.error == (
-        "codex exited 2: the stream ended without turn.completed (truncated); "
-        "last output: fake codex: FAKE_CLI_STREAM is not set"
+        "claude-code exited 2: the stream ended without a result event; "
+        "last output: fake claude: FAKE_CLI_STREAM is not set"
     )
 
 
@@ -519,14 +430,10 @@ def test_missing_binary_at_a_path(tmp_path: Path) -> None:
     assert result.outcome.error.startswith(f"claude-code is not installed: `{missing}` not found;")
 
 
-@pytest.mark.parametrize("provider", ["claude-code", "codex"])
-def test_hanging_cli_times_out_and_its_process_group_dies(tmp_path: Path, provider: str) -> None:
+def test_hanging_cli_times_out_and_its_process_group_dies(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
-    stream = (
-        FIXTURES / "codex/exec-json.incomplete.jsonl"
-        if provider == "codex"
-        else jsonl(tmp_path, "partial.jsonl", [{"type": "system", "session_id": "s-9"}])
-    )
+    provider = "claude-code"
+    stream = jsonl(tmp_path, "partial.jsonl", [{"type": "system", "session_id": "s-9"}])
     started = time.monotonic()
 
     result, recorder = run(
@@ -554,14 +461,14 @@ def test_should_stop_cancels_the_session(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     result, _ = run(
         tmp_path,
-        "codex",
-        FIXTURES / "codex/exec-json.incomplete.jsonl",
+        "claude-code",
+        jsonl(tmp_path, "partial.jsonl", [{"type": "system", "session_id": "s-9"}]),
         extra_env={"FAKE_CLI_SLEEP": "120", "FAKE_CLI_PID_FILE": str(pid_file)},
         should_stop=pid_file.exists,  # stop once the fake has started hanging
     )
 
     assert result.outcome.status == "failed"
-    assert result.outcome.error == "codex was cancelled"
+    assert result.outcome.error == "claude-code was cancelled"
     leader, child = (int(pid) for pid in pid_file.read_text().split())
     wait_until(lambda: process_gone(leader) and process_gone(child), 10, "the CLI's group to die")
 

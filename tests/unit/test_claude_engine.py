@@ -17,7 +17,8 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.models import ToolPolicy
 from ade_workers.agents import claude_hook
-from ade_workers.agents.claude_calls import CallJudge, call_id, call_paths, engine_name
+from ade_workers.agents.claude_calls import CallJudge, call_paths, engine_name
+from ade_workers.agents.cli_setup import call_id
 from ade_workers.agents.decision_server import DecisionServer
 from ade_workers.agents.model_proxy import ModelProxy, UsageReader
 from tests.fake_anthropic import ScriptedAnthropic, Turn

@@ -1,6 +1,7 @@
-"""claude-code rules through the real runner with the real Claude Code CLI: SQLite, a real git
-project, a scripted Anthropic Messages server on 127.0.0.1, and nothing but the provider's
-settings (no widened allowlist, no ANTHROPIC_* variables in the worker's environment)."""
+"""claude-code and codex rules through the real runner with the real CLIs: SQLite, a real git
+project, scripted Anthropic Messages / OpenAI Responses servers on 127.0.0.1, and nothing but
+the provider's settings (no widened allowlist, no provider variables in the worker's
+environment)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
+from tests.fake_responses import ScriptedResponsesServer
+from tests.fake_responses import Turn as ResponsesTurn
 from tests.git_project import make_git_project, make_runner_config
 from tests.integration.test_agent_runs import run_of
 from tests.real_clis import real_cli
@@ -198,3 +201,39 @@ def test_a_session_over_its_token_budget_fails_with_the_budget_and_keeps_its_tra
     assert "over the budget of 300" in (run.error or "")
     assert len(server.conversation) == 1
     assert "agent.cli_result" in [kind for kind, _ in events]
+
+
+def test_a_codex_rule_succeeds_with_only_the_provider_settings(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+) -> None:
+    add_rule(session_factory, rules_dir, "codex", """
+id: codex
+triggers: [{type: manual}]
+execution:
+  kind: agent-session
+  provider: codex
+  model: gpt-5.5
+  permission_mode: full-auto
+  policy: {allowed_tools: [bash, write_file, edit_file]}
+  prompt: Write the notes.
+""")  # fmt: skip
+    notes = config.settings.project_root("default") / "notes.txt"
+    with ScriptedResponsesServer() as responses:
+        responses.script(ResponsesTurn.command(f"echo hello > {notes}"), ResponsesTurn.text("done"))
+        codex = ProviderSettings(
+            binary=str(real_cli("codex")), base_url=f"{responses.url}/v1", api_key=SecretStr(KEY)
+        )
+        settings = config.settings.model_copy(update={"providers": {"codex": codex}})
+        run_id = dispatch(session_factory, InMemorySender(), "codex", TriggerEvent.manual()).run.id
+
+        status = execute_run(
+            session_factory, RunnerConfig(settings, config.executors, config.base_env), run_id, "w1"
+        )
+
+    run, events = run_of(session_factory, run_id)
+    assert status == RunStatus.SUCCEEDED, run.error
+    assert notes.read_text() == "hello\n"
+    auth = {r.headers.get("authorization") for r in responses.model_requests()}
+    assert auth == {f"Bearer {KEY}"}
+    decisions = [d for k, d in events if k == "agent.tool_decision"]
+    assert [d["verdict"] for d in decisions] == ["allow"]

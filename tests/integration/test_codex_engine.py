@@ -1,0 +1,199 @@
+"""The real Codex CLI bounded by the engine: `run_cli_session` with the engine's policy, model
+proxy and approvals, against a scripted Responses API server on 127.0.0.1. Assertions are on
+what codex did: files, the requests the server saw, the outputs the model got back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ade_api.cli import main
+from ade_tasks.agents.policy import Policy, exposed_tools
+from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.rules.models import AgentSession, ToolPolicy
+from ade_tasks.secrets import Masker
+from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_workers.agents.cli_session import CliSessionOutcome, run_cli_session
+from ade_workers.agents.cli_setup import CliSetup, call_id
+from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
+from tests.real_clis import real_cli
+
+KEY = "sk-codex-engine-key-0123456789"
+MODEL = "gpt-5.5"  # a slug codex 0.169 knows, so it offers apply_patch
+BASH = ToolPolicy(allowed_tools=["bash"])
+WRITES = ToolPolicy(allowed_tools=["write_file", "edit_file"])
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    return real_cli("codex")
+
+
+@pytest.fixture
+def server() -> Any:
+    with ScriptedResponsesServer() as scripted:
+        yield scripted
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    root = tmp_path / "wt"
+    root.mkdir()
+    (root / "a.txt").write_text("hello\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def run_codex(
+    codex: Path,
+    server: ScriptedResponsesServer,
+    worktree: Path,
+    *,
+    mode: str = "full-auto",
+    policy: ToolPolicy | None = None,
+    tainted: bool = False,
+    decisions: ToolDecisions = NO_DECISIONS,
+    max_tokens: int | None = None,
+) -> tuple[CliSessionOutcome, list[tuple[str, dict[str, Any]]]]:
+    execution = AgentSession(
+        provider="codex",
+        model=MODEL,
+        prompt="do the task",
+        permission_mode=mode,  # type: ignore[arg-type]
+        tool_palette=["repo", "git"],
+        policy=policy or ToolPolicy(),
+    )
+    engine_policy = Policy.from_rule(execution.policy, execution.permission_mode)
+    events: list[tuple[str, dict[str, Any]]] = []
+    setup = CliSetup(
+        binary=str(codex),
+        worktree=worktree,
+        env={"PATH": os.environ["PATH"]},
+        limits=SessionLimits(
+            max_turns=30,
+            max_tokens=max_tokens,
+            deadline=time.monotonic() + 90,
+            price=ModelPrice(input_usd_per_mtok=1, output_usd_per_mtok=1),
+        ),
+        policy=engine_policy,
+        tools=exposed_tools(list(execution.tool_palette), execution.permission_mode, engine_policy),
+        tainted=tainted,
+        decisions=decisions,
+        protected=ProtectedPaths.for_worktree(worktree),
+        provider=ProviderSettings(api_key=KEY, base_url=f"{server.url}/v1"),  # type: ignore[arg-type]
+        masker=Masker.none(),
+        record=lambda kind, data: events.append((kind, data)),
+    )
+    outcome = run_cli_session(
+        execution,
+        setup,
+        prompt=execution.prompt,
+        system=None,
+        deadline=setup.limits.deadline,
+        should_stop=lambda: False,
+        kill_grace=1.0,
+    )
+    return outcome, events
+
+
+def test_only_the_provider_settings_log_in_and_commands_never_see_the_key(codex, server, worktree):
+    envfile = worktree / "env.txt"
+    server.script(Turn.command(f"env > {envfile}"), Turn.text("done"))
+    ran, _ = run_codex(codex, server, worktree, policy=BASH)
+    assert ran.outcome.status == "completed", ran.outcome.error
+    auth = {r.headers.get("authorization") for r in server.model_requests()}
+    assert auth == {f"Bearer {KEY}"}  # the proxy swapped the session token for the key
+    assert KEY not in envfile.read_text() and "ade-session-" not in envfile.read_text()
+
+
+def test_denied_bash_is_enforced_and_the_command_never_runs(codex, server, worktree):
+    marker = worktree / "ran.txt"
+    server.script(Turn.command(f"touch {marker}"), Turn.text("done"))
+    ran, events = run_codex(
+        codex, server, worktree, policy=ToolPolicy(denied_tools=["bash"], fallback="allow")
+    )
+    assert ran.outcome.status == "completed"
+    assert not marker.exists()
+    verdicts = [d["verdict"] for k, d in events if k == "agent.tool_decision"]
+    assert verdicts == ["deny"]
+
+
+def test_a_change_outside_the_worktree_is_refused(codex, server, worktree, tmp_path):
+    outside = tmp_path / "outside.txt"
+    server.script(Turn.patch(add_file_patch(str(outside), "x")), Turn.text("done"))
+    ran, _ = run_codex(codex, server, worktree, policy=WRITES)
+    assert ran.outcome.status == "completed"
+    assert not outside.exists()
+
+
+def test_edit_mode_asks_for_a_command_and_the_answer_lets_it_run(codex, server, worktree):
+    marker = worktree / "approved.txt"
+    command = f"touch {marker}"
+    server.script(Turn.command(command))
+    first, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES)
+    assert first.outcome.status == "waiting"
+    assert first.outcome.pending is not None and first.outcome.pending["tool"] == "bash"
+    assert not marker.exists()
+
+    approved = ToolDecisions(
+        frozenset({call_id("bash", {"command": first.outcome.pending["arguments"]["command"]})}),
+        frozenset(),
+        frozenset(),
+    )
+    server.script(Turn.command(command), Turn.text("done"))
+    second, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES, decisions=approved)
+    assert second.outcome.status == "completed", second.outcome.error
+    assert marker.exists()
+
+
+def test_a_tainted_prompt_refuses_commands(codex, server, worktree):
+    marker = worktree / "pwned.txt"
+    server.script(Turn.command(f"touch {marker}"), Turn.text("done"))
+    ran, _ = run_codex(codex, server, worktree, policy=ToolPolicy(fallback="allow"), tainted=True)
+    assert ran.outcome.status == "completed"
+    assert not marker.exists()
+
+
+def test_a_session_over_its_token_budget_is_stopped(codex, server, worktree):
+    marker = worktree / "second.txt"
+    heavy = Usage(input_tokens=400, output_tokens=100)
+    server.script(
+        Turn.command("echo one", usage=heavy),
+        Turn.command(f"touch {marker}", usage=heavy),
+        Turn.text("done"),
+    )
+    ran, _ = run_codex(codex, server, worktree, policy=BASH, max_tokens=300)
+    assert ran.outcome.status == "token_budget"
+    assert "over the budget of 300" in (ran.outcome.error or "")
+    assert not marker.exists()
+
+
+def test_an_edit_session_in_a_worktree_holding_engine_data_never_starts(codex, server, worktree):
+    (worktree / ".ade").mkdir()
+    ran, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES)
+    assert ran.outcome.status == "failed"
+    assert "holds the engine's own data" in (ran.outcome.error or "")
+    assert server.model_requests() == []
+
+
+def test_providers_check_runs_one_real_codex_call(codex, server, monkeypatch):
+    monkeypatch.setenv("ADE_PROVIDERS__CODEX__BINARY", str(codex))
+    monkeypatch.setenv("ADE_PROVIDERS__CODEX__BASE_URL", f"{server.url}/v1")
+    monkeypatch.setenv("ADE_PROVIDERS__CODEX__API_KEY", KEY)
+    for name in ("ADE_PROVIDERS__CLAUDE_CODE__API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    server.script(Turn.text("ok"))
+
+    result = CliRunner().invoke(main, ["providers", "--check", "--model", MODEL])
+
+    assert result.exit_code == 0, result.output
+    assert "codex        checking (one real call) ... ok" in result.output
+    assert [r.headers.get("authorization") for r in server.model_requests()] == [f"Bearer {KEY}"]
