@@ -68,10 +68,19 @@ def inputs() -> None:
 
 
 def _input_line(item: dict[str, Any]) -> str:
-    what = f"tool {item['tool']}" if item["tool"] else f"gate before step {item['step_index'] + 1}"
+    if item.get("kind") == "question":
+        what = f"question: {str((item['arguments'] or {}).get('question', ''))[:200]}"
+    elif item["tool"]:
+        what = f"tool {item['tool']}"
+    else:
+        what = f"gate before step {item['step_index'] + 1}"
     answered = f" -> {item['answer']} by {item['decided_by']}" if item["answer"] else ""
     expires = f" (declined at {item['expires_at'][:19]})" if item["expires_at"] else ""
-    args = f"\n        {json.dumps(item['arguments'])[:200]}" if item["arguments"] else ""
+    args = (
+        f"\n        {json.dumps(item['arguments'])[:200]}"
+        if item["arguments"] and item.get("kind") != "question"
+        else ""
+    )
     return (
         f"{item['id']:>6}  {item['status']:<9} run {item['run_id']}  {what}{answered}{expires}"
         f"{args}"
@@ -94,7 +103,7 @@ def inputs_list(settings: Settings, status: str, url: str | None, as_json: bool)
 @click.argument("input_id", type=int)
 @click.argument("answer", type=click.Choice([a.value for a in Answer]))
 @by_option
-@click.option("--note", help="why (kept with the run)")
+@click.option("--note", help="why (kept with the run); for a question, the answer the agent gets")
 @url_option
 @json_option
 @click.pass_obj

@@ -83,6 +83,7 @@ class ApprovalOut(BaseModel):
     run_id: str
     step_index: int
     reason: str
+    kind: str = Field(description="question (answer with a note) | tool_call | gate")
     status: str = Field(description="pending | approved | rejected | cancelled")
     tool: str | None = Field(description="the agent's tool the input asks about (None: a gate)")
     arguments: dict[str, Any] | None = Field(description="the tool call's arguments")

@@ -17,9 +17,12 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import Answer, ApprovalRow, RunRow, RunStatus, utcnow
 from ade_tasks.dispatch import TaskSender
-from ade_tasks.errors import BrokerUnavailableError
+from ade_tasks.errors import BrokerUnavailableError, InvalidInputError
 
 log = logging.getLogger(__name__)
+
+#: Answers that let an agent's call go on (a question needs their text).
+ANSWERS_THAT_ACCEPT = (Answer.ACCEPT, Answer.ACCEPT_FOR_SESSION)
 TIMEOUT_ANSWERER = "approval-timeout"
 
 
@@ -53,6 +56,13 @@ def answer_input(
     """Answer one pending input; returns it and its run as they now stand."""
     with session_factory.begin() as session:
         row = approvals_db.pending_input(session, input_id)
+        if row.kind == "question" and answer in ANSWERS_THAT_ACCEPT and not (note or "").strip():
+            question = (row.arguments or {}).get("question", "")
+            raise InvalidInputError(
+                f"input {input_id} is the agent's question {str(question)[:200]!r}: answer it "
+                f"with text (`ade-tasks inputs answer {input_id} accept --note 'your answer'`, "
+                'or {"answer": "accept", "note": "..."}), or decline it'
+            )
         approvals_db.decide(session, row, answer, by, note, utcnow())
         session.flush()
         session.expunge(row)

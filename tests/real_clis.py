@@ -15,11 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = ROOT / ".venv" / "agent-clis" / "node_modules" / ".bin"
 _OVERRIDES = {"claude": "ADE_TEST_CLAUDE", "codex": "ADE_TEST_CODEX"}
+#: Read at import: the tests' conftest clears ADE_* variables from the environment of each test.
+_OVERRIDDEN = {name: os.environ.get(variable) for name, variable in _OVERRIDES.items()}
 
 
 def real_cli(name: str) -> Path:
     """The path of the real `claude` or `codex` binary; skip (or fail under CI) without it."""
-    override = os.environ.get(_OVERRIDES[name])
+    override = _OVERRIDDEN[name]
     path = Path(override) if override else INSTALLED / name
     if path.is_file() and os.access(path, os.X_OK):
         return path

@@ -39,7 +39,7 @@ from ade_tasks.rules.models import ToolPalette, ToolPolicy
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 COMMAND_TOOLS = frozenset({"bash"})
-ALWAYS_TOOLS = frozenset({"todo", "report"})
+ALWAYS_TOOLS = frozenset({"todo", "ask_user", "report"})
 """Available in every mode and palette: planning notes and the final structured report."""
 
 PermissionMode = Literal["plan", "edit", "full-auto"]
@@ -67,7 +67,7 @@ MODE_TOOLS: dict[PermissionMode, frozenset[str]] = {
 TAINTED_TOOLS = READ_ONLY_TOOLS | {"report"}
 """What a session whose prompt holds outsiders' text keeps."""
 
-_ALWAYS_ORDER = ("todo", "report")
+_ALWAYS_ORDER = ("todo", "ask_user", "report")
 _VERDICTS: tuple[str, ...] = get_args(Verdict)
 _MODES: tuple[str, ...] = get_args(PermissionMode)
 

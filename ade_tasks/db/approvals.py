@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import Answer, ApprovalRow, ApprovalStatus, RunRow, RunStatus, utcnow
+from ade_tasks.db.schema import (
+    QUESTION_TOOL,
+    Answer,
+    ApprovalRow,
+    ApprovalStatus,
+    RunRow,
+    RunStatus,
+    utcnow,
+)
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 
 
@@ -177,20 +185,30 @@ class ToolDecisions:
     approved: frozenset[str]  # call ids
     declined: frozenset[str]  # call ids
     tools_for_session: frozenset[str]  # tool names accepted for the rest of the session
+    answers: Mapping[str, str] = field(default_factory=dict)  # call id -> an answered question
 
 
 def tool_decisions(session: Session, run_id: str) -> ToolDecisions:
-    """The run's tool calls an operator approved or declined, and the tools accepted for the
-    rest of the session."""
+    """The run's tool calls an operator approved or declined, the tools accepted for the
+    rest of the session, and the text answers to the agent's questions."""
     rows = session.execute(
         select(
-            ApprovalRow.tool_call_id, ApprovalRow.status, ApprovalRow.answer, ApprovalRow.tool
+            ApprovalRow.tool_call_id,
+            ApprovalRow.status,
+            ApprovalRow.answer,
+            ApprovalRow.tool,
+            ApprovalRow.note,
         ).where(ApprovalRow.run_id == run_id, ApprovalRow.tool_call_id.is_not(None))
     ).all()
     return ToolDecisions(
-        approved=frozenset(str(c) for c, s, _, _ in rows if s == ApprovalStatus.APPROVED),
-        declined=frozenset(str(c) for c, s, _, _ in rows if s == ApprovalStatus.REJECTED),
+        approved=frozenset(str(c) for c, s, _, _, _ in rows if s == ApprovalStatus.APPROVED),
+        declined=frozenset(str(c) for c, s, _, _, _ in rows if s == ApprovalStatus.REJECTED),
         tools_for_session=frozenset(
-            str(t) for _, _, a, t in rows if a == Answer.ACCEPT_FOR_SESSION and t
+            str(t) for _, _, a, t, _ in rows if a == Answer.ACCEPT_FOR_SESSION and t
         ),
+        answers={
+            str(c): str(n or "")
+            for c, s, _, t, n in rows
+            if s == ApprovalStatus.APPROVED and t == QUESTION_TOOL
+        },
     )

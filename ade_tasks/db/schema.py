@@ -313,6 +313,10 @@ class Answer(StrEnum):
     CANCEL = "cancel"
 
 
+#: The agent tool whose pending input is a question for the operator (`ApprovalRow.kind`).
+QUESTION_TOOL = "ask_user"
+
+
 class ApprovalRow(Base):
     """A run waiting for an operator: approve to go on, reject to stop it."""
 
@@ -343,6 +347,14 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))
     note: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def kind(self) -> str:
+        """`question` (the agent's ask_user: answered with text), `tool_call` (an agent's call
+        waiting for approval) or `gate` (a chain's human approval)."""
+        if self.tool == QUESTION_TOOL:
+            return "question"
+        return "tool_call" if self.tool_call_id else "gate"
 
 
 class UsageRow(Base):

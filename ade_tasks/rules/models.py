@@ -382,7 +382,7 @@ def unenforceable_on_codex(session: AgentSession) -> str | None:
         if denied
         else "policy.sandbox_root is set"
         if policy.sandbox_root is not None
-        else f"the policy would {policy.fallback} some writes (fallback: {policy.fallback})"
+        else f"its fallback {policy.fallback} applies to writes no allowed_tools entry names"
     )
     return (
         f"policy cannot be enforced on provider codex in permission_mode {session.permission_mode}"

@@ -141,10 +141,16 @@ def park_for_tool(
     session_factory: SessionFactory, run_id: str, worker: str, pending: dict[str, Any]
 ) -> bool:
     """Park the run on a pending input for the tool call; False if the run was not ours."""
-    reason = (
-        f"the agent wants to call {pending['tool']} ({pending.get('reason', 'policy: ask')}); "
-        f"answer it with `ade-tasks inputs answer <id> accept|accept_for_session|decline|cancel`"
-    )
+    if pending.get("kind") == "question":
+        reason = (
+            f"{pending['reason']}; answer it with "
+            "`ade-tasks inputs answer <id> accept --note 'your answer'` (or decline|cancel)"
+        )
+    else:
+        reason = (
+            f"the agent wants to call {pending['tool']} ({pending.get('reason', 'policy: ask')}); "
+            "answer it with `ade-tasks inputs answer <id> accept|accept_for_session|decline|cancel`"
+        )
     timeout = pending.get("timeout_min")
     call = approvals_db.ToolCall(
         call_id=str(pending["tool_call_id"]),

@@ -22,7 +22,7 @@ What the engine sets up around `claude -p`, and why:
 - **Ask.** A call the policy answers with `ask` stops the session; the step ends `waiting`
   with the call pending, so the run parks as a pending input and no worker waits. After the
   answer the session starts afresh (Claude keeps its transcript in the private config home,
-  which is gone), and the repeated call meets the answer (`claude_calls.call_id`).
+  which is gone), and the repeated call meets the answer (`cli_setup.call_id`).
 - **Processes.** Claude, its hooks and its tools run in one container (`run_process`):
   nothing survives the session or the worker.
 """
@@ -177,7 +177,7 @@ def capabilities(
         else Capability("settings", U, f"claude started MCP servers anyway: {servers}")
     )
     reported = [str(t) for t in init.get("tools") or []]
-    extra = sorted(set(reported) - set(offered) - {"ReportFindings"})
+    extra = sorted(set(reported) - set(offered))
     missing = [t for t in offered if t not in reported]
     if extra:
         items.append(Capability("tools", U, f"claude offered tools it was not given: {extra}"))

@@ -13,6 +13,7 @@ an operator to approve ends the session as "waiting" and frees the worker.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from ade_tasks.agents.policy import ALWAYS_TOOLS, READ_ONLY_TOOLS, WRITE_TOOLS, Policy, decide
 from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.db.schema import QUESTION_TOOL
 from ade_tasks.settings import ModelPrice
 from ade_workers.agents.providers import (
     Message,
@@ -47,6 +49,9 @@ STARTED_EVENT = "agent.tool_started"
 #: Calls that change nothing: after a crash they run again instead of being reported unknown.
 REPEATABLE_TOOLS = READ_ONLY_TOOLS | ALWAYS_TOOLS
 NO_DECISIONS = ToolDecisions(frozenset(), frozenset(), frozenset())
+#: ask_user's sliding window: a session may ask this many questions per window.
+QUESTIONS_PER_WINDOW = 3
+QUESTION_WINDOW_SEC = 600.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class _State:
     done: set[str] = field(default_factory=set)
     asked: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
+    questions: list[float] = field(default_factory=list)  # when the session asked (time.time)
     report: dict[str, Any] | None = None
 
 
@@ -188,6 +194,8 @@ def _replay(system: str, prompt: str, history: list[tuple[str, dict[str, Any]]])
             _add_result(state, data)
         elif kind == "agent.approval_request":
             state.asked.add(data["tool_call_id"])
+            if data.get("kind") == "question":
+                state.questions.append(float(data.get("asked_at") or 0.0))
         elif kind == STARTED_EVENT:
             state.started.add(data["tool_call_id"])
         # agent.refused is a note for people; its refusal was also recorded as a tool result.
@@ -249,6 +257,11 @@ def _settle(
         result = ToolResult(False, reason)
     elif call.get("arguments_error"):
         result = ToolResult(False, f"{name}: {call['arguments_error']}")
+    elif name == QUESTION_TOOL:
+        asked = _question(call, state, policy, ctx, record, decisions)
+        if isinstance(asked, dict):
+            return asked
+        result = asked
     else:
         decision = decide(
             policy,
@@ -286,6 +299,63 @@ def _settle(
             result = run_tool(name, arguments, ctx)
     _finish(call, state, record, result)
     return None
+
+
+def _question(
+    call: dict[str, Any],
+    state: _State,
+    policy: Policy,
+    ctx: ToolContext,
+    record: Record,
+    decisions: ToolDecisions,
+) -> ToolResult | dict[str, Any]:
+    """`ask_user`: the operator's answer once there is one; otherwise the pending input that
+    parks the run, unless the session asked too often lately (then "retry after N s")."""
+    call_id, question = call["id"], str(call["arguments"].get("question", "")).strip()
+    decision = decide(policy, QUESTION_TOOL, worktree=ctx.worktree, protected=ctx.protected)
+    if decision.verdict == "deny":
+        record(
+            "agent.refused",
+            {"tool_call_id": call_id, "tool": QUESTION_TOOL, "reason": decision.reason},
+        )
+        return ToolResult(False, f"refused: {decision.reason}")
+    if call_id in decisions.answers:
+        return ToolResult(True, f"The operator answered: {decisions.answers[call_id]}")
+    if call_id in decisions.declined:
+        return ToolResult(False, "The operator declined to answer; go on without it or report.")
+    if not question:
+        return ToolResult(False, "ask_user needs a question")
+    now = time.time()
+    if call_id not in state.asked:
+        wait = question_wait(state.questions, now)
+        if wait > 0:
+            return ToolResult(
+                False,
+                f"ask_user is limited to {QUESTIONS_PER_WINDOW} questions per "
+                f"{QUESTION_WINDOW_SEC:g} s in a session: retry after {math.ceil(wait)} s, "
+                "or go on without an answer",
+            )
+    pending = {
+        "tool_call_id": call_id,
+        "tool": QUESTION_TOOL,
+        "arguments": {"question": question},
+        "reason": f"the agent asks: {question[:500]}",
+        "kind": "question",
+        "asked_at": now,
+    }
+    if call_id not in state.asked:
+        record("agent.approval_request", pending)
+        state.asked.add(call_id)
+        state.questions.append(now)
+    return pending
+
+
+def question_wait(asked_at: list[float], now: float) -> float:
+    """Seconds until the session may ask again: the sliding window of its last questions."""
+    recent = sorted(t for t in asked_at if t > now - QUESTION_WINDOW_SEC)
+    if len(recent) < QUESTIONS_PER_WINDOW:
+        return 0.0
+    return recent[-QUESTIONS_PER_WINDOW] + QUESTION_WINDOW_SEC - now
 
 
 def _finish(

@@ -462,6 +462,12 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         ["items"],
         items={"type": "array", "items": _TODO_ITEM},
     ),
+    "ask_user": _spec(
+        "Ask the operator a question and stop until they answer; their text comes back as this "
+        "call's result. Only for a decision you cannot make yourself.",
+        ["question"],
+        question=_STR,
+    ),
     "report": _spec(
         "Finish with the final structured report: a summary and any findings.",
         ["summary"],

@@ -22,7 +22,7 @@ from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.schema import Answer, ApprovalRow, QueueStatus, RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
-from ade_tasks.errors import ConflictError
+from ade_tasks.errors import ConflictError, InvalidInputError
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
@@ -431,3 +431,34 @@ execution:
         used = usage_db.usage_on(session, usage_db.day_of(utcnow()), "auto:cli")
     assert step.result["cost_usd"] == result["cost_usd"] and result["cost_usd"] > 0
     assert used.cost_usd == pytest.approx(result["cost_usd"])
+
+
+def test_ask_user_parks_a_question_and_the_operators_text_reaches_the_model(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, llm: ScriptedModelServer
+) -> None:
+    agent_rule(rules_dir, session_factory)
+    llm.script(
+        tool_calls(("call_q", "ask_user", {"question": "Which module matters most?"})),
+        text("Looked at src/app.py as asked."),
+    )
+    run_id = dispatch(session_factory, InMemorySender(), "reviewer", manual_with_body("x")).run.id
+
+    first = execute_run(session_factory, config, run_id, "w1")
+
+    assert first == RunStatus.WAITING
+    pending = _pending_input(session_factory, run_id)
+    assert (pending.kind, pending.tool) == ("question", "ask_user")
+    assert "the agent asks: Which module matters most?" in pending.reason
+    with pytest.raises(InvalidInputError, match="answer it with text"):
+        answer_input(session_factory, InMemorySender(), pending.id, Answer.ACCEPT, by="alice")
+    answer_input(
+        session_factory, InMemorySender(), pending.id, Answer.ACCEPT, by="alice",
+        note="src/app.py",
+    )  # fmt: skip
+    second = execute_run(session_factory, config, run_id, "w2")
+
+    run, _ = run_of(session_factory, run_id)
+    assert second == RunStatus.SUCCEEDED, run.error
+    follow_up = llm.requests[1].json["messages"]
+    assert follow_up[-1]["role"] == "tool" and follow_up[-1]["tool_call_id"] == "call_q"
+    assert follow_up[-1]["content"] == "The operator answered: src/app.py"

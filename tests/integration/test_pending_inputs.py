@@ -84,6 +84,7 @@ def start(api: httpx.Client, rule_id: str) -> str:
 def pending_of(api: httpx.Client, run_id: str) -> dict[str, Any]:
     inputs = api.get("/api/v1/inputs").json()
     (item,) = [i for i in inputs if i["run_id"] == run_id]
+    assert item["kind"] == "tool_call"  # (a question's kind is "question", a gate's "gate")
     return dict(item)
 
 

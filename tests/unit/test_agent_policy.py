@@ -339,9 +339,12 @@ REPO_READ = ["read_file", "list_dir", "glob", "grep"]
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
-        ("plan", [*REPO_READ, "todo", "report"]),
-        ("edit", [*REPO_READ, "write_file", "edit_file", "bash", "todo", "report"]),
-        ("full-auto", [*REPO_READ, "write_file", "edit_file", "bash", "todo", "report"]),
+        ("plan", [*REPO_READ, "todo", "ask_user", "report"]),
+        ("edit", [*REPO_READ, "write_file", "edit_file", "bash", "todo", "ask_user", "report"]),
+        (
+            "full-auto",
+            [*REPO_READ, "write_file", "edit_file", "bash", "todo", "ask_user", "report"],
+        ),
     ],
 )
 def test_exposed_tools_per_mode(mode: PermissionMode, expected: list[str]) -> None:
@@ -349,15 +352,16 @@ def test_exposed_tools_per_mode(mode: PermissionMode, expected: list[str]) -> No
 
 
 def test_exposed_tools_per_palette() -> None:
-    assert exposed_tools(["git"], "full-auto", Policy()) == ["bash", "todo", "report"]
-    assert exposed_tools(["github", "notify"], "full-auto", Policy()) == ["todo", "report"]
-    assert exposed_tools([], "plan", Policy()) == ["todo", "report"]
+    always = ["todo", "ask_user", "report"]
+    assert exposed_tools(["git"], "full-auto", Policy()) == ["bash", *always]
+    assert exposed_tools(["github", "notify"], "full-auto", Policy()) == always
+    assert exposed_tools([], "plan", Policy()) == always
 
 
 def test_exposed_tools_drop_denied_tools() -> None:
     policy = Policy(denied_tools=("bash", "write_*"))
     exposed = exposed_tools(["repo", "tests"], "full-auto", policy)
-    assert exposed == [*REPO_READ, "edit_file", "todo", "report"]
+    assert exposed == [*REPO_READ, "edit_file", "todo", "ask_user", "report"]
 
 
 def test_a_tainted_session_keeps_read_only_tools_and_report() -> None:

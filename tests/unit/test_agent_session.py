@@ -104,6 +104,7 @@ def session(
     approved: frozenset[str] = frozenset(),
     declined: frozenset[str] = frozenset(),
     tools_for_session: frozenset[str] = frozenset(),
+    answers: dict[str, str] | None = None,
 ) -> SessionOutcome:
     history = list(transcript.events)
     return run_session(
@@ -118,7 +119,7 @@ def session(
         limits=limits or SessionLimits(max_turns=10, max_tokens=None, deadline=_in(60)),
         history=history,
         record=transcript,
-        decisions=ToolDecisions(approved, declined, tools_for_session),
+        decisions=ToolDecisions(approved, declined, tools_for_session, answers or {}),
     )
 
 
@@ -637,3 +638,65 @@ def test_a_model_turn_echoing_a_secret_is_recorded_masked(worktree: Path) -> Non
     # Then the transcript keeps only the mask
     (recorded,) = transcript.of("agent.model_turn")
     assert recorded["text"] == "the token is ***"
+
+
+# --- ask_user ---------------------------------------------------------------------------------
+
+QUESTION = ToolCall("q1", "ask_user", {"question": "Which branch should I fix?"})
+
+
+def test_ask_user_parks_the_run_as_a_question_and_the_answer_reaches_the_model(
+    worktree: Path,
+) -> None:
+    # Given a session whose model asks the operator a question
+    transcript = Transcript()
+    asked = session(ScriptedProvider(turn(QUESTION)), worktree, transcript, tools=["ask_user"])
+
+    # Then it waits on a pending input of kind question
+    assert asked.status == "waiting"
+    assert asked.pending is not None
+    assert (asked.pending["kind"], asked.pending["tool"]) == ("question", "ask_user")
+    assert asked.pending["arguments"] == {"question": "Which branch should I fix?"}
+
+    # When the operator's text answer arrives, the model gets it as the call's result
+    provider = ScriptedProvider(turn(text="Fixing main."))
+    done = session(
+        provider, worktree, transcript, tools=["ask_user"], approved=frozenset({"q1"}),
+        answers={"q1": "main, please"},
+    )  # fmt: skip
+    assert done.status == "completed"
+    message = _last_tool_message(provider)
+    assert message["is_error"] is False
+    assert message["content"] == "The operator answered: main, please"
+
+
+def test_ask_user_declined_tells_the_model_and_goes_on(worktree: Path) -> None:
+    transcript = Transcript()
+    session(ScriptedProvider(turn(QUESTION)), worktree, transcript, tools=["ask_user"])
+    provider = ScriptedProvider(turn(text="Going on."))
+
+    done = session(provider, worktree, transcript, tools=["ask_user"], declined=frozenset({"q1"}))
+
+    assert done.status == "completed"
+    assert "declined to answer" in _last_tool_message(provider)["content"]
+
+
+def test_ask_user_is_rate_limited_with_a_sliding_window(worktree: Path) -> None:
+    # Given a session that already asked three questions in the last ten minutes
+    now = time.time()
+    transcript = Transcript(
+        [("agent.approval_request", {"tool_call_id": f"old{i}", "kind": "question",
+                                     "asked_at": now - 60 * (3 - i)}) for i in range(3)]
+    )  # fmt: skip
+    provider = ScriptedProvider(turn(QUESTION), turn(text="I will decide myself."))
+
+    # When it asks a fourth
+    outcome = session(provider, worktree, transcript, tools=["ask_user"])
+
+    # Then it is told when it may ask again, and the run does not park
+    assert outcome.status == "completed"
+    message = _last_tool_message(provider)
+    assert message["is_error"] is True
+    assert "limited to 3 questions per 600 s" in message["content"]
+    wait = int(message["content"].split("retry after ")[1].split(" s")[0])
+    assert 410 <= wait <= 421  # the oldest of the three, 180 s ago, leaves the window in ~420 s

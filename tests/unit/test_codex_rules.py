@@ -29,7 +29,7 @@ def admit(extra: str) -> Rule | list[RuleProblem]:
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
-        ("permission_mode: edit", "the policy would deny some writes (fallback: deny)"),
+        ("permission_mode: edit", "its fallback deny applies to writes"),
         (
             "permission_mode: full-auto\n  policy: {fallback: allow, denied_tools: [edit_file]}",
             "policy.denied_tools names edit_file",
@@ -38,7 +38,7 @@ def admit(extra: str) -> Rule | list[RuleProblem]:
             "permission_mode: edit\n  policy: {allowed_tools: ['*'], sandbox_root: src}",
             "policy.sandbox_root is set",
         ),
-        ("permission_mode: edit\n  policy: {fallback: ask}", "(fallback: ask)"),
+        ("permission_mode: edit\n  policy: {fallback: ask}", "its fallback ask applies"),
     ],
 )
 def test_a_policy_codex_cannot_enforce_is_refused_with_the_reason(extra: str, why: str) -> None:
