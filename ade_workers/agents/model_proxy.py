@@ -19,6 +19,7 @@ session overshoots its budget by at most one answer.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import threading
@@ -42,6 +43,7 @@ _DROPPED_REQUEST = frozenset(
 _DROPPED_RESPONSE = frozenset(
     {"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
 )
+SHUTDOWN_POLL = 0.02
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0)
 
 
@@ -53,6 +55,13 @@ class Spend:
     output_tokens: int = 0
     calls: int = 0
     exhausted: str | None = None  # why later calls are refused
+
+
+@functools.cache
+def upstream_client() -> httpx.Client:
+    """One HTTP client for every session's proxy in this process: building one loads the TLS
+    trust store (~0.1 s), and a client is safe to share between threads."""
+    return httpx.Client(timeout=UPSTREAM_TIMEOUT)
 
 
 class ModelProxy:
@@ -79,11 +88,15 @@ class ModelProxy:
         self._on_refused = on_refused
         self._masker = masker
         self._lock = threading.Lock()
-        self._client = httpx.Client(timeout=UPSTREAM_TIMEOUT)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
+        # A short poll: `shutdown()` waits for the serving loop to notice, and a session's
+        # end should not wait half a second (the default) for it.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="ade-model-proxy", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL},
+            name="ade-model-proxy",
+            daemon=True,
         )
 
     @property
@@ -98,7 +111,6 @@ class ModelProxy:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
-        self._client.close()
 
     # --- used by the handler -----------------------------------------------------------
 
@@ -135,7 +147,7 @@ class ModelProxy:
         return f"{self._upstream}{path}"
 
     def client(self) -> httpx.Client:
-        return self._client
+        return upstream_client()
 
     def refused_by_provider(self, status: int, body: bytes) -> None:
         """The provider turned the key down (401/403): no later call can succeed, and a CLI
