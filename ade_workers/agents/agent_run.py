@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +26,6 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
@@ -107,15 +106,22 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         time_left=lambda: limits.deadline - time.monotonic(),
     )
     if action.provider in CLI_BINARIES:
-        cli = CliSession(
+        configured = settings.provider(action.provider)
+        setup = CliSetup(
+            binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
+            worktree=tool_ctx.worktree,
+            env=tool_ctx.env,
+            limits=limits,
             policy=policy,
             tools=tools,
             tainted=narrowed,
             decisions=decisions,
             protected=protected,
-            history=history,
+            provider=configured,
+            masker=tool_ctx.masker,
+            record=record,
         )
-        outcome = _cli_session(action, settings, prompt.text, tool_ctx, limits, record, cli)
+        outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
     else:
         # One HTTP client per session; closing it releases its connections.
         with closing(provider_for(action, settings)) as provider:
@@ -165,56 +171,27 @@ def park_for_tool(
         )
 
 
-@dataclass(frozen=True)
-class CliSession:
-    """What the engine decides for a CLI session besides the rule: the policy it enforces,
-    the tools left after mode, palette and taint, earlier answers, and the step's history."""
-
-    policy: Policy
-    tools: list[str]
-    tainted: bool
-    decisions: ToolDecisions
-    protected: ProtectedPaths
-    history: list[tuple[str, dict[str, Any]]]
-
-
 def _cli_session(
     action: AgentSessionStep,
-    settings: Settings,
+    setup: CliSetup,
     prompt: str,
+    history: list[tuple[str, dict[str, Any]]],
     tool_ctx: ToolContext,
-    limits: SessionLimits,
-    record: Record,
-    cli: CliSession,
 ) -> SessionOutcome:
     """A headless CLI agent session. A resumed run starts the CLI afresh (its transcript lived
     in the session's private config home); the prompt then names the calls an earlier attempt
     was allowed to make whose outcome is unknown, so the model checks before repeating them."""
-    configured = settings.provider(action.provider)
-    setup = CliSetup(
-        binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
-        worktree=tool_ctx.worktree,
-        env=tool_ctx.env,
-        limits=limits,
-        policy=cli.policy,
-        tools=cli.tools,
-        tainted=cli.tainted,
-        decisions=cli.decisions,
-        protected=cli.protected,
-        provider=configured,
-        masker=tool_ctx.masker,
-        record=record,
-    )
     ran = run_cli_session(
         action,
         setup,
-        prompt=prompt + interrupted_note(cli.history),
+        prompt=prompt + interrupted_note(history),
         system=action.system,
-        deadline=limits.deadline,
+        deadline=setup.limits.deadline,
         should_stop=tool_ctx.should_stop,
         kill_grace=tool_ctx.kill_grace,
     )
     outcome = ran.outcome
+    limits = setup.limits
     if limits.price is None and ran.cost_usd is not None:  # only the CLI knows the price
         return replace(outcome, cost_usd=ran.cost_usd)
     return replace(outcome, cost_usd=limits.cost(outcome.input_tokens, outcome.output_tokens))

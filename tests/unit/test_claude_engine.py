@@ -17,6 +17,7 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.models import ToolPolicy
 from ade_workers.agents import claude_hook
+from ade_workers.agents.agent_run import interrupted_note
 from ade_workers.agents.claude_calls import CallJudge, call_paths, engine_name
 from ade_workers.agents.cli_setup import call_id
 from ade_workers.agents.decision_server import DecisionServer
@@ -190,3 +191,16 @@ def test_usage_is_read_from_json_and_split_sse_chunks(
         reader.feed(chunk)
     reader.close()
     assert (reader.input_tokens, reader.output_tokens) == expected
+
+
+def test_a_fresh_cli_session_is_told_which_calls_an_interrupted_attempt_made() -> None:
+    allowed = {"tool": "Bash", "input": {"command": "make deploy"}, "verdict": "allow"}
+    denied = {"tool": "Bash", "input": {"command": "rm -rf /"}, "verdict": "deny"}
+    finished = [("agent.tool_decision", allowed), ("agent.cli_result", {"exit_code": 0})]
+    interrupted = [*finished, ("agent.tool_decision", allowed), ("agent.tool_decision", denied)]
+
+    assert interrupted_note([]) == ""
+    assert interrupted_note(finished) == ""  # that attempt ended: its calls are in its transcript
+    note = interrupted_note(interrupted)
+    assert "interrupted when its worker stopped" in note
+    assert 'Bash {"command": "make deploy"}' in note and "rm -rf" not in note
