@@ -32,7 +32,7 @@ def _line(status: ProviderStatus) -> str:
     is_flag=True,
     help="Make one real, cheap call to each configured provider and say what failed.",
 )
-@click.option("--model", default=None, help="The model the CLI checks ask (claude-code).")
+@click.option("--model", default=None, help="The model the CLI checks ask (claude-code and codex).")
 def providers(as_json: bool, check: bool, model: str | None) -> None:
     """Show provider credentials (by name, never values), base URLs and installed agent CLIs."""
     report = providers_report(os.environ)

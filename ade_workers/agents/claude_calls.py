@@ -27,6 +27,7 @@ a fresh session repeating the same call meets the operator's answer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,18 +100,29 @@ def engine_name(claude_name: str) -> str:
     return claude_name
 
 
-def call_paths(claude_name: str, tool_input: dict[str, Any]) -> list[str]:
-    """The paths a call names (a Glob pattern only when it is absolute)."""
+def call_paths(claude_name: str, tool_input: dict[str, Any], cwd: str | None = None) -> list[str]:
+    """The paths a call names, absolute: relative ones are Claude's, from its current
+    directory `cwd` (a `cd` in Bash moves it), not the worktree's. A Glob pattern counts when
+    it is absolute or leaves its directory (`..`) or names `.ade`."""
     spec = CLAUDE_TOOLS.get(claude_name)
     paths: list[str] = []
     for name in spec.path_fields if spec else ():
         value = tool_input.get(name)
         if not isinstance(value, str) or not value:
             continue
-        if name == "pattern" and not value.startswith(("/", "~", "..")):
+        if name == "pattern" and not _pattern_reaches(value):
             continue
+        if cwd and not os.path.isabs(value) and not value.startswith("~"):
+            value = os.path.join(cwd, value)
         paths.append(value)
     return paths
+
+
+def _pattern_reaches(pattern: str) -> bool:
+    parts = pattern.replace("\\", "/").split("/")
+    return (
+        pattern.startswith(("/", "~")) or ".." in parts or ".ade" in (p.casefold() for p in parts)
+    )
 
 
 @dataclass
@@ -125,6 +137,7 @@ class CallJudge:
     record: Record
     on_ask: Callable[[dict[str, Any]], None]
     masker: Masker = field(default_factory=Masker.none)
+    stopping: Callable[[], str | None] = lambda: None  # why the session is being stopped
     asked: dict[str, Any] | None = None
 
     def __call__(self, call: dict[str, Any]) -> tuple[str, str]:
@@ -132,7 +145,8 @@ class CallJudge:
         raw_input = call.get("tool_input")
         tool_input = raw_input if isinstance(raw_input, dict) else {}
         ident = call_id(name, tool_input)
-        decision = self.decide(name, tool_input, ident)
+        cwd = call.get("cwd")
+        decision = self.decide(name, tool_input, ident, cwd if isinstance(cwd, str) else None)
         self.record(
             "agent.tool_decision",
             {
@@ -160,10 +174,19 @@ class CallJudge:
             "resumes when they answer; do nothing else."
         )
 
-    def decide(self, name: str, tool_input: dict[str, Any], ident: str) -> Decision:
-        """The verdict for one call: taint and the mode first, then the engine's policy (which
-        keeps the engine's data and .git out of reach), then the operator's earlier answers."""
+    def decide(
+        self, name: str, tool_input: dict[str, Any], ident: str, cwd: str | None = None
+    ) -> Decision:
+        """The verdict for one call: a stopping session refuses everything, then taint and the
+        mode, then the engine's policy (which keeps the engine's data and .git out of reach),
+        then the operator's earlier answers."""
         engine = engine_name(name)
+        stopping = self.stopping()
+        if stopping is not None:
+            return Decision("deny", f"the session is stopping ({stopping}); do nothing else")
+        paths = call_paths(name, tool_input, cwd)
+        if any(path.startswith("~") for path in paths):
+            return Decision("deny", f"{name} names a path from ~; give one inside the worktree")
         if self.tainted and engine not in TAINTED_TOOLS:
             return Decision(
                 "deny",
@@ -175,7 +198,7 @@ class CallJudge:
         decision = decide(
             self.policy,
             engine,
-            paths=call_paths(name, tool_input),
+            paths=paths,
             writes=CLAUDE_TOOLS[name].writes if name in CLAUDE_TOOLS else False,
             worktree=self.worktree,
             protected=self.protected,

@@ -5,10 +5,12 @@ runs it before every tool call with the call on stdin. It sends the call to the 
 socket (the path is its one argument), and prints the engine's verdict in the hook protocol's
 shape (`hookSpecificOutput.permissionDecision`: allow or deny, with the reason the model sees).
 
-It fails closed: if the worker cannot be reached or answers nonsense, it exits 2, which Claude
-Code treats as a blocking error (the call is refused and the model sees stderr). Any other
-failure, even this program not starting, leaves the call to Claude's own permission mode, which
-the engine sets to `plan` or `default` (never a bypass), so headless Claude refuses it too.
+It fails closed: if the worker cannot be reached, answers nonsense or takes longer than
+`DECISION_TIMEOUT` in all, it exits 2, which Claude Code treats as a blocking error (the call is
+refused and the model sees stderr). Only if this program cannot run at all (no interpreter) does
+the call fall to Claude's own permission mode, which the engine sets to `plan` or `default`
+(never a bypass): headless Claude then still refuses writes and commands, but lets reads inside
+its working directory through.
 
 Standard library only: it runs as `python -I -S claude_hook.py SOCKET`, with no site packages.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 
 #: Under Claude Code's own hook timeout (the engine's settings give it 30 s).
 DECISION_TIMEOUT = 20.0
@@ -25,13 +28,24 @@ _BLOCK = 2
 
 
 def ask_worker(path: str, call: dict[str, object]) -> dict[str, object]:
-    """Send one call to the decision socket and return its `{verdict, reason}` reply."""
+    """Send one call to the decision socket and return its `{verdict, reason}` reply, all of
+    it within `DECISION_TIMEOUT` (a timeout is a failure, and failures refuse the call)."""
+    deadline = time.monotonic() + DECISION_TIMEOUT
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no decision within {DECISION_TIMEOUT:g}s")
+        return remaining
+
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(DECISION_TIMEOUT)
+        sock.settimeout(left())
         sock.connect(path)
+        sock.settimeout(left())
         sock.sendall(json.dumps(call).encode() + b"\n")
         reply = b""
         while not reply.endswith(b"\n"):
+            sock.settimeout(left())
             chunk = sock.recv(65536)
             if not chunk:
                 break

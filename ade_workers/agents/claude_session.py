@@ -7,9 +7,9 @@ What the engine sets up around `claude -p`, and why:
   call to this worker's decision socket; `CallJudge` answers with the engine's policy. Behind
   it, Claude's own permission mode is `plan` or `default`, never a bypass, so the
   `full-auto` mode also works for a worker running as root (`--dangerously-skip-permissions`
-  refuses root) and a hook that cannot run still leaves headless Claude refusing writes and
-  commands. `--tools` offers only the Claude tools of the engine tools the mode and palette
-  allow.
+  refuses root) and a hook that cannot run at all still leaves headless Claude refusing writes
+  and commands (reads inside its working directory would pass). `--tools` offers only the
+  Claude tools of the engine tools the mode and palette allow.
 - **Nothing of the worktree's or the worker user's configuration.** No project, local or user
   settings (so no hooks of the checked-out tree), `--strict-mcp-config` with no MCP servers,
   and a private HOME and `CLAUDE_CONFIG_DIR` per session, removed afterwards.
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,6 +216,10 @@ def run_claude(
     everything down, the private home included."""
     stop = Stop()
     home = private_home(setup.provider, "ade-claude-")
+    # The socket lives apart from the home: a Unix socket's path has at most 107 bytes, and
+    # `config_home` may be deep.
+    sockets = Path(tempfile.mkdtemp(prefix="ade-decide-"))
+    socket_path = sockets / "decide.sock"
     key = setup.api_key()
     upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
     judge = CallJudge(
@@ -226,6 +231,7 @@ def run_claude(
         record=setup.record,
         on_ask=lambda pending: stop.set("waiting", str(pending["reason"]), pending),
         masker=setup.masker,
+        stopping=stop.refusal,
     )
     try:
         with (
@@ -238,10 +244,10 @@ def run_claude(
                 masker=setup.masker,
                 on_refused=lambda reason: stop.set("failed", f"{reason}: check {KEY_SETTING}"),
             ) as proxy,
-            DecisionServer(home / "decide.sock", judge),
+            DecisionServer(socket_path, judge),
         ):
             argv = claude_argv(
-                execution, setup, prompt=prompt, system=system, socket_path=home / "decide.sock"
+                execution, setup, prompt=prompt, system=system, socket_path=socket_path
             )
             masker = setup.masker.with_values([proxy.token, *([key] if key else [])])
             result = run_process(
@@ -258,3 +264,4 @@ def run_claude(
             return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)

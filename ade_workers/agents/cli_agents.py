@@ -99,6 +99,7 @@ class CliTranscript:
     session_id: str | None = None
     completed: bool = False
     init: dict[str, Any] | None = None  # the CLI's own account of the session (claude's init)
+    result_subtype: str | None = None  # how claude says it ended (success, error_max_turns, ...)
 
     @property
     def ok(self) -> bool:
@@ -214,6 +215,7 @@ def _claude_result(transcript: CliTranscript, obj: dict[str, Any]) -> None:
     if isinstance(denials, list):
         transcript.permission_denials = [d for d in denials if isinstance(d, dict)]
     subtype = str(obj.get("subtype", ""))
+    transcript.result_subtype = subtype or None
     if obj.get("is_error") or subtype.startswith("error"):
         transcript.error(f"claude ended with {subtype or 'an error'}", subtype=subtype)
 

@@ -261,6 +261,11 @@ def run_cli_session(
     return CliSessionOutcome(outcome, transcript.cost_usd, capabilities)
 
 
+#: Claude's own limits (--max-turns, --max-budget-usd) end a session as the engine's would.
+CLAUDE_LIMITS: dict[str, tuple[SessionStatus, str]] = {
+    "error_max_turns": ("max_turns", "claude-code reached the session's max_turns"),
+    "error_max_budget_usd": ("cost_budget", "claude-code reached the session's max_cost_usd"),
+}
 CODEX_STATUS: dict[str, SessionStatus] = {
     "completed": "completed",
     "timed_out": "timed_out",
@@ -414,6 +419,9 @@ def _status(
         return "failed", f"{cli} was cancelled"
     if result.exit_code == 0 and transcript.ok:
         return "completed", None
+    limit = CLAUDE_LIMITS.get(transcript.result_subtype or "")
+    if limit is not None:
+        return limit
     details = transcript.errors[:1]
     if noise:
         details.append(f"last output: {noise[-1]}")

@@ -26,13 +26,15 @@ Per policy item, support in brackets:
   even for an approved command; workspace-write the worktree only (not /tmp or $TMPDIR, `.git`
   read-only); network off (`network_access = false`).
 - What may be read [unsupported]: the sandbox does not confine reads.
-- `max_tokens`, `max_cost_usd` [best-effort]: every `thread/tokenUsage/updated` (after each
-  model response) goes to `over_budget`; a reason kills the container at once. codex asks for a
-  tool call as soon as it streams, before that response's usage is known.
+- `max_tokens`, `max_cost_usd`: every `thread/tokenUsage/updated` (after each model response)
+  goes to `over_budget`; a reason kills the container at once. codex asks for a tool call as soon
+  as it streams, before that response's usage is known. (The engine's sessions meter at their
+  model proxy instead, `codex_session`.)
 - Deadline, cancel [enforced]: polled every 50 ms; the container is killed (TERM, then KILL
   after `kill_grace`), codex and every command it started.
-- Credentials [enforced]: the key is in `ADE_CODEX_API_KEY` (the provider's `env_key`), given
-  to the codex process only; `OPENAI_API_KEY` and `CODEX_API_KEY` are dropped; commands get
+- Credentials [enforced]: the key given (the engine gives its model proxy's per-session token,
+  never the provider's key) is in `ADE_CODEX_API_KEY` (the provider's `env_key`), for the codex
+  process only; `OPENAI_API_KEY` and `CODEX_API_KEY` are dropped; commands get
   `shell_environment_policy.inherit = "core"`, without the key.
 - No user or project settings [enforced; a machine's /etc/codex is outside reach]: CODEX_HOME
   and HOME are per-session dirs; a worktree's `.codex/` (an untrusted project) is not loaded;
@@ -472,6 +474,8 @@ class _Session:
         self.record("agent.tool_decision", {
             "id": request.id, "tool": request.kind, "verdict": decision.verdict,
             "reason": decision.reason,
+            "input": {"command": request.command} if request.kind == "command"
+            else {"paths": list(request.paths)},
         })  # fmt: skip
         verdict = "accept" if decision.verdict == "allow" else "decline"
         if method in ("execCommandApproval", "applyPatchApproval"):  # v1 wording

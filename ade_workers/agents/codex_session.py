@@ -16,13 +16,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ade_tasks.agents.policy import TAINTED_TOOLS, Decision, decide
+from ade_tasks.agents.policy import TAINTED_TOOLS, WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
 from ade_tasks.rules.models import AgentSession
 from ade_workers.agents.cli_agents import Capability, CapabilityReport, Support
@@ -34,12 +35,20 @@ from ade_workers.agents.cli_setup import (
     private_home,
     proxy_capabilities,
 )
-from ade_workers.agents.codex_app_server import CodexOutcome, CodexRequest, run_codex_session
+from ade_workers.agents.codex_app_server import (
+    CodexOutcome,
+    CodexRequest,
+    Sandbox,
+    run_codex_session,
+)
 from ade_workers.agents.model_proxy import ModelProxy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_SETTING = "ADE_PROVIDERS__CODEX__API_KEY"
-SANDBOXES = {"plan": "read-only", "edit": "workspace-write", "full-auto": "workspace-write"}
+#: What a command or change may carry that asks for more than the session's sandbox: network
+#: access, another writable root. Such a request is declined, whatever the policy says.
+ESCALATIONS = ("networkApprovalContext", "grantRoot", "additionalPermissions")
+log = logging.getLogger(__name__)
 
 
 def request_call(request: CodexRequest) -> tuple[str, dict[str, Any]]:
@@ -57,7 +66,29 @@ class CodexJudge:
     stop: Stop
 
     def __call__(self, request: CodexRequest) -> Decision:
+        try:
+            return self._decide(request)
+        except Exception as exc:  # a bug in the engine refuses the call, never lets it pass
+            log.exception("deciding a codex request failed")
+            return Decision("deny", f"the engine failed to decide this call ({exc})")
+
+    def _decide(self, request: CodexRequest) -> Decision:
         tool, tool_input = request_call(request)
+        if self.stop.event.is_set():
+            return Decision(
+                "deny", f"the session is stopping ({self.stop.reason}); do nothing else"
+            )
+        escalation = [key for key in ESCALATIONS if request.params.get(key)]
+        if escalation:
+            return Decision(
+                "deny",
+                f"codex asked for more than its sandbox ({', '.join(escalation)}); the engine "
+                "never grants that",
+            )
+        if tool == "bash" and "bash" not in self.setup.tools:
+            return Decision("deny", "bash is not among this session's tools (mode and palette)")
+        if tool == "edit_file" and not WRITE_TOOLS & set(self.setup.tools):
+            return Decision("deny", "this session's tools do not write files (mode and palette)")
         if self.setup.tainted and tool not in TAINTED_TOOLS:
             return Decision(
                 "deny",
@@ -90,16 +121,38 @@ class CodexJudge:
         return decision
 
 
+def sandbox_for(setup: CliSetup, execution: AgentSession) -> Sandbox:
+    """Read-only unless the session may write: its mode, its palette and taint all allow it
+    (under workspace-write codex applies changes inside the worktree without asking)."""
+    writes = execution.permission_mode != "plan" and not setup.tainted
+    return "workspace-write" if writes and WRITE_TOOLS & set(setup.tools) else "read-only"
+
+
 def unenforceable(setup: CliSetup, execution: AgentSession) -> str | None:
     """Why this session cannot run bounded (checked before it starts), or None."""
-    if execution.permission_mode == "plan":
+    if sandbox_for(setup, execution) == "read-only":
         return None
-    if os.path.isdir(os.path.join(setup.worktree, DATA_DIR_NAME)):
-        return (
-            f"codex applies file changes inside its workspace without asking, and "
-            f"{setup.worktree} holds the engine's own data ({DATA_DIR_NAME}/): run this rule in "
-            "a lane (its own worktree), or in permission_mode: plan"
-        )
+    found = engine_data_in(setup)
+    if found is None:
+        return None
+    return (
+        f"codex applies file changes inside its workspace without asking, and {setup.worktree} "
+        f"holds the engine's own data ({found}): run this rule in a lane (its own worktree), or "
+        "in permission_mode: plan"
+    )
+
+
+def engine_data_in(setup: CliSetup) -> str | None:
+    """The engine's data inside the worktree, if any: a configured file or directory, or a
+    `.ade` directory anywhere below it (git internals are skipped: codex cannot write them)."""
+    root = os.path.realpath(setup.worktree)
+    for path, what in setup.protected.engine_data if setup.protected else ():
+        if os.path.commonpath([root, path]) == root:
+            return what
+    for directory, subdirs, _ in os.walk(root):
+        if DATA_DIR_NAME in subdirs:
+            return os.path.relpath(os.path.join(directory, DATA_DIR_NAME), root) + "/"
+        subdirs[:] = [d for d in subdirs if d != ".git"]
     return None
 
 
@@ -151,7 +204,7 @@ def run_codex(
                 prompt=prompt,
                 base_url=proxy.url,
                 api_key=proxy.token,
-                sandbox=SANDBOXES[execution.permission_mode],  # type: ignore[arg-type]
+                sandbox=sandbox_for(setup, execution),
                 decide=CodexJudge(setup, stop),
                 record=lambda kind, data: setup.record(kind, masker.mask_value(data)),
                 should_stop=lambda: stop.event.is_set() or should_stop(),
@@ -168,7 +221,7 @@ def run_codex(
 def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
     """What the engine enforces on a codex session and how (codex 0.169, app-server)."""
     E, B, U = Support.ENFORCED, Support.BEST_EFFORT, Support.UNSUPPORTED
-    sandbox = SANDBOXES[execution.permission_mode]
+    sandbox = sandbox_for(setup, execution)
     asks = "codex asks the engine before each command (an execpolicy rule for every program)"
     changes = (
         "every file change asks the engine (read-only sandbox)"
@@ -194,11 +247,11 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
         Capability(
             "engine_data",
             B,
-            "file changes to it are refused; a command's output is masked; a session in a "
-            "worktree holding .ade/ may only plan",
+            "file changes to it are refused; a writing session never starts in a worktree "
+            "holding it; commands can read it (masked toward the model and in records)",
         ),
         Capability("max_turns", U, "codex has no turn limit; timeout_sec and budgets bound it"),
-        *proxy_capabilities(setup, "commands and file changes are refused"),
+        *proxy_capabilities(setup, "the read-only sandbox, and every command refused"),
         Capability(
             "settings",
             E,

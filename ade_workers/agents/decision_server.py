@@ -33,10 +33,15 @@ class DecisionServer:
     def __init__(self, path: Path, judge: Judge) -> None:
         self.path = path
         self._judge = judge
+        self._judging = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
-        os.chmod(path, 0o600)
-        self._sock.listen(16)
+        try:
+            self._sock.bind(str(path))
+            os.chmod(path, 0o600)
+            self._sock.listen(64)
+        except OSError:
+            self._sock.close()
+            raise
         self._thread = threading.Thread(target=self._serve, name="ade-decisions", daemon=True)
         self._closed = threading.Event()
 
@@ -59,10 +64,13 @@ class DecisionServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            # One call at a time: Claude Code runs a turn's tool calls' hooks in order, and a
-            # decision is a few milliseconds of policy, so a thread per call buys nothing.
-            with conn:
-                self._answer(conn)
+            # A thread per connection: a client that connects and sends nothing (a tool of the
+            # session can reach the socket) must not hold up the hook's real calls.
+            threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        with conn:
+            self._answer(conn)
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(READ_TIMEOUT)
@@ -80,7 +88,8 @@ class DecisionServer:
             self._reply(conn, "deny", f"unreadable tool call: {exc}")
             return
         try:
-            verdict, reason = self._judge(call)
+            with self._judging:  # one decision at a time: the judge keeps the session's state
+                verdict, reason = self._judge(call)
         except Exception as exc:  # a bug in the engine refuses the call, never lets it pass
             log.exception("deciding a tool call failed")
             verdict, reason = "deny", f"the engine failed to decide this call ({exc})"

@@ -44,6 +44,12 @@ _DROPPED_RESPONSE = frozenset(
     {"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
 )
 SHUTDOWN_POLL = 0.02
+#: The paths a session may call, by style: the model endpoints the CLIs use, nothing else of
+#: the provider's API (batches, files, admin) that the key would also open.
+ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("/v1/messages", "/v1/messages/count_tokens"),
+    "openai": ("/responses", "/responses/compact", "/models"),
+}
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0)
 
 
@@ -81,6 +87,8 @@ class ModelProxy:
         self.token = f"ade-session-{secrets.token_urlsafe(24)}"
         self.spend = Spend()
         self._upstream = upstream.rstrip("/")
+        origin = httpx.URL(self._upstream)
+        self._origin = (origin.scheme, origin.host, origin.port)
         self._api_key = api_key
         self.style: Style = style
         self._meter = meter
@@ -143,8 +151,19 @@ class ModelProxy:
                 kept["authorization"] = f"Bearer {self._api_key}"
         return kept
 
-    def target(self, path: str) -> str:
-        return f"{self._upstream}{path}"
+    def target(self, path: str) -> str | None:
+        """The provider's URL for a request path, or None when the path is not one of the
+        model endpoints this style's CLI calls, or would lead anywhere but the provider (a
+        path such as `@evil.example/x` would turn the provider's host into a user name)."""
+        endpoint = path.split("?", 1)[0]
+        if not endpoint.startswith("/") or endpoint.startswith("//"):
+            return None
+        if endpoint not in ENDPOINTS[self.style]:
+            return None
+        url = httpx.URL(f"{self._upstream}{path}")
+        if (url.scheme, url.host, url.port) != self._origin:
+            return None
+        return str(url)
 
     def client(self) -> httpx.Client:
         return upstream_client()
@@ -229,15 +248,8 @@ class UsageReader:
         if not isinstance(usage, dict):
             return
         if input_side:
-            fresh = sum(
-                _int(usage.get(name))
-                for name in (
-                    "input_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                )
-            )
-            self.input_tokens = max(self.input_tokens, fresh)
+            # As the HTTP provider counts them: cache reads and writes are not input tokens.
+            self.input_tokens = max(self.input_tokens, _int(usage.get("input_tokens")))
         if not input_side or "output_tokens" in usage:
             # message_delta carries the cumulative output count of the message.
             self.output_tokens = max(self.output_tokens, _int(usage.get("output_tokens")))
@@ -281,11 +293,17 @@ def _handler(proxy: ModelProxy) -> type[BaseHTTPRequestHandler]:
                     400, "invalid_request_error", f"ADE Tasks stopped the session: {refused}"
                 )
                 return
+            target = proxy.target(self.path)
+            if target is None or self.command not in ("GET", "POST"):
+                self._refuse(
+                    403, "permission_error", f"{self.command} {self.path[:200]} is not a model call"
+                )
+                return
             streaming = b'"stream":true' in body.replace(b" ", b"")
             reader = UsageReader(proxy.style, streaming)
             request = proxy.client().build_request(
                 self.command,
-                proxy.target(self.path),
+                target,
                 headers=proxy.forward_headers(headers),
                 content=proxy.outgoing(body),
             )

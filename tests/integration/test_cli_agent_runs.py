@@ -214,6 +214,7 @@ execution:
   provider: codex
   model: gpt-5.5
   permission_mode: full-auto
+  tool_palette: [repo, git]
   policy: {allowed_tools: [bash, write_file, edit_file]}
   prompt: Write the notes.
 """)  # fmt: skip

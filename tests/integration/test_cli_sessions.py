@@ -486,3 +486,18 @@ def test_passed_deadline_never_starts_the_cli(tmp_path: Path) -> None:
 def test_an_http_provider_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a CLI agent provider"):
         run(tmp_path, "openai", None, binary="claude")
+
+
+@pytest.mark.parametrize(
+    ("subtype", "status"),
+    [("error_max_turns", "max_turns"), ("error_max_budget_usd", "cost_budget")],
+)
+def test_claudes_own_limits_end_the_session_as_the_engines_would(
+    tmp_path: Path, subtype: str, status: str
+) -> None:
+    stream = jsonl(tmp_path, "s.jsonl", [claude_result("", subtype=subtype, is_error=True)])
+
+    result, _ = run(tmp_path, "claude-code", stream, extra_env={"FAKE_CLI_EXIT": "1"})
+
+    assert result.outcome.status == status
+    assert result.outcome.error is not None and "reached the session's" in result.outcome.error

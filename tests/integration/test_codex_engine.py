@@ -197,3 +197,11 @@ def test_providers_check_runs_one_real_codex_call(codex, server, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "codex        checking (one real call) ... ok" in result.output
     assert [r.headers.get("authorization") for r in server.model_requests()] == [f"Bearer {KEY}"]
+
+
+def test_a_tainted_edit_session_cannot_write_even_inside_the_worktree(codex, server, worktree):
+    inside = worktree / "pwned.txt"
+    server.script(Turn.patch(add_file_patch("pwned.txt", "x")), Turn.text("done"))
+    ran, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES, tainted=True)
+    assert ran.outcome.status == "completed"
+    assert not inside.exists()  # read-only sandbox: the change asked, and was refused

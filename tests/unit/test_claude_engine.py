@@ -3,6 +3,7 @@ decision socket and its hook program (fail closed), and the model proxy (key swa
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -204,3 +205,48 @@ def test_a_fresh_cli_session_is_told_which_calls_an_interrupted_attempt_made() -
     note = interrupted_note(interrupted)
     assert "interrupted when its worker stopped" in note
     assert 'Bash {"command": "make deploy"}' in note and "rm -rf" not in note
+
+
+@pytest.mark.parametrize(
+    "path", ["@127.0.0.1:9/steal", "//127.0.0.1:9/x", "/v1/files", "/v1/messages/batches"]
+)
+def test_the_proxy_forwards_only_model_calls_to_the_provider(path: str) -> None:
+    with ScriptedAnthropic() as upstream:
+        with ModelProxy(
+            upstream=upstream.url, api_key="sk-real", style="anthropic", meter=lambda i, o: None
+        ) as proxy:
+            port = int(proxy.url.rsplit(":", 1)[1])
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.putrequest("POST", path, skip_host=True)
+            conn.putheader("host", "127.0.0.1")
+            conn.putheader("x-api-key", proxy.token)
+            conn.putheader("content-length", "2")
+            conn.endheaders(b"{}")
+            response = conn.getresponse()
+            answer = response.read().decode()
+            conn.close()
+    assert response.status == 403 and "is not a model call" in answer
+    assert upstream.requests == []  # nothing reached the provider, or anywhere else
+
+
+def test_relative_paths_are_claudes_from_its_current_directory(tmp_path: Path) -> None:
+    decide, _ = judge(tmp_path, "full-auto", fallback="allow")
+    git_dir = str(tmp_path / "wt" / ".git")
+    (tmp_path / "wt" / ".git").mkdir()
+
+    moved = {**call("Write", file_path="hooks/pre-commit", content="x"), "cwd": git_dir}
+    assert decide(moved)[0] == "deny"  # after `cd .git`, a relative write lands in git internals
+    assert decide(call("Read", file_path="~/.ssh/id_rsa"))[0] == "deny"
+    for pattern in ("src/../../etc/*", "**/.ade/*", "/etc/*"):
+        assert decide(call("Glob", pattern=pattern))[0] == "deny", pattern
+    assert decide(call("Glob", pattern="src/**/*.py"))[0] == "allow"
+
+
+def test_once_the_session_is_stopping_every_call_is_refused(tmp_path: Path) -> None:
+    decide, asked = judge(tmp_path, "edit", allowed_tools=["write_file"])
+    decide.stopping = lambda: "an operator must approve a Bash call"
+
+    verdict, reason = decide(call("Write", file_path="notes.txt", content="x"))
+
+    assert verdict == "deny" and "the session is stopping" in reason
+    assert asked == []

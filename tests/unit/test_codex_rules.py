@@ -1,14 +1,24 @@
 """Rules the engine cannot enforce on codex are refused at validation, naming the field and the
-provider (never run and reported afterwards)."""
+provider (never run and reported afterwards); what a session's sandbox and judge allow."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from ade_tasks.agents.policy import Policy
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.errors import RuleProblem
 from ade_tasks.limits import load_yaml
 from ade_tasks.rules.loader import parse_rule
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.models import AgentSession, Rule
+from ade_tasks.secrets import Masker
+from ade_workers.agents.cli_setup import CliSetup, Stop
+from ade_workers.agents.codex_app_server import CodexRequest
+from ade_workers.agents.codex_session import CodexJudge, sandbox_for, unenforceable
+from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 
 RULE = """
 id: codex-fix
@@ -78,3 +88,51 @@ def test_the_same_policy_is_admitted_for_claude_code() -> None:
         "c",
     )
     assert isinstance(rule, Rule)
+
+
+def setup_for(tmp_path: Path, mode: str, tools: list[str], tainted: bool = False) -> CliSetup:
+    worktree = tmp_path / "wt"
+    worktree.mkdir(exist_ok=True)
+    return CliSetup(
+        binary="codex", worktree=worktree, env={}, limits=SessionLimits(1, None, 0.0),
+        policy=Policy(fallback="allow", mode=mode),  # type: ignore[arg-type]
+        tools=tools, tainted=tainted, decisions=NO_DECISIONS,
+        protected=ProtectedPaths.for_worktree(worktree), provider=None, masker=Masker.none(),
+        record=lambda *_: None,
+    )  # fmt: skip
+
+
+def session(mode: str) -> AgentSession:
+    return AgentSession(provider="codex", model="m", prompt="p", permission_mode=mode)  # type: ignore[arg-type]
+
+
+def test_codex_writes_only_when_mode_palette_and_taint_all_allow_it(tmp_path: Path) -> None:
+    writes = ["read_file", "write_file", "edit_file", "bash"]
+    assert sandbox_for(setup_for(tmp_path, "edit", writes), session("edit")) == "workspace-write"
+    assert sandbox_for(setup_for(tmp_path, "plan", writes), session("plan")) == "read-only"
+    assert sandbox_for(setup_for(tmp_path, "edit", ["bash"]), session("edit")) == "read-only"
+    tainted = setup_for(tmp_path, "full-auto", writes, tainted=True)
+    assert sandbox_for(tainted, session("full-auto")) == "read-only"
+
+
+def test_a_writing_codex_session_never_starts_beside_nested_engine_data(tmp_path: Path) -> None:
+    setup = setup_for(tmp_path, "edit", ["write_file", "edit_file"])
+    (setup.worktree / "sub" / ".ade").mkdir(parents=True)
+
+    problem = unenforceable(setup, session("edit"))
+
+    assert problem is not None and "sub/.ade/" in problem
+
+
+def test_codex_requests_for_more_than_the_sandbox_or_the_palette_are_declined(
+    tmp_path: Path,
+) -> None:
+    judge = CodexJudge(setup_for(tmp_path, "full-auto", ["read_file", "write_file"]), Stop())
+
+    def command(**params: Any) -> CodexRequest:
+        return CodexRequest("command", "i1", "curl example.com", ("curl",), None, (), params)
+
+    network = judge(command(networkApprovalContext={"host": "example.com"}))
+    no_bash = judge(command())
+    assert network.verdict == "deny" and "more than its sandbox" in network.reason
+    assert no_bash.verdict == "deny" and "bash is not among" in no_bash.reason
