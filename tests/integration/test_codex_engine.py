@@ -205,3 +205,17 @@ def test_a_tainted_edit_session_cannot_write_even_inside_the_worktree(codex, ser
     ran, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES, tainted=True)
     assert ran.outcome.status == "completed"
     assert not inside.exists()  # read-only sandbox: the change asked, and was refused
+
+
+def test_codexs_own_question_tool_is_unavailable_outside_its_plan_mode(codex, server, worktree):
+    # Pins what codex 0.169 does with request_user_input in the mode the engine runs it in: it
+    # answers the model itself and never asks the client, so there is no question to park.
+    question = {"id": "branch", "header": "Branch", "question": "Which branch?", "options": []}
+    server.script(
+        Turn.function_call("request_user_input", {"questions": [question]}), Turn.text("ok")
+    )
+    ran, events = run_codex(codex, server, worktree, mode="plan")
+    assert ran.outcome.status == "completed"
+    (output,) = server.tool_outputs().values()
+    assert "unavailable in Default mode" in output
+    assert [k for k, _ in events if k == "agent.tool_decision"] == []
