@@ -37,16 +37,15 @@ from ade_tasks.agents.policy import (
     COMMAND_TOOLS,
     MODE_TOOLS,
     READ_ONLY_TOOLS,
-    TAINTED_TOOLS,
     WRITE_TOOLS,
     Decision,
     Policy,
     decide,
 )
-from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.agents.protected import DATA_DIR_NAME, ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.secrets import Masker
-from ade_workers.agents.cli_setup import call_id
+from ade_workers.agents.cli_setup import answered, call_id, taint_refusal
 
 Record = Callable[[str, dict[str, Any]], None]
 ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS
@@ -121,7 +120,9 @@ def call_paths(claude_name: str, tool_input: dict[str, Any], cwd: str | None = N
 def _pattern_reaches(pattern: str) -> bool:
     parts = pattern.replace("\\", "/").split("/")
     return (
-        pattern.startswith(("/", "~")) or ".." in parts or ".ade" in (p.casefold() for p in parts)
+        pattern.startswith(("/", "~"))
+        or ".." in parts
+        or DATA_DIR_NAME in (p.casefold() for p in parts)
     )
 
 
@@ -187,12 +188,9 @@ class CallJudge:
         paths = call_paths(name, tool_input, cwd)
         if any(path.startswith("~") for path in paths):
             return Decision("deny", f"{name} names a path from ~; give one inside the worktree")
-        if self.tainted and engine not in TAINTED_TOOLS:
-            return Decision(
-                "deny",
-                f"{engine} refused: the prompt holds outsiders' text (untrusted_input: narrow), "
-                "so this session may only read",
-            )
+        tainted = taint_refusal(engine, self.tainted)
+        if tainted is not None:
+            return tainted
         if engine in ENGINE_TOOLS and engine not in MODE_TOOLS[self.policy.mode]:
             return Decision("deny", f"{engine} refused: {self.policy.mode} mode does not permit it")
         decision = decide(
@@ -205,8 +203,4 @@ class CallJudge:
         )
         if decision.verdict != "ask":
             return decision
-        if ident in self.decisions.declined:
-            return Decision("deny", f"an operator declined this {name} call")
-        if ident in self.decisions.approved or name in self.decisions.tools_for_session:
-            return Decision("allow", f"an operator approved this {name} call")
-        return decision
+        return answered(self.decisions, ident, name) or decision

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.agents.policy import Policy
+from ade_tasks.agents.policy import TAINTED_TOOLS, Decision, Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.secrets import Masker
@@ -126,6 +126,27 @@ def private_home(provider: ProviderSettings | None, prefix: str) -> Path:
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def taint_refusal(tool: str, tainted: bool) -> Decision | None:
+    """The refusal of a tainted session's call that is not read-only, or None."""
+    if not tainted or tool in TAINTED_TOOLS:
+        return None
+    return Decision(
+        "deny",
+        f"{tool} refused: the prompt holds outsiders' text (untrusted_input: narrow), "
+        "so this session may only read",
+    )
+
+
+def answered(decisions: ToolDecisions, ident: str, tool: str) -> Decision | None:
+    """An operator's earlier answer to the call `ident` (or to every call of `tool`), if any:
+    a CLI session that parked on `ask` meets it when the call comes again."""
+    if ident in decisions.declined:
+        return Decision("deny", f"an operator declined this {tool} call")
+    if ident in decisions.approved or tool in decisions.tools_for_session:
+        return Decision("allow", f"an operator approved this {tool} call")
+    return None
 
 
 def call_id(tool: str, tool_input: Mapping[str, Any]) -> str:

@@ -23,17 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ade_tasks.agents.policy import TAINTED_TOOLS, WRITE_TOOLS, Decision, decide
+from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
 from ade_tasks.rules.models import AgentSession
 from ade_workers.agents.cli_agents import Capability, CapabilityReport, Support
 from ade_workers.agents.cli_setup import (
     CliSetup,
     Stop,
+    answered,
     budget_meter,
     call_id,
     private_home,
     proxy_capabilities,
+    taint_refusal,
 )
 from ade_workers.agents.codex_app_server import (
     CodexOutcome,
@@ -89,12 +91,9 @@ class CodexJudge:
             return Decision("deny", "bash is not among this session's tools (mode and palette)")
         if tool == "edit_file" and not WRITE_TOOLS & set(self.setup.tools):
             return Decision("deny", "this session's tools do not write files (mode and palette)")
-        if self.setup.tainted and tool not in TAINTED_TOOLS:
-            return Decision(
-                "deny",
-                f"{tool} refused: the prompt holds outsiders' text (untrusted_input: narrow), "
-                "so this session may only read",
-            )
+        tainted = taint_refusal(tool, self.setup.tainted)
+        if tainted is not None:
+            return tainted
         decision = decide(
             self.setup.policy,
             tool,
@@ -106,11 +105,9 @@ class CodexJudge:
         if decision.verdict != "ask":
             return decision
         ident = call_id(tool, tool_input)
-        decisions = self.setup.decisions
-        if ident in decisions.declined:
-            return Decision("deny", f"an operator declined this {tool} call")
-        if ident in decisions.approved or tool in decisions.tools_for_session:
-            return Decision("allow", f"an operator approved this {tool} call")
+        earlier = answered(self.setup.decisions, ident, tool)
+        if earlier is not None:
+            return earlier
         pending = {
             "tool_call_id": ident,
             "tool": tool,
