@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -21,12 +20,14 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
 from tests.conftest import REPO, write_rule
 from tests.support import BIN, Child, child_env, free_port, pid_alive, wait_until
+from tests.tracked import copy_tracked
 
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    """A fresh directory holding a copy of the shipped rules, as a clone would."""
-    shutil.copytree(REPO / "config", tmp_path / "config")
+    """A fresh directory holding a copy of the shipped rules, as a clone would (the tracked
+    files only: a developer's own rule in config/rules must not change what the tests see)."""
+    copy_tracked(REPO / "config", tmp_path / "config")
     write_rule(
         tmp_path / "config" / "rules",
         "zz-slow.yaml",
