@@ -53,6 +53,12 @@ SHUTDOWN = threading.Event()
 SHUTDOWN_ERROR = "the worker shut down while this run was executing; trigger the rule again"
 #: A step still running after this many seconds appears in the run history as `running`.
 ANNOUNCE_AFTER = 0.5
+#: How often a running run's row is read for a cancel: a cancelled step stops within about
+#: this long plus the process's own stop check, instead of at the next lease renewal (up to
+#: `heartbeat_seconds`). The database is the signal because it is the record: it reaches the
+#: right worker process on any broker and pool, and a worker that was briefly cut off from it
+#: still sees the cancel once it is back, where a broadcast sent meanwhile would be lost.
+CANCEL_CHECK = 0.5
 #: How often a finished step's record or the run's outcome is tried through a database outage
 #: (with `ade_tasks.db.retry`'s backoff: about 20 seconds in all).
 FINISH_ATTEMPTS = 22
@@ -61,9 +67,10 @@ FINISH_ATTEMPTS = 22
 class RunMonitor:
     """One thread per worker process beside the runs it executes.
 
-    Every `TICK` seconds it renews the leases that are due (each run every `heartbeat_seconds`)
-    and shows steps that have run longer than `ANNOUNCE_AFTER` as running. A run whose lease can
-    no longer be renewed (the recovery sweep ended it, or it was cancelled) gets `lost` set.
+    Every `TICK` seconds it renews the leases that are due (each run every `heartbeat_seconds`),
+    looks for a cancel (each run every `CANCEL_CHECK`) and shows steps that have run longer than
+    `ANNOUNCE_AFTER` as running. A run that was cancelled gets `cancelled` and `lost` set; one
+    whose lease can no longer be renewed (the recovery sweep ended it) gets `lost` set.
     One shared thread instead of one per run keeps thread start-up off the run path.
     """
 
@@ -109,7 +116,8 @@ class RunMonitor:
 
 
 class Watch:
-    """One watched run: its lease timing, the step to announce, and whether it was lost."""
+    """One watched run: its lease timing, the step to announce, and whether it was lost
+    (cancelled, or taken over) and why."""
 
     def __init__(
         self,
@@ -127,6 +135,7 @@ class Watch:
         self._lease = timedelta(seconds=settings.lease_seconds)
         self._interval = settings.heartbeat_seconds
         self._next_beat = time.monotonic() + self._interval
+        self._next_cancel_check = time.monotonic() + CANCEL_CHECK
         # Until when the lease surely holds (measured from before the statement that took or
         # renewed it), less the time the step's processes need to stop: past this without a
         # renewal, another worker may take the run over, so this one stops first.
@@ -135,6 +144,7 @@ class Watch:
         self._held_until = leased_at + settings.lease_seconds
         self._pending: tuple[StepRecord, float] | None = None
         self.lost = threading.Event()
+        self.cancelled = threading.Event()  # set together with `lost`: stopped on purpose
 
     def __enter__(self) -> Watch:
         return self
@@ -157,13 +167,19 @@ class Watch:
                 self._pending = None
         if self.lost.is_set():
             return
+        if now >= self._next_cancel_check:
+            self._next_cancel_check = now + CANCEL_CHECK
+            if self._check_cancelled():
+                return
         if now >= self._next_beat:
             self._next_beat = now + self._interval
             until = utcnow() + self._lease
             renewed = self._write(runs_db.renew_lease, self.run_id, self._worker, until)
             if renewed is False:
-                log.warning("run %s is no longer ours (cancelled or recovered)", self.run_id)
-                self.lost.set()
+                # Cancelled since the last check, or ended by the recovery sweep.
+                if not self._check_cancelled():
+                    log.warning("run %s is no longer ours (recovered elsewhere)", self.run_id)
+                    self.lost.set()
                 return
             if renewed:
                 self._held_until = now + self._lease.total_seconds()
@@ -174,6 +190,15 @@ class Watch:
                 self.run_id,
             )
             self.lost.set()
+
+    def _check_cancelled(self) -> bool:
+        """Stop the run if it was cancelled; True when it was."""
+        if self._write(runs_db.is_cancelled, self.run_id):
+            log.info("run %s was cancelled; stopping its step", self.run_id)
+            self.cancelled.set()
+            self.lost.set()
+            return True
+        return False
 
     def fenced(self, now: float | None = None) -> bool:
         """Has the lease gone unconfirmed for so long that the run must stop now? Asked by the
@@ -191,19 +216,52 @@ class Watch:
             return None
 
 
+#: A `RunNotice.status` besides the run statuses: the run started on this worker.
+STARTED = "started"
+#: ... or this worker stopped it without an outcome (lease lost, database away): the recovery
+#: sweep decides what comes of it.
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class RunNotice:
+    """A run starting or ending on this worker, for a console that shows runs as they go."""
+
+    run_id: str
+    rule_id: str
+    status: str  # STARTED, a final or `waiting` RunStatus, or INTERRUPTED
+    seconds: float  # since this worker took the run
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
-    """What the runner needs: settings, action executors, the worker's environment, a monitor."""
+    """What the runner needs: settings, action executors, the worker's environment, a monitor,
+    and who hears of runs starting and ending (`ade-tasks dev` prints them)."""
 
     settings: Settings
     executors: Mapping[str, ActionExecutor]
     base_env: Mapping[str, str]
     monitor: RunMonitor = field(default_factory=RunMonitor)
     sender: TaskSender | None = None  # releases runs buffered by an overlap policy
+    on_run: Callable[[RunNotice], None] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, sender: TaskSender | None = None) -> RunnerConfig:
-        return cls(settings, registry(), dict(os.environ), sender=sender)
+    def from_settings(
+        cls,
+        settings: Settings,
+        sender: TaskSender | None = None,
+        on_run: Callable[[RunNotice], None] | None = None,
+    ) -> RunnerConfig:
+        return cls(settings, registry(), dict(os.environ), sender=sender, on_run=on_run)
+
+    def notify(self, run_id: str, rule_id: str, status: str, started: float) -> None:
+        """Tell `on_run`; a failing listener never touches the run."""
+        if self.on_run is None:
+            return
+        try:
+            self.on_run(RunNotice(run_id, rule_id, status, time.monotonic() - started))
+        except Exception:
+            log.exception("run %s: the run listener failed", run_id)
 
 
 @dataclass(frozen=True)
@@ -237,11 +295,13 @@ class _Deadline:
 def execute_run(
     session_factory: SessionFactory, config: RunnerConfig, run_id: str, worker: str
 ) -> RunStatus | None:
-    """Run a queued run to its end; None when it was not ours to run (claimed or finished)."""
+    """Run a queued run to its end; None when it was not ours to run (claimed or finished), or
+    stopped without an outcome of its own (cancelled, lease lost)."""
     settings = config.settings
     sessions = autocommit(session_factory)
     started = time.monotonic()
     lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
+    claimed_rule: list[str] = []  # the rule of the run, once the claim held
 
     def claim_and_plan(session: Any) -> tuple[_Plan, _Deadline] | RunStatus | None:
         # One unit of work, so one connection checkout; repeating it after a lost connection
@@ -250,6 +310,7 @@ def execute_run(
         if claimed is None:
             log.info("run %s is already claimed or finished; nothing to do", run_id)
             return None
+        claimed_rule[:] = [claimed.rule_id]
         try:
             plan = _plan(session, config, claimed, started)
             deadline = _deadline(session, plan.rule, settings, started)
@@ -261,7 +322,12 @@ def execute_run(
         return plan, deadline
 
     prepared = retrying(sessions, claim_and_plan, what=f"run {run_id}: claim")
+    if prepared is None:
+        return None
+    notify = partial(config.notify, run_id, claimed_rule[0], started=started)
+    notify(STARTED)
     if not isinstance(prepared, tuple):
+        notify(prepared)
         return prepared
     plan, deadline = prepared
     with config.monitor.watch(sessions, run_id, worker, settings, started) as monitor:
@@ -272,6 +338,7 @@ def execute_run(
                 # Not the run's fault: it stays running, and once its lease runs out the
                 # recovery sweep resumes it after its last recorded step.
                 log.error("run %s: the database stayed away; left for the recovery sweep", run_id)
+                notify(INTERRUPTED)
                 return None
             log.exception("run %s failed inside the runner", run_id)
             error = f"internal error while running the steps: {exc!r}"
@@ -282,6 +349,7 @@ def execute_run(
                                      None, charge),
                 f"run {run_id}: outcome",
             )  # fmt: skip
+    notify(status or _why_stopped(sessions, run_id, monitor))
     limit = plan.rule.guardrails.buffer_limit()
     if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
         release_buffered(session_factory, config.sender, plan.rule.id, limit)
@@ -361,6 +429,8 @@ def _run_chain(
         # worker during the next one never erases it, and a running run shows it. Only the
         # run's last step waits, to be recorded with the run's outcome in one statement.
         _record(sessions, pending)
+        if _given_up(monitor, run_id):  # no new command for a run cancelled meanwhile
+            return None
         action = actions[index]
         step = StepRecord(run_id, index, action.id, action.type, started_at=utcnow())
         if index == len(plan.done) and not _may_rerun(sessions, run_id, action, index, plan):
@@ -369,8 +439,7 @@ def _run_chain(
             monitor.step_started(step)
             outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
             monitor.step_started(None)
-        if monitor.lost.is_set() or monitor.fenced():
-            log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
+        if _given_up(monitor, run_id):
             return None
         if outcome.status is StepStatus.WAITING:  # an agent's tool call waits for an answer
             return _park_for_tool(sessions, run_id, worker, outcome.result["pending"])
@@ -465,6 +534,30 @@ def _may_rerun(sessions: SessionFactory, run_id: str, action: Any, index: int, p
         run_id, index + 1, "running it again" if rerun else "recording it failed",
     )  # fmt: skip
     return rerun
+
+
+def _why_stopped(sessions: SessionFactory, run_id: str, monitor: Watch) -> str:
+    """Why a run this worker took ended without an outcome of its own: it was cancelled (maybe
+    after the monitor's last look, while its outcome was being written) or interrupted."""
+    if monitor.cancelled.is_set():
+        return RunStatus.CANCELLED
+    try:
+        with sessions.begin() as session:
+            cancelled = runs_db.is_cancelled(session, run_id)
+    except Exception:  # only the console line depends on it
+        cancelled = False
+    return RunStatus.CANCELLED if cancelled else INTERRUPTED
+
+
+def _given_up(monitor: Watch, run_id: str) -> bool:
+    """Must the run stop here without an outcome of its own? Yes when it was cancelled (its row
+    says so already) or when its lease was lost (the recovery sweep decides what comes of it)."""
+    if monitor.cancelled.is_set():  # the monitor said so when it saw the cancel
+        return True
+    if monitor.lost.is_set() or monitor.fenced():
+        log.warning("run %s lost its lease; its outcome is decided elsewhere", run_id)
+        return True
+    return False
 
 
 def _park_for_tool(

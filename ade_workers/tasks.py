@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from ade_tasks.dispatch import TaskSender
 from ade_tasks.ingress.dispatcher import EventDeferredError, dispatch_ingress_event
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import RunnerConfig, RunNotice, execute_run
 from ade_workers.sender import CelerySender
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class WorkerRuntime:
         self._session_factory: SessionFactory | None = None
         self._runner: RunnerConfig | None = None
         self.sender: TaskSender | None = None
+        # Hears of every run starting and ending here; set before the worker takes tasks.
+        self.on_run: Callable[[RunNotice], None] | None = None
 
     @property
     def session_factory(self) -> SessionFactory:
@@ -49,7 +52,7 @@ class WorkerRuntime:
     @property
     def runner(self) -> RunnerConfig:
         if self._runner is None:
-            self._runner = RunnerConfig.from_settings(self.settings, self.sender)
+            self._runner = RunnerConfig.from_settings(self.settings, self.sender, self.on_run)
         return self._runner
 
 

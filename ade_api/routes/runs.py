@@ -167,8 +167,8 @@ async def cancel_run(
 
     A queued run is cancelled at once: its message, when a worker takes it, finds it no longer
     queued and does nothing (runs keep no Celery task id to revoke, and need none). A running
-    run's worker can no longer renew its lease: at its next heartbeat it kills everything the
-    step's command started. The run gets a `run.cancelled` event.
+    run's worker reads the cancel from the run's row within half a second and kills everything
+    the step's command started. The run gets a `run.cancelled` event.
     """
     _check_id(run_id)
     body = body or RunCancel()
@@ -183,7 +183,7 @@ async def cancel_run(
     if was != RunStatus.RUNNING:  # a running run's worker releases its rule's buffer itself
         await run_in_threadpool(_release_buffer, services, run.rule_id)
     message = {
-        RunStatus.RUNNING: "cancelled; its worker kills the running step at its next heartbeat",
+        RunStatus.RUNNING: "cancelled; its worker stops the running step within a second",
         RunStatus.WAITING: "cancelled; its pending approvals are cancelled too",
     }.get(RunStatus(was), "cancelled before a worker started it")
     return RunCancelled(run=run, was=was, message=message)
