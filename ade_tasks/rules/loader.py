@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from ade_tasks.errors import RuleProblem
 from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
-from ade_tasks.rules.models import ADMISSION, KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, Rule
+from ade_tasks.rules.checks import step_problems
+from ade_tasks.rules.messages import problems_of
+from ade_tasks.rules.models import ADMISSION, Rule
 
 log = logging.getLogger(__name__)
 
 RULE_SUFFIXES = (".yaml", ".yml")
-# Discriminator tags pydantic puts into error locations; users never wrote them as fields.
-_UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", *KNOWN_ACTION_TYPES}
 
 
 #: Rule files under this subdirectory of the rules directory are shared config (e.g. another
@@ -58,37 +58,33 @@ def content_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as the dotted field a user wrote, e.g. `triggers.0.cron`."""
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
-    parts = [p for p in parts if not p.startswith("function-")]
-    return ".".join(parts) or "(document)"
-
-
 def validation_problems(source: str, exc: ValidationError, prefix: str = "") -> list[RuleProblem]:
-    """Turn a pydantic error into one problem per wrong field."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        path = field_path(tuple(error["loc"]))
-        reason = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            reason = "unknown field; remove it or check its spelling"
-        problems.append(RuleProblem(source, prefix + path, reason))
-    return problems
+    """Turn a pydantic error into one problem per wrong field, in the project's words."""
+    return [_problem(source, prefix + path, reason) for path, reason in problems_of(exc)]
 
 
 def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[RuleProblem]:
-    """Admit one rule document (validated with `ADMISSION`); return the rule or its problems."""
+    """Admit one rule document (validated with `ADMISSION`); return the rule or its problems:
+    the structural ones and those of its steps' templates, conditions and secrets, all in one
+    pass (`rules.checks` reads the raw steps, so a wrong field elsewhere hides nothing)."""
     if not isinstance(document, dict):
         kind = type(document).__name__
         return [RuleProblem(source, prefix or "(document)", f"expected a mapping, got {kind}")]
     try:
         check_depth(document, what="the rule")
-        return Rule.model_validate(document, context=ADMISSION)
-    except ValidationError as exc:
-        return validation_problems(source, exc, prefix)
     except DocumentLimitError as exc:
         return [RuleProblem(source, prefix or "(document)", exc.message)]
+    problems = [_problem(source, prefix + path, why) for path, why in step_problems(document)]
+    try:
+        rule = Rule.model_validate(document, context=ADMISSION)
+    except ValidationError as exc:
+        return validation_problems(source, exc, prefix) + problems
+    return problems or rule
+
+
+def _problem(source: str, path: str, reason: str) -> RuleProblem:
+    # One problem, one line: a multi-line condition quoted in a reason keeps it on its line.
+    return RuleProblem(source, path, reason.replace("\n", "\\n"))
 
 
 def parse_yaml(text: str, source: str) -> Any | RuleProblem:

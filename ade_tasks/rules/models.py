@@ -27,6 +27,26 @@ from pydantic import (
 from ade_tasks.patterns import check_pattern
 
 SLUG = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+STEP_ID = r"^$|" + SLUG
+REPO_NAME = r"^[\w.-]+/[\w.-]+$"
+BRANCH_PREFIX = r"^[A-Za-z0-9._/-]*$"
+ADE_ACTION_NAME = r"^[a-z]+\.[a-z_]+$"
+RATE_LIMIT = r"^\d+/(second|minute|hour|day)$"
+QUEUE_NAME = r"^[\w.:-]+$"
+_SLUG_HINT = (
+    "write a slug: lowercase letters, digits, '.', '_' and '-', starting with a letter or "
+    "digit, at most 63 characters (e.g. nightly-tests)"
+)
+#: What each field pattern asks for, in the words `rules validate` prints.
+PATTERN_HINTS = {
+    SLUG: _SLUG_HINT,
+    STEP_ID: _SLUG_HINT,
+    REPO_NAME: "write owner/name, e.g. acme/api",
+    BRANCH_PREFIX: "use letters, digits, '.', '_', '/' and '-' only (e.g. ade/)",
+    ADE_ACTION_NAME: "write domain.action, e.g. github.comment",
+    RATE_LIMIT: "write a count per unit, e.g. 10/minute (units: second, minute, hour, day)",
+    QUEUE_NAME: "use letters, digits, '_', '.', ':' and '-' only (e.g. ade.builtin)",
+}
 MIN_STEP_TIMEOUT_SEC = 1.0
 MAX_STEP_TIMEOUT_SEC = 12 * 3600.0
 DEFAULT_STEP_TIMEOUT_SEC = 300.0
@@ -238,7 +258,7 @@ class GithubTrigger(_Document):
     """A GitHub webhook event, narrowed by filters (all given filters must match)."""
 
     type: Literal[GITHUB_TYPES]  # type: ignore[valid-type]
-    repo: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+    repo: str | None = Field(default=None, pattern=REPO_NAME)
     branches: list[str] = Field(default_factory=list)
     base_branches: list[str] = Field(default_factory=list)
     labels: list[str] = Field(default_factory=list)
@@ -415,7 +435,7 @@ class _Step(_Document):
     default a step runs in the run's lane when it has one, else in the project root.
     """
 
-    id: str = Field(default="", pattern=r"^$|" + SLUG)
+    id: str = Field(default="", pattern=STEP_ID)
     condition: str | None = None
     retry: int = Field(default=0, ge=0, le=5)
     continue_on_failure: bool = False
@@ -468,7 +488,7 @@ class CreateLaneAction(_Step):
     type: Literal["create-lane"]
     name: str = "{{rule.id}} {{date}}"
     base: str = "HEAD"
-    branch_prefix: str = Field(default="ade/", pattern=r"^[A-Za-z0-9._/-]*$")
+    branch_prefix: str = Field(default="ade/", pattern=BRANCH_PREFIX)
 
 
 class DeleteLaneAction(_Step):
@@ -493,21 +513,8 @@ class AdeActionStep(_Step):
     """Call one allow-listed internal action (`domain.action`) with typed arguments."""
 
     type: Literal["ade-action"]
-    action: str = Field(pattern=r"^[a-z]+\.[a-z_]+$")
+    action: str = Field(pattern=ADE_ACTION_NAME)
     args: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _allowed_action(self) -> AdeActionStep:
-        # Imported here: the catalog imports this module.
-        from ade_tasks.ade_actions import check_step
-
-        # Rules have no author role yet; a rule document loaded from the cluster's rules
-        # directory is written by its administrators, so it counts as admin here, and the
-        # executor re-checks admin-only actions against the rule's source in the database.
-        problems = check_step(self.action, self.args, admin=True)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
 
 
 class AgentSessionStep(_Step, AgentSession):
@@ -535,10 +542,10 @@ LANE_STEPS = ("create-lane", "delete-lane", "predict-conflicts")
 
 def _known_action(value: Any) -> Any:
     if isinstance(value, dict) and value.get("type") not in KNOWN_ACTION_TYPES:
-        raise ValueError(
-            f"unknown action type {value.get('type')!r} "
-            f"(available: {', '.join(KNOWN_ACTION_TYPES)})"
-        )
+        available = ", ".join(KNOWN_ACTION_TYPES)
+        if "type" not in value:
+            raise ValueError(f"the step has no type; add `type:` with one of: {available}")
+        raise ValueError(f"unknown action type {value['type']!r} (available: {available})")
     return value
 
 
@@ -564,53 +571,31 @@ class BuiltinExecution(_Document):
     queue: str | None = None
     actions: list[Action] = Field(min_length=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_check_out(cls, value: Any, info: ValidationInfo) -> Any:
+        # At admission `rules.loader.parse_rule` runs these checks beside the structural ones
+        # and reports each at its field; a document read back (or built in code) is refused
+        # whole, so a stored rule that no longer passes them never dispatches.
+        if admitting(info) or not isinstance(value, dict):
+            return value
+        from ade_tasks.rules.checks import step_problems  # it imports this module
+
+        problems = step_problems({"execution": value})
+        if problems:
+            raise ValueError("; ".join(f"{f.removeprefix('execution.')}: {r}" for f, r in problems))
+        return value
+
     @model_validator(mode="after")
     def _step_ids(self) -> BuiltinExecution:
-        seen: list[str] = []
-        problems: list[str] = []
         for index, action in enumerate(self.actions):
-            step_id = action.id or f"{action.type}-{index + 1}"
-            if step_id in seen:
-                raise ValueError(f"duplicate step id {step_id!r}; give each action its own id")
-            object.__setattr__(action, "id", step_id)
-            problems += _step_problems(action, index, seen)
-            seen.append(step_id)
-        if problems:
-            raise ValueError("; ".join(problems))
+            object.__setattr__(action, "id", action.id or default_step_id(action.type, index))
         return self
 
 
-def _step_problems(action: _Step, index: int, earlier: list[str]) -> list[str]:
-    """What can be known wrong about a step before it runs: its templates' variables, its
-    condition's syntax and names, its secret references."""
-    from ade_tasks.conditions import check_condition
-    from ade_tasks.secrets import check as check_secrets
-    from ade_tasks.templating import check as check_template
-
-    where = f"actions.{index} ({action.id})"
-    problems: list[str] = []
-    if action.condition:
-        problems += check_condition(
-            action.condition, earlier_steps=earlier, where=f"{where}.condition"
-        )
-    if isinstance(action, AgentSessionStep):  # rendered by the session, fencing outsiders' text
-        problems += check_template(action.prompt, earlier_steps=earlier, where=f"{where}.prompt")
-    for name in TEMPLATED_FIELDS:
-        value = getattr(action, name, None)
-        problems += check_secrets(value, f"{where}.{name}")
-        for text in _strings(value):
-            problems += check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
-    return problems
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
+def default_step_id(action_type: str, index: int) -> str:
+    """The id of a step that names none: its type and its position, e.g. `run-command-2`."""
+    return f"{action_type}-{index + 1}"
 
 
 class AgentExecution(AgentSession):
@@ -665,7 +650,7 @@ class Guardrails(_Document):
     max_duration_min: float = Field(default=60, gt=0, le=720)
     overlap: OverlapPolicy | None = None
     max_concurrent: Annotated[int | None, _at_most(MAX_CONCURRENT)] = Field(default=None, ge=1)
-    rate_limit: str | None = Field(default=None, pattern=r"^\d+/(second|minute|hour|day)$")
+    rate_limit: str | None = Field(default=None, pattern=RATE_LIMIT)
     budget: Budget = Field(default_factory=Budget)
     allowed_paths: list[str] = Field(default_factory=list)
     allowed_lanes: list[str] = Field(default_factory=list)
@@ -717,7 +702,7 @@ class Outputs(_Document):
 
     disposition: Disposition = Disposition.EVIDENCE_ONLY
     notify_url: str | None = None
-    repo: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+    repo: str | None = Field(default=None, pattern=REPO_NAME)
     remote: str = "origin"
     pr_title: str = "{{rule.name}}"
     pr_base: str | None = None
@@ -789,7 +774,7 @@ class Rule(_Document):
     review_threshold: float = Field(default=0.65, ge=0, le=1)
     tool_palette: list[ToolPalette] = Field(default_factory=list)
     billing_code: str = ""
-    queue: str | None = Field(default=None, pattern=r"^[\w.:-]+$")
+    queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")

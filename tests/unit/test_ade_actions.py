@@ -57,14 +57,14 @@ def test_an_unknown_action_is_refused_at_load_with_the_allow_list(tmp_path: Path
     (problem,) = problems_of(tmp_path, "- {id: go, type: ade-action, action: deploy.now}")
 
     assert problem.endswith(
-        "r.yaml:execution.actions.0: ade-action 'deploy.now' is not on the allow-list; "
+        "r.yaml:execution.actions.0.action: ade-action 'deploy.now' is not on the allow-list; "
         "available: cleanups.cancel, cleanups.list, github.add_labels, github.comment, "
         "lanes.list, notify.send, rules.disable, rules.enable, runs.cancel"
     )
 
 
-def test_bad_arguments_are_refused_at_load_with_field_and_reason(tmp_path: Path) -> None:
-    (problem,) = problems_of(
+def test_bad_arguments_are_refused_at_load_one_line_per_argument(tmp_path: Path) -> None:
+    problems = problems_of(
         tmp_path,
         """
         - id: label
@@ -74,12 +74,14 @@ def test_bad_arguments_are_refused_at_load_with_field_and_reason(tmp_path: Path)
         """,
     )
 
-    assert "r.yaml:execution.actions.0: " in problem
-    assert "args.repo: 'acme' does not fit; write the repository as owner/name" in problem
-    assert "args.number: Input should be greater than or equal to 1" in problem
-    assert "args.labels: List should have at least 1 item" in problem
-    assert "args.colour: unknown argument of github.add_labels; its arguments: repo, number, " in (
-        problem
+    step = "r.yaml:execution.actions.0.args"
+    assert [p.split(f"{step}.", 1)[1].split(":")[0] for p in problems] == [
+        "repo", "number", "labels", "colour",
+    ]  # fmt: skip
+    assert f"{step}.repo: 'acme' does not fit; write the repository as owner/name" in problems[0]
+    assert (
+        f"{step}.colour: unknown argument of github.add_labels; its arguments: repo, "
+        in problems[3]
     )
 
 

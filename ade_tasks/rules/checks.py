@@ -1,0 +1,108 @@
+"""Load-time checks of a built-in chain's steps beyond the document's shape: each step id is
+unique, templates and conditions name variables that exist (earlier steps only), secret
+references are well formed, ade-actions are on the allow-list with fitting arguments.
+
+They read the raw document, not the validated model, so they run even when other fields of
+the rule are wrong: a rule's template and condition problems are reported in the same pass as
+its structural ones (`rules.loader.parse_rule` runs both), one problem per field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ade_tasks.rules.models import ACTION_MODELS, ADE_ACTION_NAME, TEMPLATED_FIELDS, default_step_id
+
+
+def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every problem of the document's steps as (field path, reason), in document order."""
+    execution = document.get("execution")
+    if not isinstance(execution, Mapping) or execution.get("kind") != "built-in":
+        return []
+    actions = execution.get("actions")
+    if not isinstance(actions, list):
+        return []
+    earlier: list[str] = []
+    problems: list[tuple[str, str]] = []
+    for index, action in enumerate(actions):
+        if not isinstance(action, Mapping):
+            continue  # the structural check says what a step must be
+        where = f"execution.actions.{index}"
+        step_id = action.get("id") or default_step_id(str(action.get("type")), index)
+        if step_id in earlier:
+            problems.append(
+                (f"{where}.id", f"step id {step_id!r} is taken by an earlier step; give each "
+                 "step its own id")
+            )  # fmt: skip
+        problems += _problems_of_step(action, where, earlier)
+        earlier.append(str(step_id))
+    return problems
+
+
+def _problems_of_step(
+    action: Mapping[str, Any], where: str, earlier: list[str]
+) -> list[tuple[str, str]]:
+    from ade_tasks.conditions import check_condition
+    from ade_tasks.secrets import check as check_secrets
+    from ade_tasks.templating import check as check_template
+
+    found: list[str] = []
+    condition = action.get("condition")
+    if isinstance(condition, str):
+        found += check_condition(condition, earlier_steps=earlier, where=f"{where}.condition")
+    model = ACTION_MODELS.get(str(action.get("type")))
+    prompt = action.get("prompt")
+    if action.get("type") == "agent-session" and isinstance(prompt, str):
+        # Rendered by the session, which fences outsiders' text; its names are checked here.
+        found += check_template(prompt, earlier_steps=earlier, where=f"{where}.prompt")
+    for name in TEMPLATED_FIELDS:
+        if name not in action or (model is not None and name not in model.model_fields):
+            continue  # a field the step does not have is reported as unknown
+        value = action[name]
+        found += check_secrets(value, f"{where}.{name}")
+        found += [
+            problem
+            for text in _strings(value)
+            for problem in check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
+        ]
+    problems = [_split(problem, where) for problem in found]
+    return problems + _ade_action_problems(action, where)
+
+
+def _ade_action_problems(action: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    name, args = action.get("action"), action.get("args", {})
+    if action.get("type") != "ade-action" or not isinstance(name, str):
+        return []
+    if not re.fullmatch(ADE_ACTION_NAME, name) or not isinstance(args, Mapping):
+        return []  # the structural check reports the malformed name or arguments
+    from ade_tasks.ade_actions import check_step
+
+    # Rules have no author role yet; a rule document loaded from the cluster's rules directory
+    # is written by its administrators, so it counts as admin here, and the executor re-checks
+    # admin-only actions against the rule's source in the database.
+    problems = []
+    for problem in check_step(name, args, admin=True):
+        if problem.startswith("args"):
+            problems.append(_split(problem, where))
+        else:
+            problems.append((f"{where}.action", problem))
+    return problems
+
+
+def _split(problem: str, where: str) -> tuple[str, str]:
+    """`where.field: reason` (as the template, condition and secret checks write their
+    problems, or `args.x: reason` relative to the step) as (field path, reason)."""
+    field, _, reason = problem.partition(": ")
+    return (field if field.startswith(where) else f"{where}.{field}"), reason
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
