@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,16 +14,21 @@ import httpx
 
 from ade_tasks.settings import Settings, get_settings
 
-TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "skipped"}
-MARK = {"succeeded": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}
+#: Exit codes: USAGE when the command line or the CLI's set-up must change (an argument, an
+#: ambiguous run id prefix, a missing or invalid token); FAILURE when what was asked failed or
+#: was refused (no such run, the API unreachable or saying no, a run that did not succeed).
+USAGE, FAILURE = 2, 1
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+def fail(message: str, code: int = USAGE) -> NoReturn:
+    """Print one `error:` line and exit; the message says what was wrong and what to do."""
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 
-@click.group()
+# `-h` everywhere: context settings are inherited by every subcommand's context.
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ade-tasks", prog_name="ade-tasks")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """ADE Tasks: automations and agent runs on Celery."""
@@ -125,7 +131,8 @@ class Api:
         except httpx.TransportError as exc:
             fail(
                 f"cannot reach the ADE API at {self.base} ({exc}); start it with "
-                "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it"
+                "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it",
+                code=FAILURE,
             )
         if response.status_code >= 400:
             try:
@@ -133,12 +140,51 @@ class Api:
             except ValueError:
                 detail = response.text
             if response.status_code == 401:
-                detail += (
-                    "; set ADE_API_TOKEN to a token from `ade-tasks tokens create` "
-                    "(the dev stack writes its own to .ade/api-token)"
+                fail(
+                    f"the ADE API at {self.base} refused the token ({detail}); set "
+                    "ADE_API_TOKEN to a token from `ade-tasks tokens create` (the dev stack "
+                    "writes its own to .ade/api-token)",
+                    code=USAGE,
                 )
-            fail(f"{method} {path} answered {response.status_code}: {detail}", code=1)
+            fail(f"{method} {path} answered {response.status_code}: {detail}", code=FAILURE)
         return response.json()
+
+    def run_id(self, given: str) -> str:
+        """The full id of the run `given` names: its id, or a unique prefix of it (the short
+        ids `runs list` and the web page show). Exits with a one-line error otherwise."""
+        text = given.strip().lower()
+        if not RUN_ID.fullmatch(text):
+            fail(
+                f"{given!r} is not a run id; give the id `ade-tasks runs list` shows (or its "
+                "first characters)"
+            )
+        if len(text) == FULL_RUN_ID:
+            return text  # the API says whether such a run exists
+        page = self.call("GET", "/api/v1/runs", params={"id_prefix": text, "limit": SHOWN_MATCHES})
+        matches = [run for run in page["items"] if run["id"].startswith(text)]
+        if not matches:
+            fail(
+                f"no run id starts with {text!r}; `ade-tasks runs list` shows the runs",
+                code=FAILURE,
+            )
+        if len(matches) > 1:
+            more = " and more" if page["next_cursor"] else ""
+            listed = ", ".join(
+                f"{run['id'][: len(text) + 4]} ({run['rule_id']}, {run['queued_at'][:16]})"
+                for run in matches
+            )
+            fail(
+                f"run id prefix {text!r} is ambiguous: it matches {listed}{more}; give more "
+                "characters of the id"
+            )
+        return str(matches[0]["id"])
+
+
+#: What a run id (a UUID) or a prefix of one may contain.
+RUN_ID = re.compile(r"[0-9a-f-]{1,36}")
+FULL_RUN_ID = 36
+#: How many runs an ambiguous prefix error names.
+SHOWN_MATCHES = 5
 
 
 @rules.command("list")
@@ -289,77 +335,6 @@ def runs() -> None:
     """Run history."""
 
 
-@runs.command("list")
-@click.option("--rule", help="only runs of this rule")
-@click.option("--status", help="only runs in this status")
-@click.option("--trigger-type", help="only runs from this trigger type")
-@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
-@url_option
-@json_option
-@click.pass_obj
-def runs_list(
-    settings: Settings,
-    rule: str | None,
-    status: str | None,
-    trigger_type: str | None,
-    limit: int,
-    url: str | None,
-    as_json: bool,
-) -> None:
-    """List runs, newest first."""
-    params = {"rule": rule, "status": status, "trigger_type": trigger_type, "limit": limit}
-    page = Api(settings, url).call(
-        "GET", "/api/v1/runs", params={k: v for k, v in params.items() if v is not None}
-    )
-    if as_json:
-        click.echo(json.dumps(page, indent=2))
-        return
-    for item in page["items"]:
-        click.echo(
-            f"{item['id']}  {item['queued_at'][:19]}  {item['status']:<10} {item['rule_id']:<24} "
-            f"{item['trigger_type']}"
-        )
-    if page["next_cursor"]:
-        click.echo("(more: raise --limit, or page through the API with ?cursor=)")
-
-
-@runs.command("show")
-@click.argument("run_id")
-@url_option
-@json_option
-@click.pass_obj
-def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -> None:
-    """Show one run with its steps and their output."""
-    item = Api(settings, url).call("GET", f"/api/v1/runs/{run_id}")
-    if as_json:
-        click.echo(json.dumps(item, indent=2))
-        return
-    click.echo(f"run {item['id']}  rule {item['rule_id']} v{item['rule_version']}")
-    click.echo(f"  status {item['status']}  trigger {item['trigger_type']}  queue {item['queue']}")
-    click.echo(
-        f"  queued {item['queued_at']}  started {item['started_at']}  "
-        f"finished {item['finished_at']}"
-    )
-    if item["error"]:
-        click.echo(f"  error: {item['error']}")
-    if item["queue_status"]:
-        click.echo(f"  review {item['queue_status']}  confidence {item['confidence']}")
-    for approval in item["approvals"]:
-        decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
-        click.echo(f"  approval before step {approval['step_index'] + 1}: "
-                   f"{approval['status']}{decided}")  # fmt: skip
-    for finding in (item["findings"] or [])[:20]:
-        where = finding.get("path") or finding.get("test_id") or ""
-        click.echo(f"  finding {finding.get('severity')}: {where} {finding.get('message')}")
-    for step in item["steps"]:
-        click.echo(
-            f"  step {step['index'] + 1} {step['step_id']} ({step['action_type']}): "
-            f"{step['status']} exit={step['exit_code']}"
-        )
-        for line in step["output"].rstrip().splitlines()[-40:]:
-            click.echo(f"      | {line}")
-
-
 # --- processes ----------------------------------------------------------------------------
 
 
@@ -481,6 +456,7 @@ def dev(settings: Settings, port: int | None) -> None:
 # Operator commands (approvals, review queue, lanes, cleanups) live in their own module and
 # attach themselves to the groups above.
 import ade_api.cli_events  # noqa: E402, F401
+import ade_api.cli_history as _history_commands  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
 import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
 import ade_api.cli_rules as _rule_commands  # noqa: E402, F401

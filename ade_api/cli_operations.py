@@ -37,7 +37,8 @@ def _run_line(item: dict[str, Any]) -> str:
 def _decision_command(verb: str, effect: str) -> None:
     """`runs approve` / `runs reject`: the same call with a different verb."""
 
-    @runs.command(verb, help=f"{verb.capitalize()} a run waiting for a human: {effect}.")
+    @runs.command(verb, help=f"{verb.capitalize()} a run waiting for a human (by id or unique "
+                  f"id prefix): {effect}.")  # fmt: skip
     @click.argument("run_id")
     @by_option
     @click.option("--note", help="why (kept with the run)")
@@ -52,9 +53,9 @@ def _decision_command(verb: str, effect: str) -> None:
         url: str | None,
         as_json: bool,
     ) -> None:
-        item = Api(settings, url).call(
-            "POST", f"/api/v1/runs/{run_id}/{verb}", json={"by": by, "note": note}
-        )
+        api = Api(settings, url)
+        path = f"/api/v1/runs/{api.run_id(run_id)}/{verb}"
+        item = api.call("POST", path, json={"by": by, "note": note})
         _echo(item, as_json, _run_line)
 
 
@@ -157,8 +158,9 @@ def review_list(
 def review_move(
     settings: Settings, action: str, run_id: str, url: str | None, as_json: bool
 ) -> None:
-    """Ignore, archive or approve a run in the review queue."""
-    item = Api(settings, url).call("POST", f"/api/v1/runs/{run_id}/review", json={"action": action})
+    """Ignore, archive or approve a run (by id or unique id prefix) in the review queue."""
+    api = Api(settings, url)
+    item = api.call("POST", f"/api/v1/runs/{api.run_id(run_id)}/review", json={"action": action})
     _echo(item, as_json, _run_line)
 
 

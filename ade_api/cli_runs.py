@@ -25,6 +25,7 @@ from ade_tasks.settings import Settings
 READ_TIMEOUT = 40.0
 RECONNECTS = 5
 TIMED_OUT = "timeout"
+FINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
 
 
 def sse_events(
@@ -110,12 +111,20 @@ def _step_label(data: dict[str, Any]) -> str:
 
 
 def step_line(kind: str, data: dict[str, Any]) -> list[str]:
-    """The progress lines of a `step.started` / `step.finished` event."""
+    """The progress lines of a `step.started` / `step.finished` event: what happened, and
+    why (the error of a step that did not succeed, the reason a step was skipped)."""
     if kind == "step.started":
         return [f"  {_step_label(data)} started"]
+    status = str(data["status"])
     exit_code = f", exit {data['exit_code']}" if data.get("exit_code") is not None else ""
-    error = f": {data['error']}" if data.get("error") and data["status"] != "succeeded" else ""
-    lines = [f"  {_step_label(data)} {data['status']}{exit_code}{error}"]
+    why = data.get("reason") or (data.get("error") if status != "succeeded" else None)
+    if not why:
+        outcome = f"{status}{exit_code}"
+    elif str(why).startswith(status) and not exit_code:  # "cancelled by ops", not twice
+        outcome = str(why)
+    else:
+        outcome = f"{status}{exit_code}: {why}"
+    lines = [f"  {_step_label(data)} {outcome}"]
     tail = (data.get("output_tail") or "").splitlines()
     return lines + [f"      | {line}" for line in tail]
 
@@ -127,6 +136,7 @@ def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[st
     started = time.monotonic()
     deadline = started + timeout if timeout else None
     seen: set[tuple[int, str]] = set()  # a reconnect may repeat step events
+    said: list[str] = []
     for kind, event in sse_events(api, run_id, deadline=deadline):
         data = event.get("data") or {}
         if kind == TIMED_OUT:
@@ -136,7 +146,7 @@ def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[st
                 f"follow it with `ade-tasks runs events {run_id} --follow`",
                 code=1,
             )
-        if kind == "run.status" and data.get("status") not in (None, "succeeded"):
+        if kind == "run.status" and _worth_saying(data.get("status"), said):
             where = f" on {data['worker']}" if data.get("worker") else ""
             say(f"  status: {data['status']}{where}")
         elif kind in ("step.started", "step.finished"):
@@ -152,6 +162,15 @@ def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[st
     suffix = f": {run['error']}" if run.get("error") else ""
     say(f"run {run_id} {run['status']} after {elapsed:.1f}s{suffix}")
     return run
+
+
+def _worth_saying(status: str | None, said: list[str]) -> bool:
+    """Whether a status change is news: not the `queued` the start line said, not the final
+    status the last line says."""
+    first, news = not said, status is not None and status not in FINAL
+    if status is not None:
+        said.append(status)
+    return news and not (first and status == "queued")
 
 
 def _summary(data: dict[str, Any], width: int = 140) -> str:
@@ -195,26 +214,70 @@ def runs_events(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """Print a run's events; with --follow, print them as they happen (steps included) until
-    the run ends. --json: a JSON list, or with --follow one JSON object per line."""
+    """Print a run's events (by id or unique id prefix), its steps' starts and ends among
+    them as --follow shows them; with --follow, print them as they happen until the run ends.
+    --json: a JSON list, or with --follow one JSON object per line."""
     api = Api(settings, url)
-    if not follow:
-        items = api.call(
-            "GET", f"/api/v1/runs/{run_id}/events", params={"after": after, "limit": limit}
-        )
-        if as_json:
-            click.echo(json.dumps(items, indent=2))
-            return
+    run_id = api.run_id(run_id)
+    if follow:
+        for kind, event in sse_events(api, run_id, after=after):
+            if kind == "keep-alive":
+                continue
+            click.echo(json.dumps(event, default=str) if as_json else event_line(event))
+            sys.stdout.flush()
+        return
+    items = api.call(
+        "GET", f"/api/v1/runs/{run_id}/events", params={"after": after, "limit": limit}
+    )
+    full = len(items) == limit
+    if not after:  # the step events belong with the first page (a later one has only events)
+        until = datetime.fromisoformat(items[-1]["at"]) if full else None
+        items = merged(items, run_events_of(api.call("GET", f"/api/v1/runs/{run_id}")), until)
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+    else:
         for item in items:
             click.echo(event_line(item))
-        if len(items) == limit:
-            click.echo(f"(more: --after {items[-1]['id']})")
-        return
-    for kind, event in sse_events(api, run_id, after=after):
-        if kind == "keep-alive":
-            continue
-        click.echo(json.dumps(event, default=str) if as_json else event_line(event))
-        sys.stdout.flush()
+    if full and not as_json:
+        last = max(item["id"] for item in items if item["id"] is not None)
+        click.echo(f"(more: --after {last})")
+
+
+def run_events_of(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `step.started`, `step.finished` and `end` events the follow stream sends for a run,
+    rebuilt from the run as `GET /api/v1/runs/{id}` shows it (the API stores no such events)."""
+    from ade_api.cli_history import step_event_data
+
+    events = []
+    for step in run["steps"]:
+        about = {"index": step["index"], "step_id": step["step_id"],
+                 "action_type": step["action_type"]}  # fmt: skip
+        if step["status"] != "skipped":  # a skipped step never started
+            events.append(_synthetic(step["started_at"], "step.started", step["index"],
+                                     {**about, "started_at": step["started_at"]}))  # fmt: skip
+        if step["finished_at"]:
+            data = step_event_data(step, run)
+            events.append(_synthetic(step["finished_at"], "step.finished", step["index"], data))
+    if run["status"] in FINAL and run["finished_at"]:
+        data = {"status": run["status"], "error": run["error"], "finished_at": run["finished_at"]}
+        events.append(_synthetic(run["finished_at"], "end", None, data))
+    return events
+
+
+def _synthetic(at: str, kind: str, step_index: int | None, data: dict[str, Any]) -> dict[str, Any]:
+    return {"id": None, "at": at, "kind": kind, "step_index": step_index, "data": data}
+
+
+def merged(
+    stored: list[dict[str, Any]], synthetic: list[dict[str, Any]], until: datetime | None
+) -> list[dict[str, Any]]:
+    """The stored events and the rebuilt step events in the order they happened (those after
+    `until`, the last stored event of a full page, wait for that page's successor: none)."""
+    kept = [e for e in synthetic if until is None or datetime.fromisoformat(e["at"]) <= until]
+    # Stored events first at the same instant: a step's end is recorded after what it did.
+    ordered = [(datetime.fromisoformat(e["at"]), 1, n, e) for n, e in enumerate(kept)]
+    ordered += [(datetime.fromisoformat(e["at"]), 0, n, e) for n, e in enumerate(stored)]
+    return [event for *_, event in sorted(ordered, key=lambda entry: entry[:3])]
 
 
 def _run_summary(run: dict[str, Any]) -> str:
@@ -237,10 +300,11 @@ def runs_cancel(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """Cancel a queued, waiting or running run (a running step's process tree is killed)."""
-    result = Api(settings, url).call(
-        "POST", f"/api/v1/runs/{run_id}/cancel", json={"by": by, "note": note}
-    )
+    """Cancel a queued, waiting or running run (by id or unique id prefix); a running step's
+    process tree is killed."""
+    api = Api(settings, url)
+    run_id = api.run_id(run_id)
+    result = api.call("POST", f"/api/v1/runs/{run_id}/cancel", json={"by": by, "note": note})
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -264,8 +328,10 @@ def runs_retry(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """Start a new run of a finished run's rule with the same trigger."""
+    """Start a new run of a finished run's rule (by id or unique id prefix) with the same
+    trigger."""
     api = Api(settings, url)
+    run_id = api.run_id(run_id)
     result = api.call("POST", f"/api/v1/runs/{run_id}/retry", json={"by": by})
     report_started(api, result, f"run {result['run_id']} retries {run_id}", wait, timeout, as_json)
 
@@ -285,56 +351,3 @@ def report_started(
     if as_json:
         click.echo(json.dumps(final, indent=2))
     sys.exit(0 if final["status"] == "succeeded" else 1)
-
-
-@runs.command("page")
-@click.option("--rule", help="only runs of this rule")
-@click.option("--status", help="only runs in this status")
-@click.option("--queue-status", help="only runs in this review-queue status")
-@click.option("--trigger-type", help="only runs from this trigger type")
-@click.option("--since", help="queued at or after (ISO 8601 with a zone, e.g. 2026-01-01T00:00Z)")
-@click.option("--until", help="queued before (ISO 8601 with a zone)")
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
-@click.option("--cursor", help="the cursor a previous page printed")
-@click.option("--all", "every", is_flag=True, help="follow the cursors to the last page")
-@url_option
-@json_option
-@click.pass_obj
-def runs_page(
-    settings: Settings,
-    rule: str | None,
-    status: str | None,
-    queue_status: str | None,
-    trigger_type: str | None,
-    since: str | None,
-    until: str | None,
-    limit: int,
-    cursor: str | None,
-    every: bool,
-    url: str | None,
-    as_json: bool,
-) -> None:
-    """List runs a page at a time with every filter, newest first (--all: every page)."""
-    api = Api(settings, url)
-    params: dict[str, Any] = {"rule": rule, "status": status, "queue_status": queue_status,
-                              "trigger_type": trigger_type, "since": since, "until": until,
-                              "limit": limit}  # fmt: skip
-    params = {k: v for k, v in params.items() if v is not None}
-    while True:
-        page = api.call("GET", "/api/v1/runs", params={**params, "cursor": cursor} if cursor
-                        else params)  # fmt: skip
-        if as_json:
-            click.echo(json.dumps(page, indent=2))
-        else:
-            for item in page["items"]:
-                click.echo(
-                    f"{item['id']}  {item['queued_at'][:19]}  {item['status']:<10} "
-                    f"{item['rule_id']:<24} {item['trigger_type']}"
-                )
-        cursor = page["next_cursor"]
-        if not cursor:
-            return
-        if not every:
-            if not as_json:
-                click.echo(f"(more: --cursor {cursor})")
-            return

@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import Request
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import StepStatus, utcnow
+from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +114,13 @@ class FollowHub:
                 cursors = {run_id: feed.cursor for run_id, feed in live.items()}
                 known = {run_id: dict(feed.steps) for run_id, feed in live.items()}
                 try:
-                    progress, tails = await run_in_threadpool(self._read, cursors, known)
+                    progress, extras = await run_in_threadpool(self._read, cursors, known)
                 except Exception:  # a DB blip: followers keep waiting, the next tick retries
                     log.exception("reading the progress of followed runs failed")
                     await asyncio.sleep(POLL_SECONDS * 4)
                     continue
                 for feed in live.values():
-                    self._apply(feed, progress, tails)
+                    self._apply(feed, progress, extras)
             try:
                 await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
             except TimeoutError:
@@ -127,37 +128,55 @@ class FollowHub:
 
     def _read(
         self, cursors: dict[str, int], known: dict[str, dict[int, str]]
-    ) -> tuple[runs_db.Progress, dict[tuple[str, int], str]]:
+    ) -> tuple[runs_db.Progress, _StepExtras]:
         with self._sessions() as session:
             progress = runs_db.progress_of(session, cursors)
             ended = [
-                (step.run_id, step.index)
+                step
                 for step in progress.steps
                 if step.status in FINISHED_STEP
                 and known[step.run_id].get(step.index) not in FINISHED_STEP
             ]
-            return progress, runs_db.step_output_tails(session, ended)
+            tails = runs_db.step_output_tails(session, [(s.run_id, s.index) for s in ended])
+            return progress, _StepExtras(tails, _skip_reasons(session, ended))
 
     @staticmethod
-    def _apply(feed: _Feed, progress: runs_db.Progress, tails: dict[tuple[str, int], str]) -> None:
+    def _apply(feed: _Feed, progress: runs_db.Progress, extras: _StepExtras) -> None:
         before = len(feed.messages)
         state = progress.runs.get(feed.run_id)
         if state is None:  # deleted under us
             feed.emit(END, {"status": None, "error": "the run no longer exists"})
             feed.done = True
         else:
-            if state.status != feed.status:
+            final = state.status in runs_db.FINAL_STATUSES
+            if state.status != feed.status and not final:
                 feed.status = state.status
                 feed.emit("run.status", {"status": state.status, "worker": state.worker,
                                          "error": state.error})  # fmt: skip
-            for step in progress.steps:
-                if step.run_id == feed.run_id:
-                    _step_messages(feed, step, tails)
-            for event in progress.events:
-                if event.run_id == feed.run_id:
-                    feed.cursor = event.id
-                    feed.emit(event.kind, event.data, event.id, event.step_index, event.at)
-            if state.status in runs_db.FINAL_STATUSES and not progress.events_truncated:
+            # One tick may see several things happen (a short step is first seen finished, the
+            # next one started, events written in between): send them in the order they
+            # happened, not in the order they were read.
+            happened = [
+                entry
+                for step in progress.steps
+                if step.run_id == feed.run_id
+                for entry in _step_messages(feed, state, step, extras)
+            ]
+            happened += [
+                _Pending(event.at, event.kind, event.data, event.id, event.step_index)
+                for event in progress.events
+                if event.run_id == feed.run_id
+            ]
+            for entry in sorted(happened, key=lambda entry: entry.at):  # stable: steps first
+                if entry.event_id is not None:
+                    feed.cursor = entry.event_id
+                feed.emit(entry.kind, entry.data, entry.event_id, entry.step_index, entry.at)
+            # The final status comes after everything the run did (and after the events a
+            # truncated read has not reached yet), right before the end.
+            if final and not progress.events_truncated:
+                feed.status = state.status
+                feed.emit("run.status", {"status": state.status, "worker": state.worker,
+                                         "error": state.error})  # fmt: skip
                 feed.emit(END, {"status": state.status, "error": state.error,
                                 "finished_at": state.finished_at})  # fmt: skip
                 feed.done = True
@@ -166,26 +185,84 @@ class FollowHub:
             changed.set()
 
 
-def _step_messages(feed: _Feed, step: runs_db.StepState, tails: dict[tuple[str, int], str]) -> None:
+@dataclass(frozen=True)
+class _StepExtras:
+    """What the poller reads only for steps that just ended: output tails and skip reasons."""
+
+    tails: dict[tuple[str, int], str] = field(default_factory=dict)
+    skip_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A message of this tick, sent once the tick's messages are in the order they happened."""
+
+    at: datetime
+    kind: str
+    data: dict[str, Any]
+    event_id: int | None = None
+    step_index: int | None = None
+
+
+def _skip_reasons(session: Session, ended: list[runs_db.StepState]) -> dict[tuple[str, int], str]:
+    """Why each skipped step of `ended` was skipped (the runner keeps it in the step's result)."""
+    reasons = {}
+    for run_id in {step.run_id for step in ended if step.status == StepStatus.SKIPPED}:
+        for row in runs_db.list_steps(session, run_id):
+            if row.status == StepStatus.SKIPPED:
+                reasons[(run_id, row.index)] = str((row.result or {}).get("skipped") or "")
+    return reasons
+
+
+def _shown_status(step: runs_db.StepState, run: runs_db.RunState) -> str:
+    """The step's status as followers see it: a step the run's cancel ended is `cancelled`
+    (the database records it `failed`, with the cancel's reason, at or after the cancel)."""
+    if step.status != StepStatus.FAILED or run.status != RunStatus.CANCELLED:
+        return step.status
+    if step.error is not None and step.error == run.error:
+        return RunStatus.CANCELLED.value
+    if step.finished_at and run.finished_at and step.finished_at >= run.finished_at:
+        return RunStatus.CANCELLED.value
+    return step.status
+
+
+def _step_messages(
+    feed: _Feed, run: runs_db.RunState, step: runs_db.StepState, extras: _StepExtras
+) -> list[_Pending]:
     """`step.started` / `step.finished` for what changed in a step since the last tick (a
-    short step is first seen finished: both are sent)."""
+    short step is first seen finished: both are sent; a skipped step never started)."""
     seen = feed.steps.get(step.index)
     if seen == step.status or seen in FINISHED_STEP:
-        return
+        return []
     feed.steps[step.index] = step.status
     about = {"index": step.index, "step_id": step.step_id, "action_type": step.action_type}
-    if seen is None:
-        feed.emit("step.started", {**about, "started_at": step.started_at},
-                  step_index=step.index, at=step.started_at)  # fmt: skip
+    pending = []
+    if seen is None and step.status != StepStatus.SKIPPED:
+        pending.append(
+            _Pending(
+                step.started_at,
+                "step.started",
+                {**about, "started_at": step.started_at},
+                None,
+                step.index,
+            )
+        )
     if step.status in FINISHED_STEP:
-        feed.emit(
-            "step.finished",
-            {**about, "status": step.status, "exit_code": step.exit_code, "error": step.error,
-             "finished_at": step.finished_at,
-             "output_tail": tails.get((step.run_id, step.index), "")},
-            step_index=step.index,
-            at=step.finished_at,
-        )  # fmt: skip
+        key = (step.run_id, step.index)
+        data = {
+            **about,
+            "status": _shown_status(step, run),
+            "exit_code": step.exit_code,
+            "error": step.error,
+            "finished_at": step.finished_at,
+            "output_tail": extras.tails.get(key, ""),
+        }
+        if key in extras.skip_reasons:
+            data["reason"] = extras.skip_reasons[key]
+        pending.append(
+            _Pending(step.finished_at or step.started_at, "step.finished", data, None, step.index)
+        )
+    return pending
 
 
 def hub_of(request: Request, session_factory: SessionFactory) -> FollowHub:

@@ -33,22 +33,24 @@ def kinds(feed: Any) -> list[str]:
 
 def test_steps_are_synthesized_once_and_the_stream_ends_after_the_final_status() -> None:
     feed = follow._Feed("r")
-    follow.FollowHub._apply(feed, progress("running", [(0, "running")], events=2), {})
+    none = follow._StepExtras()
+    follow.FollowHub._apply(feed, progress("running", [(0, "running")], events=2), none)
     assert kinds(feed) == ["run.status", "step.started", "test.line", "test.line"]
     assert feed.cursor == 2 and feed.messages[2].text.startswith("id: 1\nevent: test.line\n")
-    follow.FollowHub._apply(feed, progress("running", [(0, "running")]), {})
+    follow.FollowHub._apply(feed, progress("running", [(0, "running")]), none)
     assert len(feed.messages) == 4  # nothing new, nothing sent
-    tails = {("r", 0): "done", ("r", 1): "quick"}
+    tails = follow._StepExtras({("r", 0): "done", ("r", 1): "quick"})
     follow.FollowHub._apply(feed, progress("running", [(0, "succeeded"), (1, "failed")]), tails)
     assert kinds(feed)[4:] == ["step.finished", "step.started", "step.finished"]
     body = json.loads(feed.messages[-1].text.split("data: ", 1)[1])
     assert body["data"]["status"] == "failed" and body["data"]["output_tail"] == "quick"
     follow.FollowHub._apply(
-        feed, progress("failed", [(0, "succeeded"), (1, "failed")], 1, True), {}
+        feed, progress("failed", [(0, "succeeded"), (1, "failed")], 1, True), none
     )
-    assert not feed.done and kinds(feed)[-2:] == ["run.status", "test.line"]  # more to read
-    follow.FollowHub._apply(feed, progress("failed", [(0, "succeeded"), (1, "failed")]), {})
-    assert feed.done and kinds(feed)[-1] == "end"
+    # more events to read: the final status waits for them
+    assert not feed.done and kinds(feed)[-1] == "test.line"
+    follow.FollowHub._apply(feed, progress("failed", [(0, "succeeded"), (1, "failed")]), none)
+    assert feed.done and kinds(feed)[-2:] == ["run.status", "end"]
 
 
 def test_reconnecting_after_an_event_id_skips_what_was_sent() -> None:
