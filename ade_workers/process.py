@@ -98,10 +98,12 @@ def run_process(
     should_stop: Callable[[], bool] = lambda: False,
     cap: int = OUTPUT_CAP,
     masker: Masker | None = None,
+    user: tuple[int, int] | None = None,
 ) -> ProcessResult:
-    """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged."""
+    """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
+    `user` is the (uid, gid) to run it as; the worker's own by default."""
     started = time.monotonic()
-    with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace) as process:
+    with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user) as process:
         output = CappedOutput(cap)
         stream = StreamMasker(masker) if masker else None
         reader = threading.Thread(target=_drain, args=(process.output, output, stream), daemon=True)

@@ -20,6 +20,9 @@ The supervisor ends the command's container when
 Only then does it report how the command ended (or why it could not start), so when
 `ContainedProcess.finish` returns, nothing of the command is left.
 
+A command can run as another user (`user=(uid, gid)`, its primary group, no supplementary
+groups): the supervisor stays the worker's, so it still sees and kills all of it.
+
 The command's stdout and stderr arrive merged on one pipe and its stdin is /dev/null, unless the
 caller opts in (`stdin=True`, `separate_stderr=True`, for a command spoken to over a protocol,
 such as `codex app-server`): the extra pipe ends ride to the supervisor with the request.
@@ -79,6 +82,7 @@ class ContainedProcess:
         kill_grace: float,
         stdin: bool = False,
         separate_stderr: bool = False,
+        user: tuple[int, int] | None = None,
     ) -> None:
         request = {
             "argv": [os.fspath(arg) for arg in argv],
@@ -87,6 +91,7 @@ class ContainedProcess:
             "grace": kill_grace,
             "stdin": stdin,
             "stderr": separate_stderr,
+            "user": list(user) if user else None,  # (uid, gid) to run the command as
         }
         # The child's ends ride to the supervisor in this order: output, [stdin], [stderr].
         ours: list[int] = []
@@ -340,6 +345,7 @@ class Supervisor:
         out = next(handed)
         stdin = next(handed, None) if request.get("stdin") else None
         stderr = next(handed, None) if request.get("stderr") else None
+        uid, gid = request.get("user") or (None, None)
         try:
             command = subprocess.Popen(
                 request["argv"],
@@ -349,6 +355,10 @@ class Supervisor:
                 stdout=out,
                 stderr=subprocess.STDOUT if stderr is None else stderr,
                 start_new_session=True,  # its own group and session: a killpg of it misses us
+                # Another user: its uid, its primary group and none of ours (setgroups([])).
+                user=uid,
+                group=gid,
+                extra_groups=None if uid is None else [],
             )
         except OSError as exc:
             self._report({"errno": exc.errno, "strerror": exc.strerror, "filename": exc.filename})

@@ -1,5 +1,5 @@
-"""A real git repository as a rule's project, and a runner configured for it (plain functions,
-so unit and integration fixtures can share them)."""
+"""A real git repository as a rule's project, a runner configured for it, and a migrated SQLite
+database (plain functions, so unit and integration fixtures can share them)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.db.migrate import upgrade
 from ade_tasks.settings import Settings
 from ade_workers.actions import registry
 from ade_workers.runner import RunnerConfig
@@ -53,3 +55,10 @@ def make_runner_config(project: Path, tmp_path: Path) -> RunnerConfig:
         "DEPLOY_TOKEN": SECRET,
     }
     return RunnerConfig(settings, registry(), env)
+
+
+def migrated_sqlite(tmp_path: Path) -> SessionFactory:
+    """Sessions on a fresh, migrated SQLite database file under `tmp_path`."""
+    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
+    upgrade(engine)
+    return create_session_factory(engine)

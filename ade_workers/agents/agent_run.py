@@ -34,6 +34,8 @@ from ade_tasks.settings import Settings
 from ade_tasks.templating import TemplateError
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
+from ade_workers.agent_user import SETTING as AGENT_USER_SETTING
+from ade_workers.agent_user import AgentUser
 from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.providers.anthropic import AnthropicProvider
@@ -86,6 +88,17 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
     if narrowed:
         tools = narrow_for_taint(tools)
     protected = ProtectedPaths.from_settings(settings, context.root)
+    env = child_env(context, action)
+    try:
+        user = AgentUser.from_settings(settings)
+        if user is not None:
+            user.open_worktree(context.root, protected)
+            env.update(user.env(context.root))
+    except AdeError as exc:
+        return StepOutcome(StepStatus.FAILED, error=exc.message)
+    except OSError as exc:
+        error = f"{AGENT_USER_SETTING}: could not open {context.root} to the agent user: {exc}"
+        return StepOutcome(StepStatus.FAILED, error=error)
     with sessions() as session:
         history = [
             (kind, data)
@@ -99,11 +112,12 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
     tool_ctx = ToolContext(
         worktree=context.root,
         protected=protected,
-        env=child_env(context, action),
+        env=env,
         masker=context.masker,
         kill_grace=context.kill_grace,
         should_stop=context.should_stop,
         time_left=lambda: limits.deadline - time.monotonic(),
+        user=user,
     )
     if action.provider in CLI_BINARIES:
         configured = settings.provider(action.provider)
@@ -120,6 +134,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             provider=configured,
             masker=tool_ctx.masker,
             record=record,
+            user=user,
         )
         outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
     else:

@@ -47,6 +47,7 @@ from ade_workers.agents.cli_setup import (
     CliSetup,
     Stop,
     budget_meter,
+    engine_data_out_of_reach,
     private_home,
     proxy_capabilities,
 )
@@ -67,14 +68,22 @@ QUIET_ENV = {
 }
 
 
-def session_settings(socket_path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Hook:
+    """How Claude runs the engine's hook: the Python, the script and the decision socket."""
+
+    socket_path: Path
+    python: str = sys.executable
+    script: str = claude_hook.__file__
+
+
+def session_settings(hook: Hook) -> dict[str, Any]:
     """The only settings the session loads: the engine's PreToolUse hook for every tool."""
     command = " ".join(
-        json.dumps(part)
-        for part in (sys.executable, "-I", "-S", claude_hook.__file__, str(socket_path))
+        json.dumps(part) for part in (hook.python, "-I", "-S", hook.script, str(hook.socket_path))
     )
-    hook = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SEC}
-    return {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+    entry = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SEC}
+    return {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}}
 
 
 def claude_argv(
@@ -83,7 +92,7 @@ def claude_argv(
     *,
     prompt: str,
     system: str | None,
-    socket_path: Path,
+    hook: Hook,
 ) -> list[str]:
     """The `claude -p` command line of one engine-bounded session."""
     argv = [
@@ -102,7 +111,7 @@ def claude_argv(
         "",
         "--strict-mcp-config",
         "--settings",
-        json.dumps(session_settings(socket_path)),
+        json.dumps(session_settings(hook)),
         "--tools",
         ",".join(claude_tools_for(setup.tools, setup.policy)),
     ]
@@ -129,6 +138,21 @@ def session_env(setup: CliSetup, proxy: ModelProxy, home: Path) -> dict[str, str
     }
 
 
+def _hook(setup: CliSetup, sockets: Path) -> Hook:
+    """The hook of a session whose decision socket lives in `sockets`. For an agent user the
+    directory only lets it in (0711): it can reach the socket, which is its own, and run a copy
+    of the hook that it cannot change, with a Python it may run."""
+    socket_path = sockets / "decide.sock"
+    if setup.user is None:
+        return Hook(socket_path)
+    script = sockets / "claude_hook.py"
+    shutil.copyfile(claude_hook.__file__, script)
+    script.chmod(0o644)
+    sockets.chmod(0o711)
+    setup.user.check_reachable(sockets, "the decision socket")
+    return Hook(socket_path, python=setup.user.python(), script=str(script))
+
+
 def capabilities(
     setup: CliSetup, execution: AgentSession, init: dict[str, Any] | None
 ) -> CapabilityReport:
@@ -151,7 +175,8 @@ def capabilities(
         Capability("fallback", E, f"{hook}; ask parks the run as a pending input"),
         Capability("engine_data", E, f"{hook}: the engine's data and .git internals are refused")
         if "bash" not in setup.tools
-        else Capability(
+        else engine_data_out_of_reach(setup)
+        or Capability(
             "engine_data",
             Support.BEST_EFFORT,
             f"{hook} refuses file tools on it; Bash names no path and acts as the worker's user, "
@@ -215,11 +240,10 @@ def run_claude(
     """Start the proxy and the decision socket, run `claude -p` under them, and tear
     everything down, the private home included."""
     stop = Stop()
-    home = private_home(setup.provider, "ade-claude-")
+    home = private_home(setup, "ade-claude-")
     # The socket lives apart from the home: a Unix socket's path has at most 107 bytes, and
     # `config_home` may be deep.
     sockets = Path(tempfile.mkdtemp(prefix="ade-decide-"))
-    socket_path = sockets / "decide.sock"
     key = setup.api_key()
     upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
     judge = CallJudge(
@@ -234,6 +258,7 @@ def run_claude(
         stopping=stop.refusal,
     )
     try:
+        hook = _hook(setup, sockets)
         with (
             ModelProxy(
                 upstream=upstream,
@@ -244,11 +269,9 @@ def run_claude(
                 masker=setup.masker,
                 on_refused=lambda reason: stop.set("failed", f"{reason}: check {KEY_SETTING}"),
             ) as proxy,
-            DecisionServer(socket_path, judge),
+            DecisionServer(hook.socket_path, judge, owner=setup.user),
         ):
-            argv = claude_argv(
-                execution, setup, prompt=prompt, system=system, socket_path=socket_path
-            )
+            argv = claude_argv(execution, setup, prompt=prompt, system=system, hook=hook)
             masker = setup.masker.with_values([proxy.token, *([key] if key else [])])
             result = run_process(
                 argv,
@@ -259,6 +282,7 @@ def run_claude(
                 should_stop=lambda: stop.event.is_set() or should_stop(),
                 cap=output_cap,
                 masker=masker,
+                user=setup.user.ids if setup.user else None,
             )
             spend = proxy.spend
             return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)

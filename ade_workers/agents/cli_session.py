@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import AgentSession
 from ade_workers.agents.claude_session import capabilities as claude_capabilities
 from ade_workers.agents.claude_session import run_claude
@@ -228,6 +229,8 @@ def run_cli_session(
         )
     except FileNotFoundError:
         return ended("failed", _not_installed(cli, setup.binary))
+    except AdeError as exc:  # the agent user cannot reach what the session needs
+        return ended("failed", exc.message)
     except OSError as exc:
         return ended("failed", f"{cli} could not be started (`{setup.binary}`): {exc}")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
+from ade_workers.agent_user import AgentUser
 from ade_workers.agents.cli_agents import Capability, Support
 from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 
@@ -45,6 +47,7 @@ class CliSetup:
     provider: ProviderSettings | None
     masker: Masker
     record: Record
+    user: AgentUser | None = None  # who the CLI runs as, when not the worker (ADE_AGENT_USER)
 
     def api_key(self) -> str | None:
         """The provider's key (it stays in the worker's model proxy)."""
@@ -98,6 +101,22 @@ def proxy_capabilities(setup: CliSetup, taint: str) -> list[Capability]:
     ]
 
 
+def engine_data_out_of_reach(setup: CliSetup) -> Capability | None:
+    """`engine_data` enforced by the operating system: the session runs as an agent user who
+    may read none of the engine's data (None when there is no agent user, or it may)."""
+    user, protected = setup.user, setup.protected
+    if user is None or protected is None:
+        return None
+    if any(user.may_read(path) for path, _ in protected.engine_data):
+        return None
+    return Capability(
+        "engine_data",
+        Support.ENFORCED,
+        f"every process of the session runs as {user.name}, who may not read the engine's "
+        "data nor write .git; the engine's own checks refuse file tools on them too",
+    )
+
+
 def budget_meter(limits: SessionLimits, stop: Stop) -> Callable[[int, int], str | None]:
     """The proxy's meter: the running totals against the session's token and cost budgets."""
     spent = [0, 0]
@@ -120,12 +139,20 @@ def budget_meter(limits: SessionLimits, stop: Stop) -> Callable[[int, int], str 
     return meter
 
 
-def private_home(provider: ProviderSettings | None, prefix: str) -> Path:
-    """A fresh directory only this session uses (0700), under `config_home` if set."""
+def private_home(setup: CliSetup, prefix: str) -> Path:
+    """A fresh directory only this session uses (0700, the agent user's when there is one),
+    under the provider's `config_home` if set."""
+    provider = setup.provider
     base = provider.config_home if provider and provider.config_home else None
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    if setup.user is not None:
+        parent = os.path.realpath(base or tempfile.gettempdir())
+        setup.user.check_reachable(Path(parent), "the config home")
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    if setup.user is not None:
+        setup.user.hand_over(home)
+    return home
 
 
 def taint_refusal(tool: str, tainted: bool) -> Decision | None:

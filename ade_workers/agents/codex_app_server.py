@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from ade_tasks.agents.policy import Decision
+from ade_workers.agent_user import AgentUser
 from ade_workers.supervisor import ContainedProcess
 
 Sandbox = Literal["read-only", "workspace-write"]
@@ -541,13 +542,17 @@ def run_codex_session(
     deadline: float,
     over_budget: Callable[[int, int], str | None],
     kill_grace: float,
+    user: AgentUser | None = None,
 ) -> CodexOutcome:
     """Run one codex turn on `prompt` in `worktree`, contained, until it completes, fails, is
-    stopped, passes `deadline` (time.monotonic) or goes over budget."""
+    stopped, passes `deadline` (time.monotonic) or goes over budget. As `user`, if given: it
+    owns CODEX_HOME and HOME, while the config and rules stay the worker's."""
     path = env.get("PATH", os.defpath)
     home = write_session_home(
         codex_home, model=model, base_url=base_url, sandbox=sandbox, path=path, worktree=worktree
     )
+    if user is not None:
+        user.hand_over(home)
     child_env = {
         **{k: v for k, v in env.items() if k not in ("OPENAI_API_KEY", "CODEX_API_KEY")},
         "PATH": path,
@@ -565,7 +570,7 @@ def run_codex_session(
     try:
         process = ContainedProcess(
             argv, cwd=str(worktree), env=child_env, kill_grace=kill_grace, stdin=True,
-            separate_stderr=True,
+            separate_stderr=True, user=user.ids if user else None,
         )  # fmt: skip
     except OSError as exc:
         return CodexOutcome("failed", error=f"codex could not be started (`{binary}`): {exc}")

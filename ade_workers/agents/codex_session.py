@@ -33,6 +33,7 @@ from ade_workers.agents.cli_setup import (
     answered,
     budget_meter,
     call_id,
+    engine_data_out_of_reach,
     private_home,
     proxy_capabilities,
     taint_refusal,
@@ -178,7 +179,7 @@ def run_codex(
     if shutil.which(setup.binary, path=setup.env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(setup.binary)
     stop = Stop()
-    home = private_home(setup.provider, "ade-codex-")
+    home = private_home(setup, "ade-codex-")
     key = setup.api_key()
     upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
     try:
@@ -208,6 +209,7 @@ def run_codex(
                 deadline=deadline,
                 over_budget=lambda _in, _out: None,  # the proxy meters every answer
                 kill_grace=kill_grace,
+                user=setup.user,
             )
             spend = proxy.spend
             return CodexRun(outcome, stop, spend.input_tokens, spend.output_tokens)
@@ -241,7 +243,8 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
             else f"{changes}; writes by commands stay in the worktree (bubblewrap)",
         ),
         Capability("reads", U, "codex's sandbox does not confine what commands read"),
-        Capability(
+        engine_data_out_of_reach(setup)
+        or Capability(
             "engine_data",
             B,
             "file changes to it are refused; a writing session never starts in a worktree "

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ade_workers.agent_user import AgentUser
+
 log = logging.getLogger(__name__)
 
 Judge = Callable[[dict[str, Any]], tuple[str, str]]
@@ -30,14 +32,16 @@ MAX_CALL_BYTES = 4_000_000
 class DecisionServer:
     """Serves decisions on `path` from a background thread while the context is open."""
 
-    def __init__(self, path: Path, judge: Judge) -> None:
+    def __init__(self, path: Path, judge: Judge, *, owner: AgentUser | None = None) -> None:
         self.path = path
         self._judge = judge
         self._judging = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.bind(str(path))
-            os.chmod(path, 0o600)
+            os.chmod(path, 0o600)  # only its owner may connect: the worker's, or the agent user's
+            if owner is not None:
+                owner.hand_over(path)
             self._sock.listen(64)
         except OSError:
             self._sock.close()

@@ -26,6 +26,7 @@ from ade_tasks.globs import glob_regex
 from ade_tasks.paths import resolve_inside
 from ade_tasks.patterns import PatternError, compile_pattern
 from ade_tasks.secrets import Masker
+from ade_workers.agent_user import AgentUser
 from ade_workers.process import run_process
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class ToolContext:
     todos: list[dict[str, str]] = field(default_factory=list)
     report: dict[str, Any] | None = None
     protected: ProtectedPaths | None = None
+    user: AgentUser | None = None  # who `bash` runs as, when not the worker (ADE_AGENT_USER)
 
     def __post_init__(self) -> None:
         if self.protected is None:
@@ -272,6 +274,8 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     real, rel = _writable(ctx, args["path"])
     real.parent.mkdir(parents=True, exist_ok=True)
     real.write_text(args["content"], encoding="utf-8")
+    if ctx.user is not None:  # written by the worker: the agent's own commands may change it
+        ctx.user.adopt(real, ctx.worktree)
     size = len(args["content"].encode("utf-8"))
     return ToolResult(True, f"wrote {size} bytes to {rel}", {"path": rel, "bytes": size})
 
@@ -311,6 +315,7 @@ def bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         should_stop=ctx.should_stop,
         cap=BASH_OUTPUT_CAP,
         masker=ctx.masker,
+        user=ctx.user.ids if ctx.user else None,
     )
     if result.timed_out:
         footer = f"[timed out after {timeout:g}s; everything the command started was killed]"

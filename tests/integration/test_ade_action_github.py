@@ -16,8 +16,7 @@ import pytest
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus, StepStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
@@ -28,6 +27,7 @@ from ade_workers.chain import ChainState, prepare, template_context
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
+from tests.git_project import migrated_sqlite
 
 REPO = "acme/widgets"
 TOKEN = "t0ken"
@@ -48,9 +48,7 @@ def webhook() -> Iterator[ScriptedServer]:
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    return create_session_factory(engine)
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture

@@ -18,15 +18,14 @@ from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import Answer, ApprovalRow, QueueStatus, RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
-from tests.git_project import make_git_project, make_runner_config
+from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 from tests.unit.conftest import add_rule
 
 RECORDED = load_fixture("openai", "chat-completions.tool-calls.response.json")
@@ -52,9 +51,7 @@ def text(content: str) -> Reply:
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    return create_session_factory(engine)
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture

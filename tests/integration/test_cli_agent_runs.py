@@ -15,8 +15,7 @@ from pydantic import SecretStr
 from ade_tasks.approvals import decide_run
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
@@ -24,7 +23,7 @@ from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn
-from tests.git_project import make_git_project, make_runner_config
+from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 from tests.integration.test_agent_runs import run_of
 from tests.real_clis import real_cli
 from tests.unit.conftest import add_rule
@@ -34,9 +33,7 @@ KEY = "sk-ant-runner-test-key-0123456789"
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    return create_session_factory(engine)
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress.poller import CURSOR_FILE, GithubPoller
 from ade_tasks.retry import RetryPolicy
 from ade_workers.github import GithubClient
 from tests.fake_http import RecordedRequest, ScriptedServer
+from tests.git_project import migrated_sqlite
 from tests.support import BIN, child_env
 from tests.unit.conftest import add_rule
 
@@ -35,9 +35,7 @@ RULES = {
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    factory = create_session_factory(engine)
+    factory = migrated_sqlite(tmp_path)
     for rule_id, trigger in RULES.items():
         add_rule(
             factory,

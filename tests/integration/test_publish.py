@@ -12,13 +12,12 @@ from pydantic import SecretStr
 from sqlalchemy import update
 
 from ade_tasks.db import runs as runs_db
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_http import ScriptedServer
-from tests.git_project import git, make_git_project, make_runner_config
+from tests.git_project import git, make_git_project, make_runner_config, migrated_sqlite
 from tests.unit.conftest import add_rule
 
 REPO = "acme/widgets"
@@ -27,9 +26,7 @@ TOKEN = "ghp_publish_token"
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    return create_session_factory(engine)
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture

@@ -7,20 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_workers.runner import RunnerConfig
 from tests.conftest import write_rule
-from tests.git_project import make_git_project, make_runner_config
+from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 
 
 @pytest.fixture
 def session_factory(tmp_path: Path) -> SessionFactory:
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'ade.db'}")
-    upgrade(engine)
-    return create_session_factory(engine)
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture
