@@ -5,6 +5,12 @@ Confidence = the review profile's base + min(.12, .015 x context sources)
 For built-in rules the context sources are the steps that ran (each one is evidence the result
 rests on); agent sessions count what the agent read. A run below its rule's threshold (default
 .65) waits in `pending-review`.
+
+Confidence measures how far a result rests on a model's judgement, so it gates only runs that
+had one. A deterministic run (a built-in chain without an agent-session step: its steps' exit
+codes are the verdict) that succeeded with no findings lands in `completed-clean`, so `hello`
+and a per-minute cron heartbeat do not flood the queue; a rule whose every run someone should
+look at says `review_required: true`.
 """
 
 from __future__ import annotations
@@ -50,20 +56,24 @@ def review(
     threshold: float,
     findings: int,
     verification_pending: bool,
+    deterministic: bool,
+    review_required: bool,
 ) -> Review:
     """Queue status and confidence of a run that ended with `status`.
 
     Cancelled and skipped runs did no work worth reviewing (no queue status). Otherwise, in
-    order: findings make it `actionable-findings`; a failure without findings, or confidence
-    below the threshold, `pending-review`; a required verification that did not pass,
-    `verification-required`; else `completed-clean`.
+    order: findings make it `actionable-findings`; a failure without findings, a rule that
+    asks for review (`review_required`), or an agent's confidence below the threshold,
+    `pending-review`; a required verification that did not pass, `verification-required`;
+    else `completed-clean`. A `deterministic` run's confidence is recorded but gates nothing.
     """
     if status in (RunStatus.CANCELLED, RunStatus.SKIPPED):
         return Review(None, None)
     value = confidence(profile, context_sources, threshold)
+    unsure = value < threshold and not deterministic
     if findings:
         queue = QueueStatus.ACTIONABLE_FINDINGS
-    elif status is not RunStatus.SUCCEEDED or value < threshold:
+    elif status is not RunStatus.SUCCEEDED or review_required or unsure:
         queue = QueueStatus.PENDING_REVIEW
     elif verification_pending:
         queue = QueueStatus.VERIFICATION_REQUIRED

@@ -733,6 +733,8 @@ def _review(
         threshold=rule.review_threshold,
         findings=len(state.findings),
         verification_pending=unverified or (verification.required and not verification.command),
+        deterministic=not rule.agentic,
+        review_required=rule.review_required,
     )
     return runs_db.RunVerdict(
         outcome.queue_status, outcome.confidence, state.findings[:500] or None

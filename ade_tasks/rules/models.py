@@ -756,7 +756,13 @@ DEFAULT_QUEUES = {"built-in": "ade.builtin", "agent-session": "ade.agent"}
 
 
 class Rule(_Document):
-    """One automation rule, exactly as written in a rules file or sent to the API."""
+    """One automation rule, exactly as written in a rules file or sent to the API.
+
+    `review_required: true` puts every finished run in the review queue (`pending-review`);
+    by default a deterministic run that succeeded with no findings lands in `completed-clean`
+    and only agent runs are gated by confidence (`review_profile`, `review_threshold`; see
+    `ade_tasks.review`).
+    """
 
     id: str = Field(pattern=SLUG)
     name: str = ""
@@ -772,6 +778,7 @@ class Rule(_Document):
         "quick", "incremental", "full", "security", "release-risk", "cross-repo-contract"
     ] = "quick"
     review_threshold: float = Field(default=0.65, ge=0, le=1)
+    review_required: bool = False
     tool_palette: list[ToolPalette] = Field(default_factory=list)
     billing_code: str = ""
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
@@ -786,16 +793,21 @@ class Rule(_Document):
         return self
 
     @property
+    def agentic(self) -> bool:
+        """Does a run of this rule rest on a model's judgement (an agent-session execution or
+        step)? Otherwise it is deterministic: its steps' exit codes are its verdict."""
+        return self.execution.kind == "agent-session" or any(
+            step.type == "agent-session" for step in self.execution.actions
+        )
+
+    @property
     def effective_queue(self) -> str:
         """The queue its runs go to: the rule's own, the execution's, or the kind's default
         (a chain with an agent-session step goes where agent sessions go)."""
-        agentic = self.execution.kind == "agent-session" or any(
-            step.type == "agent-session" for step in self.execution.actions
-        )
         return (
             self.queue
             or self.execution.queue
-            or DEFAULT_QUEUES["agent-session" if agentic else "built-in"]
+            or DEFAULT_QUEUES["agent-session" if self.agentic else "built-in"]
         )
 
     def has_trigger(self, kind: str) -> bool:

@@ -31,6 +31,7 @@ def write_web_rules(cluster: Cluster) -> None:
         id: web-demo
         name: "Demo <script>alert('x')</script>"
         triggers: [{type: manual}]
+        review_required: true
         inputs:
           greeting: {type: string, default: hello, description: what to say}
           loud: {type: boolean, default: false}

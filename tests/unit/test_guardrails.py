@@ -194,11 +194,11 @@ def test_confidence_follows_the_documented_formula() -> None:
     assert confidence("quick", 0, threshold=1.0) == 0.492  # .58 - .35 x .25
     assert review(
         RunStatus.SUCCEEDED, profile="full", context_sources=1, threshold=0.65, findings=0,
-        verification_pending=False,
+        verification_pending=False, deterministic=False, review_required=False,
     ).queue_status is QueueStatus.COMPLETED_CLEAN  # fmt: skip
     assert review(
         RunStatus.SUCCEEDED, profile="quick", context_sources=1, threshold=0.65, findings=0,
-        verification_pending=False,
+        verification_pending=False, deterministic=False, review_required=False,
     ).queue_status is QueueStatus.PENDING_REVIEW  # fmt: skip
 
 
