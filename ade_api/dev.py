@@ -13,19 +13,29 @@ searches, and every session masks the token's value. Commands an agent runs (`ba
 `edit` mode only with an approval) are the worker's user and could read it, which is why the
 token is masked in their output too; and the directory holds a `.gitignore` of `*`, so a
 `git add -A` in the project never commits the database or the token.
+
+While it runs, dev watches the rules directory and syncs it on every change, printing what
+changed or each problem on a line of its own; a rule whose file is broken keeps its last good
+version (as `rules sync` does). The console shows one line per run start and end.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import signal
 import socket
+import sys
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import click
 import uvicorn
+import watchfiles
 from celery import Celery
 from celery.beat import EmbeddedService
 from fastapi import FastAPI
@@ -35,14 +45,16 @@ from ade_api.header_timeout import HTTP_PROTOCOL
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.db.rules import list_rules, load_rule
+from ade_tasks.db.rules import SyncReport, list_rules, load_rule
 from ade_tasks.db.schema import Role
 from ade_tasks.logs import configure_logging, uvicorn_log_config
 from ade_tasks.recovery import recover
+from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers import runner
 from ade_workers.celery_app import CelerySender, create_celery_app
+from ade_workers.runner import RunNotice
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +142,132 @@ def ensure_dev_token(session_factory: SessionFactory, settings: Settings) -> str
     return f"created an admin token for the CLI and /ui in {path}"
 
 
+def cli_script() -> Path:
+    """The `ade-tasks` console script of this installation: beside the interpreter in a venv."""
+    beside = Path(sys.executable).parent / "ade-tasks"
+    if beside.exists():
+        return beside
+    found = shutil.which("ade-tasks")
+    return Path(found) if found else Path(sys.argv[0]).absolute()
+
+
+def cli_hint(settings: Settings, cwd: Path, script: Path, rule_ids: set[str]) -> list[str]:
+    """The banner's lines that reach this stack from a new shell, where neither an activated
+    venv nor `make dev`'s PATH is in effect: the script by its path (relative when it lies in
+    `cwd`), the URL and data dir when they are not the ones the CLI finds by default, and the
+    line that puts the CLI on the PATH."""
+    try:
+        shown = str(script.relative_to(cwd))
+    except ValueError:
+        shown = str(script)
+    words = [shown, *(["run", "hello", "--wait"] if "hello" in rule_ids else ["rules", "list"])]
+    default = Settings.model_construct()  # what a CLI with no ADE_* variables uses
+    if settings.effective_api_url != default.effective_api_url:
+        words += ["--url", settings.effective_api_url]
+    command = shlex.join(words)
+    data_dir = cwd / settings.data_dir  # as dev resolves it (an absolute data_dir stays)
+    if data_dir != cwd / default.data_dir:
+        command = f"ADE_DATA_DIR={shlex.quote(str(data_dir))} {command}"
+    bin_dir = str(script.parent).replace("\\", "\\\\")
+    for special in '"$`':
+        bin_dir = bin_dir.replace(special, "\\" + special)
+    return [
+        f"try it in another shell, in this directory ({cwd}):",
+        f"  {command}",
+        "put the CLI on your PATH (for this shell; add the line to ~/.bashrc to keep it):",
+        f'  export PATH="{bin_dir}:$PATH"',
+    ]
+
+
+class Console:
+    """The dev console's lines about runs and rules, whole lines even from many threads."""
+
+    def __init__(self, echo: Callable[..., None] = click.echo) -> None:
+        self._echo = echo
+        self._lock = threading.Lock()
+
+    def line(self, text: str, err: bool = False) -> None:
+        with self._lock:
+            self._echo(text, err=err)
+
+    def run_notice(self, notice: RunNotice) -> None:
+        """One line as a run starts or ends: time, rule, short run id, status, duration."""
+        clock = datetime.now().strftime("%H:%M:%S")
+        text = f"{clock} run {notice.rule_id} {notice.run_id[:8]} {notice.status}"
+        if notice.status != runner.STARTED:
+            text += f" ({notice.seconds:.1f}s)"
+        self.line(text)
+
+    def rules_synced(
+        self, loaded: LoadResult, report: SyncReport, consumed: tuple[str, ...]
+    ) -> None:
+        """What a rules sync changed, or its problems: each problem on a line of its own."""
+        kinds = (("added", report.added), ("updated", report.updated), ("removed", report.removed))
+        changes = [f"{what} {', '.join(ids)}" for what, ids in kinds if ids]
+        if changes:
+            self.line(f"rules: {'; '.join(changes)}")
+        for problem in loaded.problems:
+            self.line(f"  rule problem: {problem}", err=True)
+        if loaded.problems:
+            self.line(
+                f"rules: {len(loaded.problems)} problem(s); every rule keeps its last good "
+                "version until the files are fixed, and none is removed meanwhile",
+                err=True,
+            )
+        changed = {*report.added, *report.updated}
+        for item in loaded.rules:
+            queue = item.rule.effective_queue
+            if item.rule.id in changed and queue not in consumed:
+                self.line(
+                    f"rules: {item.rule.id} runs on queue {queue!r}, which this worker does not "
+                    "consume; restart `ade-tasks dev` to run it",
+                    err=True,
+                )
+
+
+def watch_rules(
+    session_factory: SessionFactory,
+    rules_dir: Path,
+    consumed: tuple[str, ...],
+    console: Console,
+    stop: threading.Event,
+) -> None:
+    """Sync the rules directory whenever a rule file in it changes, until `stop` is set."""
+
+    def rule_file(_change: watchfiles.Change, path: str) -> bool:
+        return path.endswith(RULE_SUFFIXES)  # not an editor's swap or backup file
+
+    had_problems = False
+    # step: how long the directory must stay quiet before a sync (an editor's save is several
+    # events); 200 ms keeps a sync to one per save without a noticeable delay.
+    for _changes in watchfiles.watch(
+        rules_dir, watch_filter=rule_file, stop_event=stop, step=200, raise_interrupt=False
+    ):
+        try:
+            loaded, report = sync_rules_dir(session_factory, rules_dir)
+        except Exception as exc:  # the database blinked: the next save syncs again
+            console.line(f"rules: sync failed ({exc!r}); save a rule file to try again", True)
+            continue
+        console.rules_synced(loaded, report, consumed)
+        if had_problems and not loaded.problems:
+            console.line(f"rules: every file in {rules_dir} loads again")
+        had_problems = bool(loaded.problems)
+
+
+def start_rules_watcher(
+    session_factory: SessionFactory, settings: Settings, consumed: tuple[str, ...],
+    console: Console,
+) -> threading.Event | None:  # fmt: skip
+    """Watch the rules directory in a thread; returns the event that stops it (None: no
+    directory to watch)."""
+    if not settings.rules_dir.is_dir():
+        return None
+    stop = threading.Event()
+    args = (session_factory, settings.rules_dir, consumed, console, stop)
+    threading.Thread(target=watch_rules, args=args, name="ade-rules-watch", daemon=True).start()
+    return stop
+
+
 def run_dev(settings: Settings) -> None:
     """Start API, worker and beat; block until Ctrl-C; stop them all."""
     echo = click.echo
@@ -161,6 +299,8 @@ def run_dev(settings: Settings) -> None:
     echo(
         f"[3/4] starting worker ({settings.worker_concurrency} threads) on {', '.join(all_queues)}"
     )
+    console = Console(echo)
+    app.ade_runtime.on_run = console.run_notice  # before the worker takes its first task
     worker, worker_thread = start_worker(app, all_queues, settings.worker_concurrency)
     beat = EmbeddedService(app, thread=True, scheduler_cls="ade_workers.beat:DatabaseScheduler")
     beat.start()
@@ -174,7 +314,16 @@ def run_dev(settings: Settings) -> None:
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
     token_note = ensure_dev_token(session_factory, settings)
     echo(f"      {token_note}")
-    echo("      try: ade-tasks run hello --wait      stop: Ctrl-C")
+    rule_ids = {item.rule.id for item in loaded.rules}
+    for line in cli_hint(settings, Path.cwd(), cli_script(), rule_ids):
+        echo(f"      {line}")
+    stop_watching = start_rules_watcher(session_factory, settings, all_queues, console)
+    watching = (
+        f"watching {settings.rules_dir} for rule changes"
+        if stop_watching
+        else f"not watching rules: {settings.rules_dir} does not exist"
+    )
+    echo(f"      {watching}; stop: Ctrl-C")
     # uvicorn handles SIGINT/SIGTERM, then re-raises the signal it caught once it has stopped; a
     # TERM (systemd, docker, `kill`) must get the same clean stop as Ctrl-C, not the default death.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -186,6 +335,8 @@ def run_dev(settings: Settings) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         echo("stopping: cancelling running commands, stopping worker and beat")
         runner.SHUTDOWN.set()
+        if stop_watching is not None:
+            stop_watching.set()
         beat.stop()
         from celery.worker import state
 

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from ade_api.dev import api_server_config, ensure_data_dir
+from ade_api.dev import Console, api_server_config, cli_hint, ensure_data_dir
 from ade_api.header_timeout import HeaderTimeoutProtocol
+from ade_tasks.db.rules import SyncReport
+from ade_tasks.errors import RuleProblem
+from ade_tasks.rules.loader import LoadResult
 from ade_tasks.settings import Settings
 
 SECRET = "s3cr3t-value"
@@ -69,3 +72,38 @@ def test_an_edited_gitignore_in_the_data_dir_is_left_as_it_is(tmp_path: Path) ->
     (tmp_path / ".ade" / ".gitignore").write_text("*\n# kept\n")
     ensure_data_dir(settings)
     assert (tmp_path / ".ade" / ".gitignore").read_text() == "*\n# kept\n"
+
+
+def test_the_banner_names_the_checkouts_cli_by_a_path_that_works_in_a_new_shell() -> None:
+    # Given dev started in a checkout with its venv, on the default port
+    hint = cli_hint(Settings(), Path("/src/ade"), Path("/src/ade/.venv/bin/ade-tasks"), {"hello"})
+    # Then the command needs no PATH and no --url, and the PATH line is exact
+    assert hint[0] == "try it in another shell, in this directory (/src/ade):"
+    assert hint[1] == "  .venv/bin/ade-tasks run hello --wait"
+    assert hint[3] == '  export PATH="/src/ade/.venv/bin:$PATH"'
+
+
+def test_the_banner_adds_what_a_new_shell_would_not_find_by_default() -> None:
+    # Given a CLI installed elsewhere, another port and a data dir of its own
+    settings = Settings(api_port=9000, data_dir=Path("/var/ade data"))
+    hint = cli_hint(settings, Path("/src/ade"), Path("/opt/ade/bin/ade-tasks"), set())
+    # Then the command carries them (quoted), and names a rule-free command without `hello`
+    assert hint[1] == (
+        "  ADE_DATA_DIR='/var/ade data' /opt/ade/bin/ade-tasks rules list "
+        "--url http://127.0.0.1:9000"
+    )
+    assert hint[3] == '  export PATH="/opt/ade/bin:$PATH"'
+
+
+def test_each_rule_problem_is_a_line_and_the_last_good_rules_are_said_to_stay() -> None:
+    lines: list[str] = []
+    console = Console(lambda text, err=False: lines.append(text))
+    problems = [RuleProblem("a.yaml", "triggers", "must be a list"),
+                RuleProblem("b.yaml", "id", "required")]  # fmt: skip
+    console.rules_synced(LoadResult(problems=problems), SyncReport(updated=["x"]), ())
+    assert lines[0] == "rules: updated x"
+    assert [line for line in lines if "rule problem" in line] == [
+        f"  rule problem: {problems[0]}",
+        f"  rule problem: {problems[1]}",
+    ]
+    assert lines[-1].startswith("rules: 2 problem(s); every rule keeps its last good version")
