@@ -5,7 +5,10 @@ what codex did: files, the requests the server saw, the outputs the model got ba
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from ade_workers.agents.cli_setup import CliSetup, call_id
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
 from tests.real_clis import real_cli
+from tests.support import wait_until
 
 KEY = "sk-codex-engine-key-0123456789"
 MODEL = "gpt-5.5"  # a slug codex 0.169 knows, so it offers apply_patch
@@ -219,3 +223,59 @@ def test_codexs_own_question_tool_is_unavailable_outside_its_plan_mode(codex, se
     (output,) = server.tool_outputs().values()
     assert "unavailable in Default mode" in output
     assert [k for k, _ in events if k == "agent.tool_decision"] == []
+
+
+SESSION_IN_A_WORKER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    from tests.integration.test_codex_engine import BASH, run_codex
+    from tests.fake_responses import ScriptedResponsesServer, Turn
+    with ScriptedResponsesServer() as server:
+        server.script(Turn.command({command!r}), Turn.text("done"))
+        run_codex(Path({codex!r}), server, Path({worktree!r}), policy=BASH)
+    """
+)
+
+
+def test_nothing_of_a_codex_session_outlives_its_worker(codex, worktree):
+    pid_file, late = worktree / "tool.pid", worktree / "late.txt"  # the sandbox writes only here
+    script = SESSION_IN_A_WORKER.format(
+        root=str(Path(__file__).resolve().parents[2]),
+        command=f"echo $$ > {pid_file}; sleep 5; touch {late}",
+        codex=str(codex),
+        worktree=str(worktree),
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        # $$ is the command's pid in codex's sandbox (a pid namespace): only a sign it started.
+        wait_until(lambda: pid_file.read_text().strip(), 60, "the command to start")
+        assert len(running_in(worktree)) >= 2  # codex and its command, at least
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+        wait_until(lambda: not running_in(worktree), 10, "codex and its command to die")
+        assert not late.exists()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def running_in(directory: Path) -> list[int]:
+    """The live processes whose working directory is `directory`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == str(directory) and not _zombie(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
