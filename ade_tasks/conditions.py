@@ -9,7 +9,13 @@ eval, exec or Python's ast, so a condition can only read context variables and c
     comparison := operand (('==' | '!=' | '<' | '<=' | '>' | '>=' | 'in' | 'contains') operand
                            | 'matches' string)?
     operand    := '(' condition ')' | '[' literals ']' | string | number | true | false | null
-                | name
+                | 'failure' '(' ')' | 'failed' '(' string (',' string)* ')' | name
+
+`failure()` is true when an earlier step of the run failed or timed out (a
+`continue_on_failure` step too), `failed('tests', ...)` when one of the named earlier steps
+did, as GitHub Actions' `if: failure()`. A step whose condition calls either is evaluated
+after an earlier failure, when it can be true, without `always_run` or `continue_on_failure`
+(the rule model marks it `always_run`); the run keeps the failure as its outcome.
 """
 
 from __future__ import annotations
@@ -227,7 +233,34 @@ class Match:
         return self.left.names()
 
 
-Node = Constant | Variable | Not | And | Or | Comparison | Match
+#: The step statuses `failure()` and `failed(...)` count as a failure.
+FAILED_STATUSES = frozenset({"failed", "timed_out"})
+#: The condition functions: name -> whether it takes step ids.
+FUNCTIONS = {"failure": False, "failed": True}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """`failure()`: did an earlier step fail? `failed('a', 'b')`: did step a or b?"""
+
+    step_ids: tuple[str, ...]
+
+    def evaluate(self, context: TemplateContext, where: str) -> bool:
+        """Whether a counted step ended failed or timed out."""
+        if not self.step_ids:
+            return any(step.get("status") in FAILED_STATUSES for step in context.steps.values())
+        return any(
+            Variable(f"steps.{step_id}.status").evaluate(context, where) in FAILED_STATUSES
+            for step_id in self.step_ids
+        )
+
+    def names(self) -> Iterator[str]:
+        """The status of each named step, so the load-time check finds unknown steps."""
+        for step_id in self.step_ids:
+            yield f"steps.{step_id}.status"
+
+
+Node = Constant | Variable | Not | And | Or | Comparison | Match | Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +270,7 @@ class Condition:
     text: str
     where: str
     node: Node
+    asks_about_failure: bool = False  # calls failure() or failed(...)
 
     def names(self) -> list[str]:
         """The variable names the condition reads, each once, in order of first use."""
@@ -254,7 +288,18 @@ def parse_condition(text: str, where: str) -> Condition:
             f"{where}: condition is {len(text)} characters long, the limit is {MAX_LENGTH}; "
             "shorten it or split the step"
         )
-    return Condition(text, where, _Parser(text, where).parse())
+    parser = _Parser(text, where)
+    node = parser.parse()
+    return Condition(text, where, node, parser.asks_about_failure)
+
+
+def asks_about_failure(text: str) -> bool:
+    """Does the condition call failure() or failed(...)? False when it does not parse (the
+    load-time check reports that)."""
+    try:
+        return parse_condition(text, "condition").asks_about_failure
+    except ConditionError:
+        return False
 
 
 def check_condition(text: str, *, earlier_steps: Sequence[str], where: str) -> list[str]:
@@ -275,6 +320,7 @@ class _Parser:
         self._tokens = _tokenize(text)
         self._position = 0
         self._depth = 0
+        self.asks_about_failure = False
 
     def parse(self) -> Node:
         node = self._or()
@@ -331,11 +377,32 @@ class _Parser:
         if self._accept("["):
             return Constant(self._list())
         if self._accept("name"):
+            if token.text in FUNCTIONS and self._peek().kind == "(":
+                return self._failure(token)
             return Variable(token.text)
         constant = self._constant()
         if constant is None:
             raise self._error("expected a value")
         return constant
+
+    def _failure(self, name: _Token) -> Failure:
+        self._accept("(")
+        step_ids: list[str] = []
+        while FUNCTIONS[name.text] and (step := self._peek()).kind == "string":
+            self._position += 1
+            step_ids.append(_unquote(step.text))
+            if not self._accept(","):
+                break
+        if not self._accept(")"):
+            expected = "a quoted step id or ')'" if FUNCTIONS[name.text] else "')'"
+            usage = "failed('<step id>', ...)" if FUNCTIONS[name.text] else "failure()"
+            raise self._error(f"expected {expected} in {name.text}(...)", advice=f"write {usage}")
+        if FUNCTIONS[name.text] and not step_ids:
+            raise self._error(
+                "failed() needs the steps it asks about", name, "write failed('<step id>', ...)"
+            )
+        self.asks_about_failure = True
+        return Failure(tuple(step_ids))
 
     def _list(self) -> tuple[Any, ...]:
         items: list[Any] = []

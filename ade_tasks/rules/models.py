@@ -430,7 +430,9 @@ class _Step(_Document):
     `condition` is a small safe expression (see `ade_tasks.conditions`); a false condition
     records the step as skipped. `retry` re-runs a failed step up to 5 times with exponential
     backoff from 400 ms. `always_run` steps run even after an earlier failure, like `finally`,
-    and the original failure stays the run's outcome. `lane` runs the step in a named lane, in
+    and the original failure stays the run's outcome; a step whose condition asks about a
+    failure (`failure()`, `failed('tests')`) is `always_run`, so it is evaluated when it can
+    be true. `lane` runs the step in a named lane, in
     the lane created earlier in this run (`created`), or in the project root (`project`); by
     default a step runs in the run's lane when it has one, else in the project root.
     """
@@ -442,6 +444,15 @@ class _Step(_Document):
     always_run: bool = False
     timeout_sec: StepTimeout = DEFAULT_STEP_TIMEOUT_SEC
     lane: str | None = None
+
+    @model_validator(mode="after")
+    def _failure_steps_always_run(self) -> _Step:
+        from ade_tasks.conditions import asks_about_failure  # it imports templating only
+
+        # "Only if an earlier step failed" must not need a second flag to ever be true.
+        if self.condition and not self.always_run and asks_about_failure(self.condition):
+            object.__setattr__(self, "always_run", True)
+        return self
 
 
 class _CommandStep(_Step):
