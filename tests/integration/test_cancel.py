@@ -70,3 +70,34 @@ def test_the_api_says_the_step_is_stopped_now(cluster: Cluster, project: Path) -
     assert cancelled.json()["message"] == (
         "cancelled; its worker stops the running step within a second"
     )
+
+
+def test_with_two_workers_a_cancel_stops_only_its_own_run(cluster: Cluster, project: Path) -> None:
+    # Given two workers, each running one run of the same long rule
+    add_rule(cluster, "long", LONG)
+    api = cluster.api()
+    workers = [cluster.worker(concurrency=1, env=DEFAULT_TIMING) for _ in range(2)]
+    first, second = start(cluster, "long"), start(cluster, "long")
+    pids = project / "pids"
+    both = wait_until(
+        lambda: pids.exists() and len(found := pids.read_text().split()) == 2 and found,
+        20,
+        "both commands to start",
+    )
+    wait_until(
+        lambda: all(run_row(cluster, r).status == "running" for r in (first, second)),
+        10,
+        "both runs to run",
+    )
+    hosts = {run_row(cluster, r).worker.split(":")[0] for r in (first, second)}
+    assert len(hosts) == 2, hosts  # one run on each worker
+    # When one run is cancelled
+    assert api.post(f"/api/v1/runs/{first}/cancel").status_code == 200
+    # Then exactly one command stops, at once, and the other run goes on
+    wait_until(
+        lambda: sum(pid_alive(int(p)) for p in both) == 1, CANCEL_DEADLINE, "one command to stop"
+    )
+    assert run_row(cluster, first).status == "cancelled"
+    assert run_row(cluster, second).status == "running"
+    assert all("lost its lease" not in w.output() for w in workers)
+    api.post(f"/api/v1/runs/{second}/cancel")
