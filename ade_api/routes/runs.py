@@ -41,6 +41,8 @@ from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+#: A run id (a lowercase UUID) or the start of one.
+RUN_ID_PREFIX = "^[0-9a-f-]{1,36}$"
 
 
 @router.get("", responses={422: {"model": Problem}})
@@ -55,6 +57,10 @@ def list_runs(
     cursor: str | None = None,
     until: Annotated[
         datetime | None, Query(description="queued before this time; ISO 8601 with a time zone")
+    ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(pattern=RUN_ID_PREFIX, description="runs whose id starts with this (a short id)"),
     ] = None,
 ) -> RunPage:
     """Runs, newest first, filtered (queued in [since, until)); follow `next_cursor` for older
@@ -73,7 +79,7 @@ def list_runs(
         if trigger_type not in KNOWN_TRIGGER_TYPES:
             known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
             raise InvalidInputError(f"trigger_type {trigger_type!r} is unknown; use one of {known}")
-    filters = runs_db.RunFilter(rule, status, trigger_type, since, queue_status, until)
+    filters = runs_db.RunFilter(rule, status, trigger_type, since, queue_status, until, id_prefix)
     rows, next_cursor = runs_db.list_runs(session, filters, limit=limit, cursor=cursor)
     return RunPage(items=[RunOut.of(row) for row in rows], next_cursor=next_cursor)
 

@@ -385,6 +385,7 @@ class RunFilter:
     since: datetime | None = None
     queue_status: str | None = None
     until: datetime | None = None
+    id_prefix: str | None = None  # the short ids people copy from `runs list` and the web page
 
 
 def encode_cursor(row: RunRow) -> str:
@@ -425,6 +426,8 @@ def list_runs(
         stmt = stmt.where(RunRow.queue_status == filters.queue_status)
     if filters.until:
         stmt = stmt.where(RunRow.queued_at < filters.until)
+    if filters.id_prefix:
+        stmt = stmt.where(RunRow.id.startswith(filters.id_prefix, autoescape=True))
     if cursor:
         when, run_id = _decode_cursor(cursor)
         stmt = stmt.where(
