@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -46,6 +47,8 @@ from ade_workers.celery_app import CelerySender, create_celery_app
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
+#: Where the Swagger UI and ReDoc scripts, styles and favicon of /docs and /redoc are served.
+OPENAPI_ASSETS = "/ui/static/openapi"
 INTERNAL = (
     "an internal error stopped this request (it is logged on the API's side); try again, and "
     "report it with the time of the request if it persists"
@@ -123,7 +126,11 @@ def create_app(
         yield
         await services.intake.close()  # publish the events still queued
 
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI and ReDoc from the assets fastapi-offline ships, not a CDN,
+    # so they work without internet. The assets sit under the web UI's open static prefix: the
+    # pages are open (ade_api.auth.OPEN_PATHS) and a browser fetches their scripts with no token.
+    app = FastAPIOffline(
+        static_url=OPENAPI_ASSETS,
         lifespan=lifespan,
         title="ADE Tasks",
         version="0.1.0",
