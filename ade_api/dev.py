@@ -263,8 +263,18 @@ def start_rules_watcher(
     if not settings.rules_dir.is_dir():
         return None
     stop = threading.Event()
-    args = (session_factory, settings.rules_dir, consumed, console, stop)
-    threading.Thread(target=watch_rules, args=args, name="ade-rules-watch", daemon=True).start()
+
+    def watch() -> None:
+        try:
+            watch_rules(session_factory, settings.rules_dir, consumed, console, stop)
+        except Exception as exc:  # e.g. the directory was deleted: say so instead of a traceback
+            console.line(
+                f"rules: stopped watching {settings.rules_dir} ({exc}); sync by hand with "
+                "`ade-tasks rules sync`, or restart `ade-tasks dev`",
+                err=True,
+            )
+
+    threading.Thread(target=watch, name="ade-rules-watch", daemon=True).start()
     return stop
 
 
