@@ -141,7 +141,8 @@ class Api:
                 detail = response.text
             if response.status_code == 401:
                 fail(
-                    f"the ADE API at {self.base} refused the token ({detail}); set "
+                    f"the ADE API at {self.base} refused the token ({method} {path} answered "
+                    f"401: {detail}); set "
                     "ADE_API_TOKEN to a token from `ade-tasks tokens create` (the dev stack "
                     "writes its own to .ade/api-token)",
                     code=USAGE,
