@@ -162,8 +162,9 @@ class Settings(BaseSettings):
     task_sent_events: bool = False
 
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
-    # The unprivileged user (name or uid) agent sessions and their tools run as; None: the
-    # worker's own. Needs a worker running as root (ade_workers/agent_user.py).
+    # The unprivileged users (names or uids, comma-separated) agent sessions and their tools
+    # run as, one leased per session; None: the worker's own. Needs a worker running as root
+    # (ade_workers/agent_user.py).
     agent_user: str | None = None
     worker_concurrency: int = Field(default=2, ge=1)
 

@@ -26,12 +26,19 @@ nothing, and naming root or an unknown user is refused at the first session with
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
 import os
+import platform
 import pwd
 import shutil
 import stat
 import sys
-from collections.abc import Iterable
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +47,12 @@ from ade_tasks.errors import AdeError
 from ade_tasks.settings import Settings
 
 SETTING = "ADE_AGENT_USER"
+#: How often a session waiting for a free agent user looks again.
+LEASE_POLL_SECONDS = 0.2
 #: Where a Python the agent user may run is looked for after the worker's own (a virtualenv
 #: in a home directory is out of its reach).
 SYSTEM_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")
 _SKIPPED_NAMES = frozenset({GIT_DIR_NAME, DATA_DIR_NAME})
-_DIR_BITS = stat.S_IRWXG | stat.S_ISGID
-_FILE_BITS = stat.S_IRGRP | stat.S_IWGRP
 
 
 class AgentUserError(AdeError):
@@ -60,11 +67,6 @@ class AgentUser:
     uid: int
     gid: int
     home: str
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AgentUser | None:
-        """The configured agent user, or None when agents run as the worker."""
-        return cls.named(settings.agent_user) if settings.agent_user else None
 
     @classmethod
     def named(cls, spec: str, *, worker_uid: int | None = None) -> AgentUser | None:
@@ -108,37 +110,56 @@ class AgentUser:
         }
 
     def open_worktree(self, worktree: Path, protected: ProtectedPaths) -> None:
-        """Let the user into `worktree` and give its group read and write access there.
+        """Make what the agent may change in `worktree` the user's, and keep the rest the
+        worker's where the user cannot move it.
 
-        Walked with directory descriptors (`os.fwalk`) and files opened with O_NOFOLLOW, so a
+        Every file and directory becomes the user's, except the engine's: `.git` and `.ade` at
+        any depth, the engine's data files (matched by name and by identity, so a renamed one is
+        still recognised), symlinks and files with a second link. The worktree itself and each
+        directory that holds an engine entry stay the worker's, open to the user's group and
+        sticky: the user may add, change and remove its own entries there but cannot rename or
+        replace the worker's. So every directory the user can move is its own, and git (which
+        trusts a repository only if its owner runs it) never takes one for the worker's.
+
+        Walked with directory descriptors (`os.fwalk`) and entries opened with O_NOFOLLOW, so a
         symlink swapped in meanwhile (by another session of the same user) leads nowhere."""
         real = Path(os.path.realpath(worktree))
         self.check_reachable(real, "the worktree")
-        engine_data = {path for path, _ in protected.engine_data}
+        engine = {path for path, _ in protected.engine_data}
+        kept = _identities([*engine, *(str(real / name) for name in _SKIPPED_NAMES)])
         for dirpath, dirnames, filenames, dirfd in os.fwalk(real):
-            dirnames[:] = [
-                name
-                for name in dirnames
-                if name.lower() not in _SKIPPED_NAMES
-                and os.path.join(dirpath, name) not in engine_data
-            ]
-            _grant(dirfd, self.gid)
+            if _identity(os.fstat(dirfd)) in kept:
+                dirnames[:] = []
+                continue
+            names = [*dirnames, *filenames]
+            if dirpath == str(real) or any(_is_engine(dirpath, name, engine) for name in names):
+                _share(dirfd, self.gid)
+            else:
+                _give(dirfd, self, kept)
+            dirnames[:] = [name for name in dirnames if not _is_engine(dirpath, name, engine)]
             for name in filenames:
-                # A lane's `.git` is a file that points at the repository: it stays the worker's.
-                if (
-                    name.lower() not in _SKIPPED_NAMES
-                    and os.path.join(dirpath, name) not in engine_data
-                ):
-                    _grant_entry(name, dirfd, self.gid)
+                if not _is_engine(dirpath, name, engine):
+                    _give_entry(name, dirfd, self, kept)
 
-    def adopt(self, path: Path, worktree: Path) -> None:
-        """Give the group access to `path`, written by the worker for the agent (an HTTP
-        session's write_file), and to the directories made for it up to `worktree`."""
-        top = os.path.realpath(worktree)
-        current = os.path.realpath(path)
-        while current.startswith(top + os.sep):
-            _grant_entry(current, None, self.gid)
-            current = os.path.dirname(current)
+    @contextmanager
+    def file_access(self) -> Iterator[None]:
+        """While inside, this thread's file access is checked as the user's, not the worker's.
+
+        For the file tools the worker runs itself for an HTTP session (read_file, write_file,
+        grep...): they then reach no more than the agent's own commands do, even through a path
+        component an agent process swapped for a symlink after the engine's checks, and what
+        they create is the user's. Linux keeps a filesystem uid and gid and the supplementary
+        groups per thread; setfsuid/setfsgid and the raw setgroups system call change only
+        the calling thread's (glibc's setgroups() would change every thread's); a thread
+        started inside inherits them, so the tools start none."""
+        groups, worker = os.getgroups(), (os.geteuid(), os.getegid())
+        try:
+            _set_thread_groups([])
+            _set_fs_ids(self.uid, self.gid)
+            yield
+        finally:
+            _set_fs_ids(*worker)
+            _set_thread_groups(groups)
 
     def hand_over(self, *paths: Path) -> None:
         """Make the session's private directories and files the user's."""
@@ -206,36 +227,150 @@ class AgentUser:
         )
 
 
-def _grant_entry(name: str, dirfd: int | None, gid: int) -> None:
-    """`_grant` on the directory or regular file `name` (relative to `dirfd`), never through
-    a symlink; anything else (gone, a symlink, a fifo) is left alone."""
+@dataclass(frozen=True)
+class AgentUsers:
+    """The agent users of this worker (`ADE_AGENT_USER=ade-agent1,ade-agent2`): each session
+    leases one that no other session on this machine holds, in any worker process.
+
+    Sessions of one user are not isolated from each other: each could read the other's private
+    home and environment (its model-proxy token), connect to its decision socket, or ptrace its
+    processes. So name at least as many users as agent sessions can run at once on a machine
+    (the agent workers' concurrency); with fewer, a session waits for a free one until its
+    deadline. Leases are `flock`s on files in a directory only the worker may enter, so a
+    worker that dies releases them."""
+
+    users: tuple[AgentUser, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AgentUsers | None:
+        """The configured agent users, or None when agents run as the worker."""
+        names = [name.strip() for name in (settings.agent_user or "").split(",") if name.strip()]
+        users = [user for name in names if (user := AgentUser.named(name)) is not None]
+        if len({user.uid for user in users}) != len(users):
+            raise AgentUserError(f"{SETTING} names one user twice: {settings.agent_user!r}")
+        return cls(tuple(users)) if users else None
+
+    @contextmanager
+    def lease(
+        self,
+        deadline: float,
+        should_stop: Callable[[], bool] = lambda: False,
+        locks: Path | None = None,
+    ) -> Iterator[AgentUser]:
+        """A user no other session holds, for as long as the context is open; waits for one
+        until `deadline` (time.monotonic) or until `should_stop()`."""
+        directory = _lock_directory(locks)
+        while True:
+            for user in self.users:
+                fd = os.open(directory / f"{user.uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    yield user
+                    return
+                finally:
+                    os.close(fd)  # releases the lease
+            if should_stop():
+                raise AgentUserError("stopped while waiting for a free agent user")
+            if time.monotonic() >= deadline:
+                names = ", ".join(user.name for user in self.users)
+                raise AgentUserError(
+                    f"every agent user ({names}) is busy with another session on this machine "
+                    f"until the step's deadline; name more users in {SETTING} or run fewer "
+                    "agent sessions at once (worker concurrency)"
+                )
+            time.sleep(LEASE_POLL_SECONDS)
+
+
+def _lock_directory(path: Path | None) -> Path:
+    """The worker's own directory of lease files (0700), refused if anyone else made it."""
+    directory = path or Path(tempfile.gettempdir()) / f"ade-agent-leases-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise AgentUserError(
+            f"{directory} is not a private directory of the worker's (someone else made it, or "
+            "it is open to others); remove it so the worker can create it"
+        )
+    return directory
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+#: setgroups(2) by number: glibc's wrapper would apply it to every thread of the worker.
+_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}.get(platform.machine())
+
+
+def _set_fs_ids(uid: int, gid: int) -> None:
+    """This thread's filesystem uid and gid (setfsuid reports no error: read it back)."""
+    _libc.setfsgid(gid)
+    _libc.setfsuid(uid)
+    if _libc.setfsuid(-1) != uid or _libc.setfsgid(-1) != gid:
+        raise AgentUserError(f"could not switch this thread's file access to uid {uid}/{gid}")
+
+
+def _set_thread_groups(groups: list[int]) -> None:
+    if _SYS_SETGROUPS is None:
+        raise AgentUserError(f"{SETTING} is not supported on {platform.machine()}")
+    array = (ctypes.c_uint * max(len(groups), 1))(*groups)
+    if _libc.syscall(_SYS_SETGROUPS, len(groups), array) != 0:
+        raise AgentUserError(f"setgroups failed: {os.strerror(ctypes.get_errno())}")
+
+
+def _is_engine(directory: str, name: str, engine: set[str]) -> bool:
+    return name.lower() in _SKIPPED_NAMES or os.path.join(directory, name) in engine
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _identities(paths: Iterable[str]) -> set[tuple[int, int]]:
+    """The (device, inode) of each of `paths` that exists."""
+    found = set()
+    for path in paths:
+        try:
+            found.add(_identity(os.lstat(path)))
+        except OSError:
+            continue
+    return found
+
+
+def _give_entry(name: str, dirfd: int, user: AgentUser, kept: set[tuple[int, int]]) -> None:
+    """`_give` the regular file `name` (relative to `dirfd`), never through a symlink;
+    anything else (gone, a symlink, a fifo) is left alone."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, dir_fd=dirfd)
     except OSError:
         return
     try:
-        _grant(fd, gid)
+        _give(fd, user, kept)
     finally:
         os.close(fd)
 
 
-def _grant(fd: int, gid: int) -> None:
-    """Give group `gid` read and write access to the open directory or regular file `fd`.
-
-    Directories get g+rwx and setgid; files g+rw, and g+x where the owner has x, minus any
-    setuid/setgid bit. A file with several links is left alone: the other link may lead out
-    of the worktree (a hard link an agent made to a file it could not write)."""
+def _give(fd: int, user: AgentUser, kept: set[tuple[int, int]]) -> None:
+    """Make the open directory or regular file `fd` the user's (chown clears setuid and setgid
+    bits). A file with several links is left alone: its other name may lie outside the
+    worktree (a hard link an agent made to a file it could not write)."""
     st = os.fstat(fd)
-    if stat.S_ISDIR(st.st_mode):
-        wanted = _DIR_BITS
-        mode = stat.S_IMODE(st.st_mode)
-    elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-        wanted = _FILE_BITS | (stat.S_IXGRP if st.st_mode & stat.S_IXUSR else 0)
-        mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
-    else:
+    if _identity(st) in kept:
         return
+    if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+        if (st.st_uid, st.st_gid) != user.ids:
+            os.fchown(fd, user.uid, user.gid)
+
+
+def _share(fd: int, gid: int) -> None:
+    """Open the worker's directory `fd` to group `gid` (rwx), sticky: members add and remove
+    their own entries, never the worker's."""
+    st = os.fstat(fd)
     if st.st_gid != gid:
         os.fchown(fd, -1, gid)
-    if mode | wanted != stat.S_IMODE(st.st_mode):
-        os.fchmod(fd, mode | wanted)
+    wanted = stat.S_IRWXG | stat.S_ISVTX
+    if st.st_mode & wanted != wanted:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | wanted)

@@ -2,9 +2,9 @@
 in one run.
 
 (a) Opening the worktree (`AgentUser.open_worktree`) on a tree of `--files` files: the first pass
-    (every file and directory gets the group and g+rw) and a repeat pass (nothing left to change,
-    as for every later session in the same worktree), against a baseline pass that only visits
-    the same tree the same way (`os.fwalk`, one open and fstat per file) and changes nothing.
+    (every file and directory becomes the user's) and a repeat pass (nothing left to change, as
+    for every later session in the same worktree), against a baseline pass that only visits the
+    same tree the same way (`os.fwalk`, one open and fstat per file) and changes nothing.
 (b) A command as the agent user: `true` through `run_process` with `user=` against the same
     command as the worker, `--commands` times each, p50 and p99.
 

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -35,7 +35,7 @@ from ade_tasks.templating import TemplateError
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agent_user import SETTING as AGENT_USER_SETTING
-from ade_workers.agent_user import AgentUser
+from ade_workers.agent_user import AgentUser, AgentUsers
 from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.providers.anthropic import AnthropicProvider
@@ -88,74 +88,89 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
     if narrowed:
         tools = narrow_for_taint(tools)
     protected = ProtectedPaths.from_settings(settings, context.root)
-    env = child_env(context, action)
-    try:
-        user = AgentUser.from_settings(settings)
-        if user is not None:
-            user.open_worktree(context.root, protected)
-            env.update(user.env(context.root))
-    except AdeError as exc:
-        return StepOutcome(StepStatus.FAILED, error=exc.message)
-    except OSError as exc:
-        error = f"{AGENT_USER_SETTING}: could not open {context.root} to the agent user: {exc}"
-        return StepOutcome(StepStatus.FAILED, error=error)
-    with sessions() as session:
-        history = [
-            (kind, data)
-            for kind, data in runs_db.events_of(session, context.run_id, "agent.")
-            if data.get("step", SESSION_STEP) == action.id
-        ]
-        decisions = approvals_db.tool_decisions(session, context.run_id)
-    record = _recorder(sessions, context.run_id, action.id)
-    if not history and prompt.tainted:
-        record("agent.tainted", {"reasons": list(prompt.reasons), "tools_narrowed": narrowed})
-    tool_ctx = ToolContext(
-        worktree=context.root,
-        protected=protected,
-        env=env,
-        masker=context.masker,
-        kill_grace=context.kill_grace,
-        should_stop=context.should_stop,
-        time_left=lambda: limits.deadline - time.monotonic(),
-        user=user,
-    )
-    if action.provider in CLI_BINARIES:
-        configured = settings.provider(action.provider)
-        setup = CliSetup(
-            binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
-            worktree=tool_ctx.worktree,
-            env=tool_ctx.env,
-            limits=limits,
-            policy=policy,
-            tools=tools,
-            tainted=narrowed,
-            decisions=decisions,
+    with ExitStack() as lease:  # the agent user, if any, is this session's until it ends
+        try:
+            user = _agent_user(settings, context, protected, limits.deadline, lease)
+        except AdeError as exc:
+            return StepOutcome(StepStatus.FAILED, error=exc.message)
+        except OSError as exc:
+            error = f"{AGENT_USER_SETTING}: could not open {context.root} to the agent user: {exc}"
+            return StepOutcome(StepStatus.FAILED, error=error)
+        env = {**child_env(context, action), **(user.env(context.root) if user else {})}
+        with sessions() as session:
+            history = [
+                (kind, data)
+                for kind, data in runs_db.events_of(session, context.run_id, "agent.")
+                if data.get("step", SESSION_STEP) == action.id
+            ]
+            decisions = approvals_db.tool_decisions(session, context.run_id)
+        record = _recorder(sessions, context.run_id, action.id)
+        if not history and prompt.tainted:
+            record("agent.tainted", {"reasons": list(prompt.reasons), "tools_narrowed": narrowed})
+        tool_ctx = ToolContext(
+            worktree=context.root,
             protected=protected,
-            provider=configured,
-            masker=tool_ctx.masker,
-            record=record,
+            env=env,
+            masker=context.masker,
+            kill_grace=context.kill_grace,
+            should_stop=context.should_stop,
+            time_left=lambda: limits.deadline - time.monotonic(),
             user=user,
         )
-        outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
-    else:
-        # One HTTP client per session; closing it releases its connections.
-        with closing(provider_for(action, settings)) as provider:
-            outcome = run_session(
-                provider,
-                model=action.model,
-                max_tokens_per_turn=action.max_tokens_per_turn,
-                system=_system(action, tools),
-                prompt=prompt.text,
-                tools=tools,
-                policy=policy,
-                tool_ctx=tool_ctx,
+        if action.provider in CLI_BINARIES:
+            configured = settings.provider(action.provider)
+            setup = CliSetup(
+                binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
+                worktree=tool_ctx.worktree,
+                env=tool_ctx.env,
                 limits=limits,
-                history=history,
-                record=record,
+                policy=policy,
+                tools=tools,
+                tainted=narrowed,
                 decisions=decisions,
+                protected=protected,
+                provider=configured,
+                masker=tool_ctx.masker,
+                record=record,
+                user=user,
             )
-    _charge(sessions, context.rule, outcome, history, limits)
-    return _step_outcome(outcome, action, prompt.reasons if narrowed else ())
+            outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
+        else:
+            # One HTTP client per session; closing it releases its connections.
+            with closing(provider_for(action, settings)) as provider:
+                outcome = run_session(
+                    provider,
+                    model=action.model,
+                    max_tokens_per_turn=action.max_tokens_per_turn,
+                    system=_system(action, tools),
+                    prompt=prompt.text,
+                    tools=tools,
+                    policy=policy,
+                    tool_ctx=tool_ctx,
+                    limits=limits,
+                    history=history,
+                    record=record,
+                    decisions=decisions,
+                )
+        _charge(sessions, context.rule, outcome, history, limits)
+        return _step_outcome(outcome, action, prompt.reasons if narrowed else ())
+
+
+def _agent_user(
+    settings: Settings,
+    context: StepContext,
+    protected: ProtectedPaths,
+    deadline: float,
+    lease: ExitStack,
+) -> AgentUser | None:
+    """The agent user this session runs as (leased in `lease`), with the worktree opened to
+    it; None when agents run as the worker."""
+    users = AgentUsers.from_settings(settings)
+    if users is None:
+        return None
+    user = lease.enter_context(users.lease(deadline, context.should_stop))
+    user.open_worktree(context.root, protected)
+    return user
 
 
 def park_for_tool(

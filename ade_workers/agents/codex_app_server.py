@@ -546,7 +546,9 @@ def run_codex_session(
 ) -> CodexOutcome:
     """Run one codex turn on `prompt` in `worktree`, contained, until it completes, fails, is
     stopped, passes `deadline` (time.monotonic) or goes over budget. As `user`, if given: it
-    owns CODEX_HOME and HOME, while the config and rules stay the worker's."""
+    owns CODEX_HOME and HOME (codex writes its sessions and logs there); the config and rules
+    files in it are the worker's, but the user could replace them, so it is the sandbox that
+    keeps the session's own commands away from them (CODEX_HOME is no writable root)."""
     path = env.get("PATH", os.defpath)
     home = write_session_home(
         codex_home, model=model, base_url=base_url, sandbox=sandbox, path=path, worktree=worktree

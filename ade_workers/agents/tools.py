@@ -274,8 +274,6 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     real, rel = _writable(ctx, args["path"])
     real.parent.mkdir(parents=True, exist_ok=True)
     real.write_text(args["content"], encoding="utf-8")
-    if ctx.user is not None:  # written by the worker: the agent's own commands may change it
-        ctx.user.adopt(real, ctx.worktree)
     size = len(args["content"].encode("utf-8"))
     return ToolResult(True, f"wrote {size} bytes to {rel}", {"path": rel, "bytes": size})
 
@@ -532,7 +530,11 @@ def run_tool(name: str, args: Any, ctx: ToolContext) -> ToolResult:
     if problem is not None:
         return ToolResult(False, problem)
     try:
-        result = tool(args, ctx)
+        if ctx.user is None or tool is bash:  # bash runs as the user in its own process
+            result = tool(args, ctx)
+        else:
+            with ctx.user.file_access():
+                result = tool(args, ctx)
     except ToolError as exc:
         return ToolResult(False, ctx.masker.mask(f"{name}: {exc}"))
     except Exception as exc:  # a tool bug or an OS error must not end the session

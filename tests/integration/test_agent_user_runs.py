@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings
-from ade_workers.agents.tools import ToolContext, bash, write_file
+from ade_workers.agents.tools import ToolContext, run_tool
 from ade_workers.process import run_process
 from ade_workers.runner import RunnerConfig, execute_run
 from tests import agent_user_support
@@ -190,14 +191,25 @@ def test_an_http_sessions_bash_runs_as_the_agent_user_and_writes_stay_its_own(
     secret = open_dir / "secret.env"
     secret.write_text("DEPLOY=1")
     secret.chmod(0o600)
+    (tree / "root-only.txt").write_text("the worker's")
+    (tree / "root-only.txt").chmod(0o600)
+    user.open_worktree(tree, ProtectedPaths.for_worktree(tree))
+    (tree / "later.txt").write_text("made by the worker after the worktree was opened")
+    (tree / "later.txt").chmod(0o600)
     ctx = ToolContext(worktree=tree, env={"PATH": os.environ["PATH"]}, user=user)
 
-    write_file({"path": "notes/todo.txt", "content": "one\n"}, ctx)
-    ran = bash({"command": f"id -u; echo two >> notes/todo.txt; cat {secret}"}, ctx)
+    wrote = run_tool("write_file", {"path": "notes/todo.txt", "content": "one\n"}, ctx)
+    ran = run_tool("bash", {"command": f"id -u; echo two >> notes/todo.txt; cat {secret}"}, ctx)
+    read = run_tool("read_file", {"path": "later.txt"}, ctx)
 
+    assert wrote.ok and os.stat(tree / "notes" / "todo.txt").st_uid == 65534
     assert ran.content.splitlines()[0] == "65534"
     assert "Permission denied" in ran.content
     assert (tree / "notes" / "todo.txt").read_text() == "one\ntwo\n"
+    # The worker runs read_file with the user's file access: a file the user may not read
+    # stays unread, even though the worker could.
+    assert not read.ok and "Permission denied" in read.content
+    assert run_tool("read_file", {"path": "root-only.txt"}, ctx).ok  # opened to the user
 
 
 def test_nothing_the_agent_user_starts_outlives_its_container(open_dir: Path) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.settings import Settings
-from ade_workers.agent_user import AgentUser, AgentUserError
+from ade_workers.agent_user import AgentUser, AgentUserError, AgentUsers
 from tests import agent_user_support
 from tests.agent_user_support import AGENT_USER, agent_user
 
@@ -45,7 +48,7 @@ def test_a_worker_that_is_not_root_cannot_switch_users() -> None:
 
 def test_the_workers_own_user_changes_nothing() -> None:
     assert AgentUser.named(str(os.geteuid())) is None
-    assert AgentUser.from_settings(Settings(agent_user=None)) is None
+    assert AgentUsers.from_settings(Settings(agent_user=None)) is None
 
 
 def test_a_uid_names_the_user_too() -> None:
@@ -75,7 +78,12 @@ def _worktree(root: Path) -> Path:
     return tree
 
 
-def test_the_worktree_opens_to_the_users_group_and_nothing_else(open_dir: Path) -> None:
+def _owner(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def test_the_worktree_becomes_the_users_except_the_engines_entries(open_dir: Path) -> None:
     user = agent_user()
     tree = _worktree(open_dir)
     outside = open_dir / "outside.txt"
@@ -92,36 +100,93 @@ def test_the_worktree_opens_to_the_users_group_and_nothing_else(open_dir: Path) 
 
     user.open_worktree(tree, protected)
 
-    def group_of(path: Path) -> tuple[int, int]:
-        st = os.lstat(path)
-        return st.st_gid, stat.S_IMODE(st.st_mode)
-
-    assert group_of(tree) == (user.gid, 0o2775)
-    assert group_of(tree / "src") == (user.gid, 0o2775)
-    assert group_of(tree / "src" / "app.py") == (user.gid, 0o664)
-    assert group_of(tree / "run.sh") == (user.gid, 0o775)
-    assert group_of(tree / "suid") == (user.gid, 0o775)  # the setuid bit is gone
-    for untouched in (tree / ".git", tree / ".git" / "index", tree / ".ade", database, outside):
-        assert os.lstat(untouched).st_gid != user.gid, untouched
-    assert os.lstat(tree / "hardlink").st_gid != user.gid  # its other name is outside
+    mine = (user.uid, user.gid)
+    assert _owner(tree / "src")[:2] == mine and _owner(tree / "src" / "app.py")[:2] == mine
+    assert _owner(tree / "run.sh") == (*mine, 0o755)
+    assert _owner(tree / "suid") == (*mine, 0o755)  # chown cleared the setuid bit
+    # The worktree holds .git and .ade: it stays the worker's, open to the group, sticky.
+    assert _owner(tree) == (0, user.gid, 0o1775)
+    for kept in (tree / ".git", tree / ".git" / "index", tree / ".ade", database, outside):
+        assert _owner(kept)[:2] == (0, 0), kept
+    assert _owner(tree / "hardlink")[:2] == (0, 0)  # its other name is outside
     changed = subprocess.run(
         ["git", "-C", str(tree), "diff", "--name-only"], capture_output=True, text=True, check=True
     )
-    assert changed.stdout == ""  # group and mode bits leave git's view of the files clean
+    assert changed.stdout == ""  # the worker's git still sees its worktree, unchanged
 
 
-def test_a_file_the_worker_wrote_for_the_agent_is_opened_to_it(open_dir: Path) -> None:
+def as_user(user: AgentUser, command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` in a shell as the agent user."""
+    return subprocess.run(
+        ["sh", "-c", command], cwd=cwd, user=user.uid, group=user.gid, extra_groups=[],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_the_user_cannot_move_the_workers_entries_to_plant_a_git_directory(
+    open_dir: Path,
+) -> None:
+    """A reviewer's attack: rename a directory the worker owns to `.git`, fill it with a
+    config whose fsmonitor runs a command, and wait for the worker's git."""
     user = agent_user()
-    tree = open_dir / "wt"
-    (tree / "new" / "deep").mkdir(parents=True)
-    written = tree / "new" / "deep" / "f.txt"
-    written.write_text("x")
+    tree = _worktree(open_dir)
+    pwned = open_dir / "pwned"
+    user.open_worktree(tree, ProtectedPaths.for_worktree(tree))
+    attack = (
+        "mv .git g || rm -f .git; mv .ade a; git init -q /tmp/$$ && mkdir -p lib/x && "
+        f"cp -r /tmp/$$/.git/. lib/x/ && printf '[core]\n\tfsmonitor = \"touch {pwned}\"\n' "
+        ">> lib/x/config && mv lib/x lib/.git; mv src .git; rm -rf /tmp/$$"
+    )
 
-    user.adopt(written, tree)
+    as_user(user, attack, tree)
+    status = subprocess.run(["git", "-C", str(tree / "lib"), "status"], capture_output=True)
 
-    assert os.stat(written).st_gid == user.gid and os.stat(written).st_mode & stat.S_IWGRP
-    assert os.stat(tree / "new").st_gid == user.gid
-    assert os.stat(tree).st_gid != user.gid  # the worktree itself is not adopted here
+    assert (tree / ".git").is_dir() and _owner(tree / ".git")[0] == 0
+    assert (tree / ".ade" / "api-token").read_text() == "tok"
+    assert status.returncode != 0 and b"dubious ownership" in status.stderr  # lib/.git is its own
+    assert not pwned.exists()
+
+
+def test_the_users_own_files_stay_its_to_rename_and_remove(open_dir: Path) -> None:
+    user = agent_user()
+    tree = _worktree(open_dir)
+    user.open_worktree(tree, ProtectedPaths.for_worktree(tree))
+
+    done = as_user(user, "mv run.sh go.sh && rm src/app.py && echo new > top.txt", tree)
+
+    assert done.returncode == 0, done.stderr
+    assert (tree / "go.sh").exists() and not (tree / "src" / "app.py").exists()
+
+
+def test_file_access_is_the_users_on_this_thread_only(open_dir: Path) -> None:
+    user = agent_user()
+    secret = open_dir / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    own = open_dir / "own"
+    own.mkdir()
+    user.hand_over(own)
+    seen_by_other_thread: list[str] = []
+    go = threading.Event()
+
+    def read_when_told() -> None:
+        go.wait(10)
+        seen_by_other_thread.append(secret.read_text())
+
+    other = threading.Thread(target=read_when_told)  # started as the worker, before the switch
+    other.start()
+    with user.file_access():
+        with pytest.raises(PermissionError):
+            secret.read_text()
+        (own / "made.txt").write_text("x")
+        with pytest.raises(PermissionError):
+            (open_dir / "made.txt").write_text("x")  # the worker could; the user may not
+        go.set()
+        other.join(10)
+
+    assert seen_by_other_thread == ["root only"]
+    assert secret.read_text() == "root only"  # the worker's access is back
+    assert _owner(own / "made.txt")[:2] == (user.uid, user.gid)
 
 
 def test_a_worktree_the_user_cannot_reach_is_refused_naming_the_directory(
@@ -152,3 +217,71 @@ def test_the_hook_python_is_one_the_user_may_run(open_dir: Path) -> None:
     assert not user.may_run(str(hidden))
     chosen = user.python([str(hidden)])
     assert chosen != str(hidden) and user.may_run(chosen)
+
+
+def test_each_session_leases_a_user_no_other_session_holds(tmp_path: Path) -> None:
+    agent_user()
+    locks = tmp_path / "leases"
+    users = AgentUsers.from_settings(Settings(agent_user="nobody, daemon"))
+    assert users is not None and [u.name for u in users.users] == ["nobody", "daemon"]
+    soon = time.monotonic() + 0.5
+
+    with users.lease(soon, locks=locks) as first, users.lease(soon, locks=locks) as second:
+        assert {first.name, second.name} == {"nobody", "daemon"}
+        with pytest.raises(AgentUserError) as busy, users.lease(soon, locks=locks):
+            pass
+    with users.lease(time.monotonic(), locks=locks) as again:  # released: free at once
+        assert again.name == "nobody"
+
+    assert "every agent user (nobody, daemon) is busy" in busy.value.message
+    assert "name more users in ADE_AGENT_USER" in busy.value.message
+
+
+def test_a_lease_held_by_another_worker_process_is_respected(tmp_path: Path) -> None:
+    agent_user()
+    locks = tmp_path / "leases"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LEASE_HOLDER.format(locks=str(locks))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "nobody"
+        users = AgentUsers.from_settings(Settings(agent_user="nobody,daemon"))
+        assert users is not None
+        with users.lease(time.monotonic(), locks=locks) as user:
+            assert user.name == "daemon"
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+LEASE_HOLDER = """
+import sys, time
+from pathlib import Path
+from ade_workers.agent_user import AgentUsers
+from ade_tasks.settings import Settings
+users = AgentUsers.from_settings(Settings(agent_user="nobody"))
+with users.lease(time.monotonic(), locks=Path({locks!r})) as user:
+    print(user.name, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_user_named_twice_or_unknown_is_refused() -> None:
+    agent_user()
+    with pytest.raises(AgentUserError, match="names one user twice"):
+        AgentUsers.from_settings(Settings(agent_user="nobody,65534"))
+    with pytest.raises(AgentUserError, match="'no-such-ade-agent': no such user"):
+        AgentUsers.from_settings(Settings(agent_user="nobody,no-such-ade-agent"))
+
+
+def test_a_lease_directory_someone_else_made_is_refused(tmp_path: Path) -> None:
+    user = agent_user()
+    planted = tmp_path / "leases"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, user.uid, user.gid)
+    users = AgentUsers((user,))
+
+    with pytest.raises(AgentUserError, match="is not a private directory of the worker's"):
+        with users.lease(time.monotonic(), locks=planted):
+            pass
