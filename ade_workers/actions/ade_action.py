@@ -19,7 +19,7 @@ a step executed again in the same run does not post twice (a webhook cannot be s
 Every state change is one conditional statement (the step's sessions commit each statement on
 their own on PostgreSQL), so racing a worker or the cleanup sweep never half-applies it.
 `runs.cancel` cancels a queued, running or waiting run of any rule: a running run's worker
-notices at its next heartbeat (its lease can no longer be renewed) and stops its step; a
+notices within about a second (it reads the run's row twice a second) and stops its step; a
 waiting run's open approval is closed as rejected. A run cannot cancel itself. `rules.enable`
 and `rules.disable` set the rule's `enabled` flag; for a rule from a file, the file's
 `enabled` applies again the next time the file changes.
@@ -178,7 +178,7 @@ def runs_cancel(args: RunsCancelArgs, call: Call) -> StepOutcome:
         return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
     output = f"cancelled run {args.run_id} of rule {rule_id!r} (it was {status})"
     if status == RunStatus.RUNNING:
-        output += "; its worker stops it at its next heartbeat"
+        output += "; its worker stops it within about a second"
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
 
 
