@@ -262,6 +262,8 @@ def _arg_problems(
     spec: AdeAction, args: Mapping[str, Any]
 ) -> list[tuple[tuple[int | str, ...], str]]:
     """Each argument error as (its location, `args.<field>: reason`)."""
+    from ade_tasks.rules.messages import describe  # the rules package imports this module
+
     try:
         spec.args.model_validate(dict(args))
     except ValidationError as exc:
@@ -276,8 +278,10 @@ def _arg_problems(
                 reason = f"{spec.name} needs this argument"
             elif error["type"] == "string_pattern_mismatch" and loc[0] in _PATTERN_HINTS:
                 reason = f"{error['input']!r} does not fit; {_PATTERN_HINTS[str(loc[0])]}"
-            else:
+            elif error["type"] == "value_error":  # our own validators' words
                 reason = error["msg"].removeprefix("Value error, ")
+            else:
+                reason = describe(error)  # pydantic's, said in the project's words
             found.append((loc, f"{where}: {reason}"))
         return found
     return []

@@ -262,8 +262,8 @@ def test_run_time_arguments_are_validated_after_rendering(
     assert status == RunStatus.FAILED
     (step,) = steps_of(session_factory, run_id)
     assert step.error == (
-        "step 'say': ade-action 'github.comment': args.number: Input should be a valid "
-        "integer, unable to parse string as an integer"
+        "step 'say': ade-action 'github.comment': args.number: must be a whole number, "
+        "not the string 'seven'"
     )
 
 
