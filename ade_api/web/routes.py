@@ -1,11 +1,17 @@
 """The run-history web page: server-rendered HTML under `/ui`, no build step.
 
-Pages: the runs list (filters, live status), a run (steps with output, transcript, findings,
-pending inputs with their answer buttons, review-queue moves), the review queue, the rules (next
-fire times, recent occurrences) and a rule's "Run now" form generated from its typed inputs.
-Every value that comes from data is HTML-escaped (`_e`); the pages carry a strict
-Content-Security-Policy (scripts and styles only from `/ui/static`, no framing), so even a
-missed escape could not run a script. Live status is a few lines of vanilla JS
+Pages: the runs list (filters, live status, each run's duration beside a sparkline of its
+rule's recent durations), a run (a Gantt timeline of its steps, live while it runs; each step's
+output and JUnit counts; transcript, findings, pending inputs with their answer buttons,
+review-queue moves), the review queue, the rules, a rule (runs per day by outcome and p50/p95
+duration over the last 30 days, next fire times, recent occurrences with what came of them)
+and the "Run now" form of a rule with a manual trigger, generated from its typed inputs.
+
+Python builds data here; the Jinja2 templates in `templates/` build the markup, with autoescape
+on for all of them (`ade_api.web.pages`), and the charts are inline SVG drawn on the server
+(`ade_api.web.charts`), so every page reads the same without JavaScript. The pages carry a
+strict Content-Security-Policy (scripts and styles only from `/ui/static`, no framing), so even
+a missed escape could not run a script. Live status is a few lines of vanilla JS
 (`static/live.js`) polling the JSON API, which the same cookie authenticates.
 
 Authentication is `ade_api.auth.AuthMiddleware`'s: the login form posts a token to `/ui/login`,
@@ -21,12 +27,12 @@ by the runner before they are stored.
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,11 +43,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ade_api.auth import COOKIE, Principal, actor
+from ade_api.auth import COOKIE, actor
 from ade_api.deps import Services
 from ade_api.problems import retry_after, status_of
+from ade_api.web import charts
+from ade_api.web.pages import can_act, render
 from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
+from ade_tasks.db import history
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
@@ -49,9 +58,7 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import (
     Answer,
     ApprovalRow,
-    ApprovalStatus,
     QueueStatus,
-    Role,
     RuleRow,
     RunRow,
     RunStatus,
@@ -61,7 +68,7 @@ from ade_tasks.db.schema import (
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
-from ade_tasks.rules.models import InputSpec, Rule, ScheduleTrigger
+from ade_tasks.rules.models import InputSpec, ManualTrigger, Rule, ScheduleTrigger
 from ade_tasks.scheduling import rule_schedules
 
 log = logging.getLogger(__name__)
@@ -70,54 +77,30 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"style.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
 PAGE_SIZE = 50
 MAX_EVENTS = 500
-MAX_EVENT_CHARS = 4000
 NEXT_FIRES = 5
 OCCURRENCES = 10
+SPARK_RUNS = 20
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
 OPEN_REVIEW = (
     QueueStatus.PENDING_REVIEW,
     QueueStatus.ACTIONABLE_FINDINGS,
     QueueStatus.VERIFICATION_REQUIRED,
 )
+#: The answers to a pending input: (value, label, button class, only for an agent's tool call).
+#: "For the session" means nothing for a gate before a step.
+ANSWERS = (
+    (Answer.ACCEPT.value, "Accept", "", False),
+    (Answer.ACCEPT_FOR_SESSION.value, "Accept for session", "secondary", True),
+    (Answer.DECLINE.value, "Decline", "secondary", False),
+    (Answer.CANCEL.value, "Cancel run", "danger", False),
+)
+JUNIT_COUNTS = ("passed", "failed", "errors", "skipped", "total")
 T = TypeVar("T")
 
 
-# --- rendering helpers --------------------------------------------------------------------------
-
-
-def _e(value: object) -> str:
-    """HTML-escape anything (quotes too, so it is safe in attributes)."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _when(value: datetime | None) -> str:
-    return "" if value is None else _e(value.strftime("%Y-%m-%d %H:%M:%S UTC"))
-
-
-def _status(status: str) -> str:
-    return f'<span class="status status-{_e(status)}">{_e(status)}</span>'
-
-
-def _principal(request: Request) -> Principal | None:
-    principal: Principal | None = getattr(request.state, "principal", None)
-    return principal
-
-
-def _can_act(request: Request) -> bool:
-    """May the caller change things (operator or admin)? Only then are the buttons shown."""
-    principal = _principal(request)
-    return principal is not None and principal.role.rank >= Role.OPERATOR.rank
+# --- helpers ------------------------------------------------------------------------------------
 
 
 def _services(request: Request) -> Services:
@@ -125,43 +108,11 @@ def _services(request: Request) -> Services:
     return services
 
 
-def _page(
-    request: Request, title: str, body: str, *, status_code: int = 200, live: bool = False
-) -> HTMLResponse:
-    principal = _principal(request)
-    nav = ""
-    if principal is not None:
-        nav = (
-            '<a href="/ui/runs">Runs</a><a href="/ui/review">Review queue</a>'
-            '<a href="/ui/rules">Rules</a>'
-            f'<span class="who">{_e(principal.name)} ({_e(principal.role.value)})</span>'
-            '<a href="/ui/logout">Log out</a>'
-        )
-    script = '<script src="/ui/static/live.js" defer></script>' if live else ""
-    document = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)} · ADE Tasks</title>
-<link rel="stylesheet" href="/ui/static/style.css">{script}
-</head><body>
-<header><strong>ADE Tasks</strong>{nav}</header>
-<main>
-<h1>{_e(title)}</h1>
-{body}
-</main></body></html>
-"""
-    return HTMLResponse(document, status_code=status_code, headers=SECURITY_HEADERS)
-
-
 def _error_page(request: Request, exc: AdeError) -> HTMLResponse:
     code, title = status_of(exc) or (500, "Error")
     if code == 500:
         log.error("web page: unhandled ADE error: %s", exc)
-    body = (
-        f'<div class="error"><p>{_e(exc.message)}</p></div>'
-        '<p><a href="/ui/runs">Back to the runs</a></p>'
-    )
-    page = _page(request, title, body, status_code=code)
+    page = render(request, "error.html", title, status_code=code, message=exc.message)
     page.headers.update(retry_after(code))  # a 503 (database, broker): when to try again
     return page
 
@@ -201,17 +152,11 @@ def _check_run_id(run_id: str) -> None:
         raise NotFoundError(f"run id {run_id!r} is not a run id (run ids are UUIDs)") from None
 
 
-def _json(value: Any, limit: int = MAX_EVENT_CHARS) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
-
-
-def _select(name: str, options: Iterable[str], chosen: str | None, blank: str = "any") -> str:
-    items = [f'<option value="">{_e(blank)}</option>'] if blank else []
-    for option in options:
-        selected = " selected" if option == chosen else ""
-        items.append(f'<option value="{_e(option)}"{selected}>{_e(option)}</option>')
-    return f'<select name="{_e(name)}" id="f-{_e(name)}">{"".join(items)}</select>'
+def _elapsed(started: datetime | None, finished: datetime | None, now: datetime) -> float | None:
+    """How long something took, or has taken so far; None if it has not started."""
+    if started is None:
+        return None
+    return max(0.0, ((finished or now) - started).total_seconds())
 
 
 # --- static assets, login, logout ---------------------------------------------------------------
@@ -234,14 +179,7 @@ def home() -> RedirectResponse:
 
 
 def _login_form(request: Request, problem: str = "", status_code: int = 200) -> HTMLResponse:
-    error = f'<div class="error" id="login-error">{_e(problem)}</div>' if problem else ""
-    body = f"""{error}
-<form class="run" method="post" action="/ui/login">
-  <label for="token">API token <small>from <code>ade-tasks tokens create</code></small>
-    <input type="password" id="token" name="token" autocomplete="off" required size="50"></label>
-  <button type="submit" id="login">Log in</button>
-</form>"""
-    return _page(request, "Log in", body, status_code=status_code)
+    return render(request, "login.html", "Log in", status_code=status_code, problem=problem)
 
 
 @router.get("/login")
@@ -283,46 +221,28 @@ def logout() -> RedirectResponse:
 # --- runs ---------------------------------------------------------------------------------------
 
 
-def _runs_table(
-    rows: Sequence[RunRow], *, poll: str | None = None, actions: str = "", back: str = ""
-) -> str:
-    if not rows:
-        return '<p class="muted">No runs.</p>'
-    live = f' data-live-list data-poll="{_e(poll)}"' if poll else ""
-    head = (
-        "<tr><th>Run</th><th>Rule</th><th>Status</th><th>Trigger</th><th>Queued</th>"
-        "<th>Finished</th><th>Review</th>" + ("<th></th>" if actions else "") + "</tr>"
-    )
+@dataclass(frozen=True)
+class RunLine:
+    """A row of a runs table: the run, its duration, its rule's recent durations."""
+
+    row: RunRow
+    duration: str
+    spark: charts.Sparkline | None
+
+
+def _run_lines(session: Any, rows: Sequence[RunRow]) -> list[RunLine]:
+    """The runs with their durations and one sparkline query for all their rules."""
+    recent = history.recent_durations(session, [r.rule_id for r in rows], SPARK_RUNS)
+    now = utcnow()
     lines = []
     for row in rows:
-        buttons = _review_buttons(row, back) if actions else ""
-        lines.append(
-            f'<tr data-run="{_e(row.id)}">'
-            f'<td><a href="/ui/runs/{_e(row.id)}">{_e(row.id[:8])}</a></td>'
-            f'<td><a href="/ui/rules/{_e(row.rule_id)}">{_e(row.rule_id)}</a></td>'
-            f'<td class="status status-{_e(row.status)}">{_e(row.status)}</td>'
-            f"<td>{_e(row.trigger_summary or row.trigger_type)}</td>"
-            f"<td>{_when(row.queued_at)}</td><td>{_when(row.finished_at)}</td>"
-            f"<td>{_e(row.queue_status or '')}</td>"
-            + (f"<td>{buttons}</td>" if actions else "")
-            + "</tr>"
-        )
-    return f'<table id="runs"{live}>{head}{"".join(lines)}</table>'
-
-
-def _review_buttons(row: RunRow, back: str) -> str:
-    if row.queue_status is None:
-        return ""
-    forms = []
-    for action in QUEUE_ACTIONS:
-        forms.append(
-            f'<form class="inline" method="post" action="/ui/runs/{_e(row.id)}/review">'
-            f'<input type="hidden" name="action" value="{_e(action)}">'
-            f'<input type="hidden" name="back" value="{_e(back)}">'
-            f'<button type="submit" class="secondary" name="move" value="{_e(action)}">'
-            f"{_e(action.capitalize())}</button></form>"
-        )
-    return " ".join(forms)
+        took = _elapsed(row.started_at, row.finished_at, now)
+        shown = charts.duration_text(took)
+        if took is not None and row.finished_at is None:
+            shown += " so far"
+        spark = charts.sparkline(recent.get(row.rule_id, []), current=row.id)
+        lines.append(RunLine(row, shown, spark))
+    return lines
 
 
 @router.get("/runs")
@@ -339,33 +259,68 @@ def runs_page(
             rule_id=rule or None, status=status or None, queue_status=queue_status or None
         )
 
-        def load(session: Any) -> tuple[Sequence[RunRow], str | None, list[str]]:
+        def load(session: Any) -> tuple[list[RunLine], str | None, list[str]]:
             rows, next_cursor = runs_db.list_runs(
                 session, filters, limit=PAGE_SIZE, cursor=cursor or None
             )
             rule_ids = [r.id for r in rules_db.list_rules(session)]
-            return rows, next_cursor, rule_ids
+            return _run_lines(session, rows), next_cursor, rule_ids
 
-        rows, next_cursor, rule_ids = _read(request, load)
+        lines, next_cursor, rule_ids = _read(request, load)
     except AdeError as exc:
         return _error_page(request, exc)
     given = (("rule", rule), ("status", status), ("queue_status", queue_status))
     query = {k: v for k, v in given if v}
+    active = any(line.row.status in ACTIVE for line in lines) and not cursor
     poll = "/api/v1/runs?" + urlencode({**query, "limit": PAGE_SIZE})
-    active = any(row.status in ACTIVE for row in rows) and not cursor
-    body = f"""<form class="filters" method="get" action="/ui/runs">
-  <label for="f-rule">Rule {_select("rule", rule_ids, rule)}</label>
-  <label for="f-status">Status {_select("status", [s.value for s in RunStatus], status)}</label>
-  <label for="f-queue_status">Review {
-        _select("queue_status", [q.value for q in QueueStatus], queue_status)
-    }</label>
-  <button type="submit">Filter</button> <a href="/ui/runs">Clear</a>
-</form>
-{_runs_table(rows, poll=poll if active else None)}"""
-    if next_cursor:
-        more = urlencode({**query, "cursor": next_cursor})
-        body += f'<p><a href="/ui/runs?{_e(more)}" id="older">Older runs</a></p>'
-    return _page(request, "Runs", body, live=active)
+    older = f"/ui/runs?{urlencode({**query, 'cursor': next_cursor})}" if next_cursor else ""
+    return render(
+        request, "runs.html", "Runs", live=active,
+        lines=lines, poll=poll if active else None, older=older,
+        rule_ids=rule_ids, rule=rule, status=status, queue_status=queue_status,
+        statuses=[s.value for s in RunStatus], queue_statuses=[q.value for q in QueueStatus],
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StepView:
+    """A step as its box shows it: the row, its duration and, for tests, the JUnit counts."""
+
+    row: RunStepRow
+    duration: str
+    junit: dict[str, int] | None
+    junit_note: str
+
+
+def _step_view(step: RunStepRow, now: datetime) -> StepView:
+    result = step.result or {}
+    junit = None
+    if step.action_type == "run-tests" and all(
+        isinstance(result.get(k), int) for k in JUNIT_COUNTS
+    ):
+        junit = {k: int(result[k]) for k in JUNIT_COUNTS}
+    note = result.get("junit", "") if step.action_type == "run-tests" else ""
+    took = charts.duration_text(_elapsed(step.started_at, step.finished_at, now))
+    return StepView(step, took, junit, note if isinstance(note, str) else "")
+
+
+def _planned_steps(
+    rule_row: RuleRow | None, run: RunRow, steps: Sequence[RunStepRow]
+) -> list[tuple[str, str]]:
+    """The rule's steps this run has not started yet, as (label, what), so a running run shows
+    what is still to come. Only from the rule version the run runs (else nothing is known)."""
+    if rule_row is None or rule_row.version != run.rule_version:
+        return []
+    rule = _load(rule_row)
+    if rule is None:
+        return []
+    seen = {step.index for step in steps}
+    what = "not started" if run.status in ACTIVE else "not run"
+    return [
+        (f"{index + 1}. {action.id}", what)
+        for index, action in enumerate(rule.execution.actions)
+        if index not in seen and index > max(seen, default=-1)
+    ]
 
 
 class _RunView:
@@ -376,145 +331,47 @@ class _RunView:
         self.steps: list[RunStepRow] = list(runs_db.list_steps(session, run_id))
         self.approvals: list[ApprovalRow] = list(approvals_db.approvals_of(session, run_id))
         self.events = runs_db.events_of(session, run_id)
+        try:
+            rule_row: RuleRow | None = rules_db.get_rule(session, self.run.rule_id)
+        except NotFoundError:  # the rule was deleted since: the run is still worth a page
+            rule_row = None
+        self.planned = _planned_steps(rule_row, self.run, self.steps)
 
 
 @router.get("/runs/{run_id}")
 def run_page(request: Request, run_id: str) -> HTMLResponse:
-    """One run: status (live while active), steps and output, inputs, findings, transcript."""
+    """One run: status (live while active), the step timeline, steps and output, JUnit counts,
+    inputs, findings, transcript."""
     try:
         _check_run_id(run_id)
         view = _read(request, lambda session: _RunView(session, run_id))
     except AdeError as exc:
         return _error_page(request, exc)
-    run, can_act = view.run, _can_act(request)
-    back = f"/ui/runs/{run.id}"
+    run, now = view.run, utcnow()
     active = run.status in ACTIVE
-    signature = run.status + "|" + ",".join(step.status for step in view.steps)
-    live = (
-        f' data-live-run data-poll="/api/v1/runs/{_e(run.id)}" data-signature="{_e(signature)}"'
-        if active
-        else ""
-    )
-    parts = [
-        '<div class="box"><dl class="kv">',
-        f'<dt>Status</dt><dd><span id="run-status" class="status status-{_e(run.status)}"'
-        f"{live}>{_e(run.status)}</span></dd>",
-        f'<dt>Rule</dt><dd><a href="/ui/rules/{_e(run.rule_id)}">{_e(run.rule_id)}</a>'
-        f" v{_e(run.rule_version)}</dd>",
-        f"<dt>Trigger</dt><dd>{_e(run.trigger_summary or run.trigger_type)}</dd>",
-    ]
     inputs = (run.trigger or {}).get("inputs") if run.trigger_type == "manual" else None
-    if inputs:
-        shown = ", ".join(
-            f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(inputs.items())
-        )
-        parts.append(f'<dt>Inputs</dt><dd id="run-inputs">{_e(shown)}</dd>')
-    parts += [
-        f"<dt>Queue</dt><dd>{_e(run.queue)} (attempt {_e(run.attempt)})</dd>",
-        f"<dt>Queued</dt><dd>{_when(run.queued_at)}</dd>",
-        f"<dt>Started</dt><dd>{_when(run.started_at)}</dd>",
-        f"<dt>Finished</dt><dd>{_when(run.finished_at)}</dd>",
-        f'<dt>Review</dt><dd id="run-review">{_e(run.queue_status or "not in the queue")}</dd>',
-    ]
-    if run.confidence is not None:
-        parts.append(f"<dt>Confidence</dt><dd>{_e(f'{run.confidence:.2f}')}</dd>")
-    parts.append("</dl></div>")
-    if run.error:
-        parts.append(f'<div class="error" id="run-error">{_e(run.error)}</div>')
-    if can_act and run.queue_status is not None:
-        parts.append(f'<div id="review-actions">Review: {_review_buttons(run, back)}</div>')
-    parts.append(_inputs_section(view.approvals, can_act))
-    parts.append(_steps_section(view.steps))
-    parts.append(_findings_section(run.findings))
-    parts.append(_transcript_section(view.events))
-    return _page(request, f"Run {run.id[:8]} of {run.rule_id}", "\n".join(parts), live=active)
-
-
-def _inputs_section(approvals: Sequence[ApprovalRow], can_act: bool) -> str:
-    if not approvals:
-        return ""
-    items = []
-    for row in approvals:
-        what = f"tool call {row.tool}" if row.tool else f"before step {row.step_index + 1}"
-        details = f"<pre>{_e(_json(row.arguments))}</pre>" if row.arguments else ""
-        if row.status == ApprovalStatus.PENDING:
-            buttons = _answer_form(row) if can_act else ""
-            items.append(
-                f'<div class="box pending-input" id="input-{_e(row.id)}">'
-                f"<strong>Waiting for an answer</strong> ({_e(what)}): {_e(row.reason)}"
-                f"{details}{buttons}</div>"
-            )
-        else:
-            by = f" by {row.decided_by}" if row.decided_by else ""
-            note = f": {row.note}" if row.note else ""
-            items.append(
-                f'<div class="box">{_e(what)}: {_e(row.reason)} — '
-                f"<strong>{_e(row.answer or row.status)}</strong>{_e(by)}{_e(note)}</div>"
-            )
-    return "<h2>Inputs</h2>" + "".join(items)
-
-
-def _answer_form(row: ApprovalRow) -> str:
-    answers = [(Answer.ACCEPT, "Accept", "")]
-    if row.tool_call_id:  # "for the session" means nothing for a gate before a step
-        answers.append((Answer.ACCEPT_FOR_SESSION, "Accept for session", "secondary"))
-    answers += [(Answer.DECLINE, "Decline", "secondary"), (Answer.CANCEL, "Cancel run", "danger")]
-    buttons = " ".join(
-        f'<button type="submit" name="answer" value="{_e(answer.value)}" class="{css}">'
-        f"{_e(label)}</button>"
-        for answer, label, css in answers
+    shown_inputs = ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in sorted((inputs or {}).items())
     )
-    return (
-        f'<form method="post" action="/ui/inputs/{_e(row.id)}/answer" class="answer">'
-        '<label>Note <input type="text" name="note" size="40"></label> '
-        f"{buttons}</form>"
-    )
-
-
-def _steps_section(steps: Sequence[RunStepRow]) -> str:
-    if not steps:
-        return '<h2>Steps</h2><p class="muted">No step has run yet.</p>'
-    items = []
-    for step in steps:
-        exit_code = "" if step.exit_code is None else f" exit={step.exit_code}"
-        error = f'<div class="error">{_e(step.error)}</div>' if step.error else ""
-        output = f"<pre>{_e(step.output)}</pre>" if step.output else ""
-        items.append(
-            f'<div class="box step" id="step-{_e(step.index)}">'
-            f"<strong>{_e(step.index + 1)}. {_e(step.step_id)}</strong> "
-            f'<span class="muted">({_e(step.action_type)})</span> {_status(step.status)}'
-            f"{_e(exit_code)}{error}{output}</div>"
-        )
-    return "<h2>Steps</h2>" + "".join(items)
-
-
-def _findings_section(findings: list[dict[str, Any]] | None) -> str:
-    if not findings:
-        return ""
-    items = []
-    for finding in findings:
-        pairs = "".join(
-            f"<dt>{_e(key)}</dt><dd>{_e(value if isinstance(value, str) else _json(value))}</dd>"
-            for key, value in finding.items()
-        )
-        items.append(f'<div class="box finding"><dl class="kv">{pairs}</dl></div>')
-    return f"<h2>Findings ({len(findings)})</h2>" + "".join(items)
-
-
-def _transcript_section(events: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    if not events:
-        return ""
-    shown = events[-MAX_EVENTS:]
-    skipped = len(events) - len(shown)
-    note = f'<p class="muted">{skipped} earlier events not shown.</p>' if skipped else ""
-    lines = "".join(
-        f"<tr><td><code>{_e(kind)}</code></td><td><pre>{_e(_json(data))}</pre></td></tr>"
-        for kind, data in shown
-    )
-    return (
-        f"<h2>Transcript ({len(events)} events)</h2>{note}"
-        f'<table id="transcript"><tr><th>Event</th><th>Data</th></tr>{lines}</table>'
-    )
+    spans = [
+        charts.StepSpan(s.index, f"{s.index + 1}. {s.step_id}", s.status, s.started_at,
+                        s.finished_at)
+        for s in view.steps
+    ]  # fmt: skip
+    took = _elapsed(run.started_at, run.finished_at, now)
+    duration = charts.duration_text(took) + (" so far" if active and took is not None else "")
+    events = view.events[-MAX_EVENTS:]
+    return render(
+        request, "run.html", f"Run {run.id[:8]} of {run.rule_id}", live=active,
+        run=run, signature=run.status + "|" + ",".join(step.status for step in view.steps),
+        inputs=shown_inputs, duration=duration, actions=list(QUEUE_ACTIONS),
+        approvals=view.approvals, answers=ANSWERS,
+        timeline=charts.timeline(spans, view.planned, now),
+        steps=[_step_view(step, now) for step in view.steps],
+        events=events, events_total=len(view.events),
+        events_skipped=len(view.events) - len(events),
+    )  # fmt: skip
 
 
 @router.post("/inputs/{input_id}/answer")
@@ -566,30 +423,27 @@ def review_page(request: Request, queue_status: str = "") -> HTMLResponse:
     try:
         for value in wanted:
             if value not in {q.value for q in QueueStatus}:
-                raise InvalidInputError(f"queue status {value!r} is unknown")
+                known = ", ".join(q.value for q in QueueStatus)
+                raise InvalidInputError(f"queue status {value!r} is unknown; use one of {known}")
 
-        def load(session: Any) -> list[tuple[str, Sequence[RunRow]]]:
+        def load(session: Any) -> list[tuple[str, list[RunLine]]]:
             found = []
             for value in wanted:
                 rows, _ = runs_db.list_runs(
                     session, runs_db.RunFilter(queue_status=value), limit=PAGE_SIZE
                 )
-                found.append((value, rows))
+                found.append((value, _run_lines(session, rows)))
             return found
 
         sections = _read(request, load)
     except AdeError as exc:
         return _error_page(request, exc)
     back = "/ui/review" + (f"?{urlencode({'queue_status': queue_status})}" if queue_status else "")
-    links = " · ".join(
-        f'<a href="/ui/review?queue_status={_e(q.value)}">{_e(q.value)}</a>' for q in QueueStatus
-    )
-    parts = [f'<p>Show: <a href="/ui/review">open</a> · {links}</p>']
-    actions = "yes" if _can_act(request) else ""
-    for value, rows in sections:
-        parts.append(f'<h2 id="queue-{_e(value)}">{_e(value)} ({len(rows)})</h2>')
-        parts.append(_runs_table(rows, actions=actions, back=back))
-    return _page(request, "Review queue", "\n".join(parts))
+    return render(
+        request, "review.html", "Review queue",
+        sections=sections, back=back, actions=list(QUEUE_ACTIONS),
+        queue_statuses=[q.value for q in QueueStatus],
+    )  # fmt: skip
 
 
 # --- rules --------------------------------------------------------------------------------------
@@ -601,6 +455,12 @@ def _load(row: RuleRow) -> Rule | None:
     except Exception:  # a stored document this version cannot read: show the row, not a 500
         log.exception("web page: could not load rule %s", row.id)
         return None
+
+
+def has_manual_trigger(rule: Rule) -> bool:
+    """May an operator start the rule by hand? Only with a `manual` trigger: a rule triggered
+    by a webhook expects that event's variables (`trigger.number`, ...) and would fail."""
+    return any(isinstance(trigger, ManualTrigger) for trigger in rule.triggers)
 
 
 def _next_fires(rule: Rule, count: int) -> list[tuple[ScheduleTrigger, list[datetime], str]]:
@@ -618,143 +478,120 @@ def _trigger_types(rule: Rule) -> str:
     return ", ".join(str(getattr(t, "type", "?")) for t in rule.triggers)
 
 
+@dataclass(frozen=True)
+class RuleLine:
+    """A row of the rules table."""
+
+    row: RuleRow
+    rule: Rule | None
+    manual: bool
+    triggers: str
+    upcoming: datetime | None
+    problems: list[str]
+    last: Any
+
+
+def _rule_line(row: RuleRow, last: Sequence[Any]) -> RuleLine:
+    rule = _load(row)
+    fires = _next_fires(rule, 1) if rule else []
+    return RuleLine(
+        row=row,
+        rule=rule,
+        manual=rule is not None and has_manual_trigger(rule),
+        triggers=_trigger_types(rule) if rule else "unreadable document",
+        upcoming=min((times[0] for _, times, _ in fires if times), default=None),
+        problems=[problem for _, _, problem in fires if problem],
+        last=last[0] if last else None,
+    )
+
+
 @router.get("/rules")
 def rules_page(request: Request) -> HTMLResponse:
     """Every rule: enabled, triggers, the next fire time, the last occurrence."""
 
-    def load(session: Any) -> list[tuple[RuleRow, Rule | None, Sequence[Any]]]:
+    def load(session: Any) -> list[RuleLine]:
         return [
-            (row, _load(row), occ_db.list_for_rule(session, row.id, 1))
+            _rule_line(row, occ_db.list_for_rule(session, row.id, 1))
             for row in rules_db.list_rules(session)
         ]
 
-    rows = _read(request, load)
-    can_act = _can_act(request)
-    lines = []
-    for row, rule, last in rows:
-        fires = _next_fires(rule, 1) if rule else []
-        upcoming = min((times[0] for _, times, _ in fires if times), default=None)
-        problems = "".join(
-            f'<br><span class="problem status-failed">{_e(problem)}</span>'
-            for _, _, problem in fires
-            if problem
-        )
-        occurrence = f"{_when(last[0].slot)} {_e(last[0].outcome)}" if last else ""
-        run_now = (
-            f' <a href="/ui/rules/{_e(row.id)}/run" class="run-now">Run now</a>'
-            if can_act and rule
-            else ""
-        )
-        lines.append(
-            f'<tr data-rule="{_e(row.id)}"><td><a href="/ui/rules/{_e(row.id)}">{_e(row.id)}</a>'
-            f"{run_now}</td><td>{_e(rule.name if rule else '')}</td>"
-            f"<td>{'enabled' if row.enabled else 'disabled'}"
-            f"{'' if row.trust_state == 'trusted' else ' · ' + _e(row.trust_state)}</td>"
-            f"<td>{_e(_trigger_types(rule) if rule else 'unreadable document')}</td>"
-            f"<td>{_e(upcoming.isoformat(' ', 'minutes') if upcoming else '')}{problems}</td>"
-            f"<td>{occurrence}</td></tr>"
-        )
-    body = (
-        '<table id="rules"><tr><th>Rule</th><th>Name</th><th>State</th><th>Triggers</th>'
-        f"<th>Next fire</th><th>Last occurrence</th></tr>{''.join(lines)}</table>"
-        if lines
-        else '<p class="muted">No rules; sync a rules directory with `ade-tasks rules sync`.</p>'
-    )
-    return _page(request, "Rules", body)
+    return render(request, "rules.html", "Rules", rules=_read(request, load))
 
 
 @router.get("/rules/{rule_id}")
 def rule_page(request: Request, rule_id: str) -> HTMLResponse:
-    """One rule: triggers, inputs, next fire times, recent occurrences, recent runs."""
+    """One rule: triggers, inputs, runs per day by outcome and p50/p95 durations over the last
+    30 days, next fire times, recent occurrences with their runs' status, recent runs."""
+    now = utcnow()
+    first_day = (now - history.WINDOW + timedelta(days=1)).date()
+    since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
 
-    def load(session: Any) -> tuple[RuleRow, Sequence[Any], Sequence[RunRow]]:
+    def load(session: Any) -> dict[str, Any]:
         row = rules_db.get_rule(session, rule_id)
-        occurrences = occ_db.list_for_rule(session, rule_id, OCCURRENCES)
         runs, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id=rule_id), limit=10)
-        return row, occurrences, runs
+        return {
+            "row": row,
+            "occurrences": history.occurrence_outcomes(session, rule_id, OCCURRENCES),
+            "lines": _run_lines(session, runs),
+            "days": history.daily_outcomes(session, rule_id, since),
+            "stats": history.duration_stats(session, rule_id, since),
+        }
 
     try:
-        row, occurrences, runs = _read(request, load)
+        found = _read(request, load)
     except AdeError as exc:
         return _error_page(request, exc)
+    row, stats = found["row"], found["stats"]
     rule = _load(row)
-    parts = ['<div class="box"><dl class="kv">']
-    if rule is not None:
-        parts.append(f"<dt>Name</dt><dd>{_e(rule.name)}</dd>")
-        if rule.description:
-            parts.append(f"<dt>Description</dt><dd>{_e(rule.description)}</dd>")
-    parts += [
-        f"<dt>Version</dt><dd>{_e(row.version)}</dd>",
-        f"<dt>Enabled</dt><dd>{'yes' if row.enabled else 'no'}</dd>",
-        f"<dt>Trust</dt><dd>{_e(row.trust_state)}</dd>",
-        f"<dt>Source</dt><dd>{_e(row.source_file or row.source)}</dd>",
-    ]
-    if rule is not None:
-        parts.append(f"<dt>Triggers</dt><dd>{_e(_trigger_types(rule))}</dd>")
-        if rule.inputs:
-            shown = ", ".join(f"{n} ({rule.inputs[n].type})" for n in sorted(rule.inputs))
-            parts.append(f"<dt>Inputs</dt><dd>{_e(shown)}</dd>")
-    parts.append("</dl></div>")
-    if rule is not None and _can_act(request):
-        parts.append(f'<p><a href="/ui/rules/{_e(row.id)}/run" id="run-now">Run now</a></p>')
-    fires = _next_fires(rule, NEXT_FIRES) if rule else []
-    if fires:
-        parts.append("<h2>Next fire times</h2>")
-        for trigger, times, problem in fires:
-            listed = "".join(f"<li>{_e(t.isoformat(' ', 'minutes'))}</li>" for t in times)
-            shown = f'<p class="problem error">{_e(problem)}</p>' if problem else ""
-            parts.append(
-                f"<p><code>{_e(trigger.cron)}</code> ({_e(trigger.timezone)})</p>{shown}"
-                f'<ul class="fires">{listed}</ul>'
-            )
-    if occurrences:
-        lines = "".join(
-            f"<tr><td>{_when(o.slot)}</td><td><code>{_e(o.cron)}</code></td>"
-            f"<td>{_e(o.outcome)}</td><td>"
-            + (f'<a href="/ui/runs/{_e(o.run_id)}">{_e(o.run_id[:8])}</a>' if o.run_id else "")
-            + f"</td><td>{_e(o.reason or '')}</td></tr>"
-            for o in occurrences
-        )
-        parts.append(
-            '<h2>Recent occurrences</h2><table id="occurrences"><tr><th>Slot</th><th>Cron</th>'
-            f"<th>Outcome</th><th>Run</th><th>Reason</th></tr>{lines}</table>"
-        )
-    parts.append("<h2>Recent runs</h2>" + _runs_table(runs))
-    return _page(request, f"Rule {row.id}", "\n".join(parts))
+    inputs = ""
+    if rule is not None and rule.inputs:
+        inputs = ", ".join(f"{n} ({rule.inputs[n].type})" for n in sorted(rule.inputs))
+    return render(
+        request, "rule.html", f"Rule {row.id}",
+        row=row, rule=rule, inputs=inputs,
+        triggers=_trigger_types(rule) if rule else "",
+        manual=rule is not None and has_manual_trigger(rule),
+        window_days=history.WINDOW.days, stats=stats,
+        outcomes=charts.outcomes_chart(found["days"], first_day, now.date()),
+        durations=charts.durations_chart(stats.days, first_day, now.date()),
+        fires=_next_fires(rule, NEXT_FIRES) if rule else [],
+        occurrences=found["occurrences"], lines=found["lines"],
+    )  # fmt: skip
 
 
-def _input_field(name: str, spec: InputSpec) -> str:
-    field = f"in.{name}"
-    ident = f"input-{name}"
-    required = " required" if spec.required and spec.default is None else ""
+@dataclass(frozen=True)
+class InputField:
+    """A typed input as its form field needs it (`value`: the default as the field shows it)."""
+
+    type: str
+    description: str
+    required: bool
+    default: Any
+    options: list[str]
+    value: str
+    checked: bool
+
+
+def _input_field(spec: InputSpec) -> InputField:
     default: str | bool | float = "" if spec.default is None else spec.default
     if isinstance(default, float) and default.is_integer():
         default = int(default)  # a YAML `1` arrives as 1.0
-    hint = f"<small>{_e(spec.description)}</small>" if spec.description else ""
-    if spec.type == "boolean":
-        checked = " checked" if default is True or str(default).lower() == "true" else ""
-        control = (
-            f'<input type="hidden" name="{_e(field)}" value="false">'
-            f'<input type="checkbox" id="{_e(ident)}" name="{_e(field)}" value="true"{checked}>'
-        )
-    elif spec.type == "choice":
-        items = [] if spec.default is not None or spec.required else ['<option value=""></option>']
-        for option in spec.options:
-            selected = " selected" if option == str(default) else ""
-            items.append(f'<option value="{_e(option)}"{selected}>{_e(option)}</option>')
-        options = "".join(items)
-        control = f'<select id="{_e(ident)}" name="{_e(field)}"{required}>{options}</select>'
-    elif spec.type == "number":
-        control = (
-            f'<input type="number" step="any" id="{_e(ident)}" name="{_e(field)}" '
-            f'value="{_e(default)}"{required}>'
-        )
-    else:
-        control = (
-            f'<input type="text" id="{_e(ident)}" name="{_e(field)}" value="{_e(default)}" '
-            f'size="50"{required}>'
-        )
-    return f'<label for="{_e(ident)}">{_e(name)} ({_e(spec.type)}) {hint} {control}</label>'
+    return InputField(
+        type=spec.type,
+        description=spec.description,
+        required=spec.required,
+        default=spec.default,
+        options=list(spec.options),
+        value=str(default),
+        checked=default is True or str(default).lower() == "true",
+    )
+
+
+def _no_manual_trigger(rule: Rule) -> InvalidInputError:
+    return InvalidInputError(
+        f"rule {rule.id!r} has no manual trigger, so it cannot be run by hand (its triggers: "
+        f"{_trigger_types(rule)}); add `- type: manual` to its triggers to allow it"
+    )
 
 
 @router.get("/rules/{rule_id}/run")
@@ -762,28 +599,21 @@ def run_form(request: Request, rule_id: str) -> HTMLResponse:
     """The "Run now" form, one field per typed input of the rule."""
     try:
         row = _read(request, lambda session: rules_db.get_rule(session, rule_id))
+        rule = _load(row)
+        if rule is None:
+            raise InvalidInputError(f"rule {rule_id!r} cannot be read; see the API's log")
+        if not has_manual_trigger(rule):
+            raise _no_manual_trigger(rule)
     except AdeError as exc:
         return _error_page(request, exc)
-    rule = _load(row)
-    if rule is None:
-        return _error_page(request, InvalidInputError(f"rule {rule_id!r} cannot be read"))
-    if not _can_act(request):
-        body = '<p class="muted">Starting a run needs an operator token.</p>'
-        return _page(request, f"Run {rule.id}", body, status_code=403)
-    fields = [_input_field(name, rule.inputs[name]) for name in sorted(rule.inputs)]
-    if not rule.inputs:
-        fields.append(
-            '<label for="extra">Inputs <small>optional, one name=value a line</small>'
-            '<textarea id="extra" name="extra" rows="3" cols="50"></textarea></label>'
+    if not can_act(request):
+        message = "Starting a run needs an operator token."
+        return render(
+            request, "notice.html", f"Run {rule.id}", status_code=403, message=message, back=""
         )
+    fields = [(name, _input_field(rule.inputs[name])) for name in sorted(rule.inputs)]
     key = uuid.uuid4().hex  # a double submit of this form starts one run, not two
-    body = f"""<p>{_e(rule.description or rule.name)}</p>
-<form class="run" method="post" action="/ui/rules/{_e(rule.id)}/runs" id="run-form">
-  <input type="hidden" name="key" value="{_e(key)}">
-  {"".join(fields)}
-  <button type="submit" id="start-run">Run now</button>
-</form>"""
-    return _page(request, f"Run {rule.id}", body)
+    return render(request, "run_form.html", f"Run {rule.id}", rule=rule, fields=fields, key=key)
 
 
 def _posted_inputs(form: Mapping[str, str]) -> dict[str, Any]:
@@ -809,6 +639,9 @@ async def start_run(request: Request, rule_id: str) -> Response:
     services = _services(request)
     try:
         inputs = _posted_inputs(form)
+        rule = _read(request, lambda session: _load(rules_db.get_rule(session, rule_id)))
+        if rule is not None and not has_manual_trigger(rule):
+            raise _no_manual_trigger(rule)
         key = form.get("key") or None
         own = f"ui:{key[:64]}" if key else f"request:{uuid.uuid4().hex}"
         trigger = TriggerEvent.manual(inputs, key=own, by=actor(request, None))

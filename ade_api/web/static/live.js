@@ -47,6 +47,30 @@
     window.setTimeout(tick, 2000);
   }
 
+  // A running step's bar on the timeline grows with the clock; the server drew it up to
+  // `data-now` seconds and left the axis room up to `data-domain`: past that, redraw the page.
+  function growTimeline(svg) {
+    var scale = parseFloat(svg.getAttribute("data-scale"));
+    var drawnAt = parseFloat(svg.getAttribute("data-now"));
+    var domain = parseFloat(svg.getAttribute("data-domain"));
+    var left = parseFloat(svg.getAttribute("data-left"));
+    var loaded = Date.now();
+    function tick() {
+      var now = drawnAt + (Date.now() - loaded) / 1000;
+      if (now > domain) { window.location.reload(); return; }
+      svg.querySelectorAll("rect.running").forEach(function (bar) {
+        var start = parseFloat(bar.getAttribute("data-start"));
+        bar.setAttribute("width", Math.max(2, (now - start) * scale).toFixed(1));
+        bar.setAttribute("x", (left + start * scale).toFixed(1));
+      });
+      window.setTimeout(tick, 500);
+    }
+    if (svg.querySelector("rect.running")) { window.setTimeout(tick, 500); }
+  }
+
   document.querySelectorAll("[data-live-run]").forEach(followRun);
+  if (document.querySelector("[data-live-run]")) {
+    document.querySelectorAll("svg[data-scale]").forEach(growTimeline);
+  }
   document.querySelectorAll("table[data-live-list]").forEach(followList);
 })();
