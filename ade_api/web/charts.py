@@ -312,7 +312,7 @@ def _day_frame(first: date, last: date, y_label: str) -> tuple[Frame, float, lis
 
 def _y_ticks(frame: Frame, top: float, step: float, label: str = "") -> list[Tick]:
     def text(value: float) -> str:
-        return duration_text(value) if label == "duration" else f"{value:g}"
+        return duration_text(value) if label == "duration" and value else f"{value:g}"
 
     return [
         Tick(round(frame.baseline - value / top * frame.plot_height, 1), text(value))
