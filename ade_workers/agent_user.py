@@ -7,21 +7,22 @@ internals; with an agent user the operating system refuses them too, to whatever
 command does: the data directory (0700, the worker's), the API token file, a 0600 secrets file,
 the repository's `.git` (the worker's, never made writable).
 
-What the engine does for a session (`AgentUser.open_worktree`):
+What the engine does for a session:
+- leases a user no other session holds (`AgentUsers.lease`): sessions of one user can reach each
+  other, so the operator names one user per agent session that runs at a time;
 - checks that the user can reach the worktree: every directory above it must let the user in
   (search permission as owner, group or other). A lane under the 0700 data directory cannot be
   reached, so with an agent user lanes go under `ADE_LANES_ROOT`;
-- gives the user's group read and write access to the worktree: every directory and file below
-  it gets the group and g+rw (directories g+rwx and setgid, so what the agent creates keeps the
-  group), except `.git` and `.ade` at any depth, the engine's data files and symlinks. Owners
-  are left alone, so git run by the worker still sees the worktree as its own; the agent's git
-  reads the repository through `safe.directory` (set in its environment, for this worktree only)
-  and cannot write it. Changing only group and mode leaves `git status` clean;
+- makes the worktree's content the user's, except the engine's entries, and keeps the
+  directories on the way to those the worker's, group-writable and sticky (`open_worktree`);
+- runs an HTTP session's file tools with the user's file access (`file_access`);
 - hands the session's private home, config directory and decision socket to the user (chown).
 
 `run-command` and `run-tests` steps are the rule author's own commands and keep running as the
-worker. Switching users needs a worker running as root; naming the worker's own user changes
-nothing, and naming root or an unknown user is refused at the first session with the reason.
+worker; their git never discovers a bare repository (`NO_BARE_DISCOVERY` in run_command.py), but
+a command that runs code an agent changed (its tests, its scripts) runs it as the worker.
+Switching users needs a worker running as root; naming the worker's own user changes nothing,
+and naming root or an unknown user is refused at the first session with the reason.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import pwd
 import shutil
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -115,24 +115,27 @@ class AgentUser:
 
         Every file and directory becomes the user's, except the engine's: `.git` and `.ade` at
         any depth, the engine's data files (matched by name and by identity, so a renamed one is
-        still recognised), symlinks and files with a second link. The worktree itself and each
-        directory that holds an engine entry stay the worker's, open to the user's group and
-        sticky: the user may add, change and remove its own entries there but cannot rename or
-        replace the worker's. So every directory the user can move is its own, and git (which
-        trusts a repository only if its owner runs it) never takes one for the worker's.
+        still recognised), symlinks and files with a second link. The worktree itself and every
+        directory on the way to an engine entry stay the worker's, open to the user's group and
+        sticky: the user may add, change and remove its own entries there, never rename or
+        replace the worker's, and no directory of the worker's can be moved. So every directory
+        the user can move is its own, and git (which trusts a repository only if its owner runs
+        it) never takes one for the worker's; the worker's git also never discovers a bare
+        repository (`safe.bareRepository=explicit`), which an agent could assemble inside a
+        directory of the worker's that it may write into.
 
         Walked with directory descriptors (`os.fwalk`) and entries opened with O_NOFOLLOW, so a
-        symlink swapped in meanwhile (by another session of the same user) leads nowhere."""
+        symlink swapped in meanwhile leads nowhere."""
         real = Path(os.path.realpath(worktree))
         self.check_reachable(real, "the worktree")
         engine = {path for path, _ in protected.engine_data}
         kept = _identities([*engine, *(str(real / name) for name in _SKIPPED_NAMES)])
+        shared = _paths_to_engine_entries(real, engine, kept)
         for dirpath, dirnames, filenames, dirfd in os.fwalk(real):
             if _identity(os.fstat(dirfd)) in kept:
                 dirnames[:] = []
                 continue
-            names = [*dirnames, *filenames]
-            if dirpath == str(real) or any(_is_engine(dirpath, name, engine) for name in names):
+            if dirpath in shared:
                 _share(dirfd, self.gid)
             else:
                 _give(dirfd, self, kept)
@@ -240,6 +243,9 @@ class AgentUsers:
     worker that dies releases them."""
 
     users: tuple[AgentUser, ...]
+    locks: Path
+    """Where the lease files are: the worker's data directory, which no agent user may enter
+    (and which every worker of a machine, or of a shared volume, sees)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentUsers | None:
@@ -248,18 +254,15 @@ class AgentUsers:
         users = [user for name in names if (user := AgentUser.named(name)) is not None]
         if len({user.uid for user in users}) != len(users):
             raise AgentUserError(f"{SETTING} names one user twice: {settings.agent_user!r}")
-        return cls(tuple(users)) if users else None
+        return cls(tuple(users), settings.data_dir / "agent-leases") if users else None
 
     @contextmanager
     def lease(
-        self,
-        deadline: float,
-        should_stop: Callable[[], bool] = lambda: False,
-        locks: Path | None = None,
+        self, deadline: float, should_stop: Callable[[], bool] = lambda: False
     ) -> Iterator[AgentUser]:
         """A user no other session holds, for as long as the context is open; waits for one
         until `deadline` (time.monotonic) or until `should_stop()`."""
-        directory = _lock_directory(locks)
+        directory = _lock_directory(self.locks)
         while True:
             for user in self.users:
                 fd = os.open(directory / f"{user.uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
@@ -285,11 +288,10 @@ class AgentUsers:
             time.sleep(LEASE_POLL_SECONDS)
 
 
-def _lock_directory(path: Path | None) -> Path:
+def _lock_directory(directory: Path) -> Path:
     """The worker's own directory of lease files (0700), refused if anyone else made it."""
-    directory = path or Path(tempfile.gettempdir()) / f"ade-agent-leases-{os.geteuid()}"
     with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700)
+        directory.mkdir(mode=0o700, parents=True)
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise AgentUserError(
@@ -322,6 +324,22 @@ def _set_thread_groups(groups: list[int]) -> None:
 
 def _is_engine(directory: str, name: str, engine: set[str]) -> bool:
     return name.lower() in _SKIPPED_NAMES or os.path.join(directory, name) in engine
+
+
+def _paths_to_engine_entries(top: Path, engine: set[str], kept: set[tuple[int, int]]) -> set[str]:
+    """`top` and every directory below it that holds an engine entry or leads to one."""
+    shared = {str(top)}
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(top):
+        if _identity(os.fstat(dirfd)) in kept:
+            dirnames[:] = []
+            continue
+        if any(_is_engine(dirpath, name, engine) for name in (*dirnames, *filenames)):
+            directory = Path(dirpath)
+            while directory != top and str(directory) not in shared:
+                shared.add(str(directory))
+                directory = directory.parent
+        dirnames[:] = [name for name in dirnames if not _is_engine(dirpath, name, engine)]
+    return shared
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:

@@ -70,6 +70,10 @@ class _Worktree:
 def _run(repo: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
     env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    # A directory an agent could write into never passes for a bare repository (its config
+    # would run commands as the worker): the engine's git finds only work trees.
+    env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="safe.bareRepository")
+    env["GIT_CONFIG_VALUE_0"] = "explicit"
     argv = ["git", "-C", str(repo), *args]
     try:
         return subprocess.run(

@@ -14,6 +14,14 @@ from ade_tasks.paths import resolve_inside
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.process import ProcessResult, run_process
 
+#: With agent users, a worktree holds directories an agent wrote into: git run by a command
+#: step (as the worker) must not take one for a bare repository whose config runs commands.
+NO_BARE_DISCOVERY = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "safe.bareRepository",
+    "GIT_CONFIG_VALUE_0": "explicit",
+}
+
 
 def child_env(context: StepContext, action: Any) -> dict[str, str]:
     """The allow-listed part of the worker's environment, the run's identity and manual inputs
@@ -27,6 +35,8 @@ def child_env(context: StepContext, action: Any) -> dict[str, str]:
     if context.lane is not None:
         env["ADE_LANE_NAME"] = context.lane.name
         env["ADE_LANE_BRANCH"] = context.lane.branch
+    if context.settings is not None and context.settings.agent_user:
+        env.update(NO_BARE_DISCOVERY)
     env.update(getattr(action, "env", {}))  # an agent step has no env of its own
     return env
 

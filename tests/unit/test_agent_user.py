@@ -15,7 +15,10 @@ import pytest
 
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.settings import Settings
+from ade_workers import lanes
+from ade_workers.actions.run_command import NO_BARE_DISCOVERY
 from ade_workers.agent_user import AgentUser, AgentUserError, AgentUsers
+from ade_workers.lanes import LaneError
 from tests import agent_user_support
 from tests.agent_user_support import AGENT_USER, agent_user
 
@@ -147,6 +150,45 @@ def test_the_user_cannot_move_the_workers_entries_to_plant_a_git_directory(
     assert not pwned.exists()
 
 
+def test_no_directory_of_the_workers_can_be_moved_or_pass_for_a_bare_repository(
+    open_dir: Path,
+) -> None:
+    """The second review: a directory holding engine data stays the worker's; the agent moved
+    it (its parent was the agent's), or built a bare repository inside it whose config ran a
+    command as the worker's git looked."""
+    user = agent_user()
+    tree = _worktree(open_dir)
+    web = tree / "apps" / "web"
+    (web / ".ade").mkdir(parents=True)
+    pwned = open_dir / "pwned"
+    user.open_worktree(tree, ProtectedPaths.for_worktree(tree))
+    evil = open_dir / "evil.sh"
+    evil.write_text(f"#!/bin/sh\nid > {pwned}\n")
+    evil.chmod(0o755)
+    plant = open_dir / "plant.sh"  # what the agent runs: a bare repository inside apps/web
+    plant.write_text(
+        f"cd {web}\necho 'ref: refs/heads/main' > HEAD\nmkdir -p objects refs\n"
+        "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n"
+        f"\\tworktree = {web}\\n\\tfsmonitor = {evil}\\n' > config\n"
+    )
+    plant.chmod(0o644)
+    moved = as_user(user, "mv apps/web moved", tree)
+    as_user(user, f"sh {plant}", tree)
+    with pytest.raises(LaneError) as engine:  # the engine's own git
+        lanes.git(web, "status")
+    command_env = {**os.environ, **NO_BARE_DISCOVERY}
+    command = subprocess.run(["git", "status"], cwd=web, env=command_env, capture_output=True)
+
+    assert moved.returncode != 0 and web.is_dir()
+    assert _owner(tree / "apps") == (0, user.gid, 0o1775)  # on the way to .ade: the worker's
+    assert (web / "config").exists()  # the agent did build it
+    assert "cannot use bare repository" in engine.value.message
+    assert b"cannot use bare repository" in command.stderr
+    assert not pwned.exists()
+    subprocess.run(["git", "status"], cwd=web, capture_output=True)  # git left to itself
+    assert pwned.read_text().startswith("uid=0(root)")  # so the plant was real
+
+
 def test_the_users_own_files_stay_its_to_rename_and_remove(open_dir: Path) -> None:
     user = agent_user()
     tree = _worktree(open_dir)
@@ -221,16 +263,16 @@ def test_the_hook_python_is_one_the_user_may_run(open_dir: Path) -> None:
 
 def test_each_session_leases_a_user_no_other_session_holds(tmp_path: Path) -> None:
     agent_user()
-    locks = tmp_path / "leases"
-    users = AgentUsers.from_settings(Settings(agent_user="nobody, daemon"))
+    users = AgentUsers.from_settings(Settings(agent_user="nobody, daemon", data_dir=tmp_path))
     assert users is not None and [u.name for u in users.users] == ["nobody", "daemon"]
+    assert users.locks == tmp_path / "agent-leases"  # the worker's data directory
     soon = time.monotonic() + 0.5
 
-    with users.lease(soon, locks=locks) as first, users.lease(soon, locks=locks) as second:
+    with users.lease(soon) as first, users.lease(soon) as second:
         assert {first.name, second.name} == {"nobody", "daemon"}
-        with pytest.raises(AgentUserError) as busy, users.lease(soon, locks=locks):
+        with pytest.raises(AgentUserError) as busy, users.lease(soon):
             pass
-    with users.lease(time.monotonic(), locks=locks) as again:  # released: free at once
+    with users.lease(time.monotonic()) as again:  # released: free at once
         assert again.name == "nobody"
 
     assert "every agent user (nobody, daemon) is busy" in busy.value.message
@@ -239,16 +281,15 @@ def test_each_session_leases_a_user_no_other_session_holds(tmp_path: Path) -> No
 
 def test_a_lease_held_by_another_worker_process_is_respected(tmp_path: Path) -> None:
     agent_user()
-    locks = tmp_path / "leases"
     holder = subprocess.Popen(
-        [sys.executable, "-c", LEASE_HOLDER.format(locks=str(locks))],
+        [sys.executable, "-c", LEASE_HOLDER.format(data=str(tmp_path))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "nobody"
-        users = AgentUsers.from_settings(Settings(agent_user="nobody,daemon"))
+        users = AgentUsers.from_settings(Settings(agent_user="nobody,daemon", data_dir=tmp_path))
         assert users is not None
-        with users.lease(time.monotonic(), locks=locks) as user:
+        with users.lease(time.monotonic()) as user:
             assert user.name == "daemon"
     finally:
         holder.kill()
@@ -260,8 +301,8 @@ import sys, time
 from pathlib import Path
 from ade_workers.agent_user import AgentUsers
 from ade_tasks.settings import Settings
-users = AgentUsers.from_settings(Settings(agent_user="nobody"))
-with users.lease(time.monotonic(), locks=Path({locks!r})) as user:
+users = AgentUsers.from_settings(Settings(agent_user="nobody", data_dir=Path({data!r})))
+with users.lease(time.monotonic()) as user:
     print(user.name, flush=True)
     sys.stdin.read()
 """
@@ -280,8 +321,8 @@ def test_a_lease_directory_someone_else_made_is_refused(tmp_path: Path) -> None:
     planted = tmp_path / "leases"
     planted.mkdir(mode=0o700)
     os.chown(planted, user.uid, user.gid)
-    users = AgentUsers((user,))
+    users = AgentUsers((user,), planted)
 
     with pytest.raises(AgentUserError, match="is not a private directory of the worker's"):
-        with users.lease(time.monotonic(), locks=planted):
+        with users.lease(time.monotonic()):
             pass

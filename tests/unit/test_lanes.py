@@ -311,7 +311,8 @@ def test_delete_the_remote_branch_too(repo: Path, lanes_root: Path, tmp_path: Pa
     result = delete_lane(repo, lane.path, lane.branch, remote="origin")
     # Then the remote branch is gone, and a second call finds nothing left to do
     assert result.removed_remote
-    assert git(remote, "branch", "--list", lane.branch).strip() == ""
+    # (--git-dir: the engine's git never discovers a bare repository by itself)
+    assert git(tmp_path, "--git-dir", str(remote), "branch", "--list", lane.branch).strip() == ""
     again = delete_lane(repo, lane.path, lane.branch, remote="origin")
     assert again == DeleteResult(False, False, False, "already gone")
 
