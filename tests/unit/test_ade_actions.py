@@ -182,7 +182,9 @@ def test_validate_args_types_the_rendered_arguments() -> None:
     parsed = validate_args("github.comment", {"repo": "a/b", "number": "7", "body": "hi"})
 
     assert isinstance(parsed, GithubCommentArgs) and parsed.number == 7
-    with pytest.raises(InvalidInputError, match=r"args\.number: must be a whole number, not the string"):
+    with pytest.raises(
+        InvalidInputError, match=r"args\.number: must be a whole number, not the string"
+    ):
         validate_args("github.comment", {"repo": "a/b", "number": "x", "body": "hi"})
     with pytest.raises(InvalidInputError, match="not on the allow-list"):
         validate_args("deploy.now", {})
