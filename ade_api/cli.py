@@ -193,7 +193,9 @@ SHOWN_MATCHES = 5
 @json_option
 @click.pass_obj
 def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
-    """List the rules the cluster knows."""
+    """List the rules the cluster knows, and why each that cannot fire cannot."""
+    from ade_api.cli_health import not_ready_lines
+
     items = Api(settings, url).call("GET", "/api/v1/rules")
     if as_json:
         click.echo(json.dumps(items, indent=2))
@@ -202,11 +204,8 @@ def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
         state = "enabled " if rule["enabled"] else "disabled"
         triggers = ",".join(t["type"] for t in rule["document"]["triggers"])
         click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state} {triggers}")
-        if rule["trust_state"] != "trusted":
-            click.echo(
-                f"{'':<28} untrusted shared config {rule['source_file']}: review it, then "
-                f"`ade-tasks rules trust {rule['source_hash']}`"
-            )
+        for line in not_ready_lines(rule):
+            click.echo(f"{'':<28} {line}")
 
 
 @rules.command("trust")

@@ -16,6 +16,7 @@ import click
 import yaml
 
 from ade_api.cli import Api, by_option, fail, json_option, main, rules, url_option
+from ade_api.cli_health import health_lines
 from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 
@@ -46,8 +47,9 @@ def _summary(rule: dict[str, Any]) -> str:
 @json_option
 @click.pass_obj
 def rules_show(settings: Settings, rule_id: str, url: str | None, as_json: bool) -> None:
-    """Show one rule with its document (as YAML) and its problems (a schedule that cannot
-    fire; with --json under `problems`)."""
+    """Show one rule with its health (per trigger, the path that fires it or why nothing can),
+    its document (as YAML) and its problems (a schedule that cannot fire; with --json under
+    `problems`)."""
     api = Api(settings, url)
     rule = api.call("GET", f"/api/v1/rules/{rule_id}")
     problems = _problems(api, rule)
@@ -56,8 +58,8 @@ def rules_show(settings: Settings, rule_id: str, url: str | None, as_json: bool)
         return
     click.echo(_summary(rule))
     click.echo(f"  content {rule['content_hash'][:12]}  updated {rule['updated_at']}")
-    if rule["trust_state"] != "trusted":
-        click.echo(f"  untrusted shared config: `ade-tasks rules trust {rule['source_hash']}`")
+    for line in health_lines(rule):
+        click.echo(f"  {line}")
     for problem in problems:
         click.echo(f"  problem: {problem}")
     click.echo(yaml.safe_dump(rule["document"], sort_keys=False).rstrip())
@@ -144,8 +146,16 @@ def rules_delete(settings: Settings, rule_id: str, by: str, url: str | None, as_
     click.echo(result["message"])
 
 
-def _switch(settings: Settings, rule_id: str, action: str, url: str | None, as_json: bool) -> None:
-    rule = Api(settings, url).call("POST", f"/api/v1/rules/{rule_id}/{action}")
+def _switch(
+    settings: Settings,
+    rule_id: str,
+    action: str,
+    url: str | None,
+    as_json: bool,
+    force: bool = False,
+) -> None:
+    params = {"force": "true"} if force else None
+    rule = Api(settings, url).call("POST", f"/api/v1/rules/{rule_id}/{action}", params=params)
     if as_json:
         _echo_json(rule)
         return
@@ -156,12 +166,16 @@ def _switch(settings: Settings, rule_id: str, action: str, url: str | None, as_j
 
 @rules.command("enable")
 @click.argument("rule_id")
+@click.option("--force", is_flag=True, help="enable it even though it cannot fire yet")
 @url_option
 @json_option
 @click.pass_obj
-def rules_enable(settings: Settings, rule_id: str, url: str | None, as_json: bool) -> None:
-    """Enable a rule: its schedules and event triggers run it again."""
-    _switch(settings, rule_id, "enable", url, as_json)
+def rules_enable(
+    settings: Settings, rule_id: str, force: bool, url: str | None, as_json: bool
+) -> None:
+    """Enable a rule: its schedules and event triggers run it again. A rule that cannot fire
+    (see `rules show`) is refused with the setup error unless --force."""
+    _switch(settings, rule_id, "enable", url, as_json, force)
 
 
 @rules.command("disable")

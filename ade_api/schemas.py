@@ -273,8 +273,28 @@ class RunPage(BaseModel):
     next_cursor: str | None = Field(description="pass as `cursor` to get the next page")
 
 
+class TriggerHealthOut(BaseModel):
+    """One trigger's delivery status (`ade_tasks.rule_health`)."""
+
+    index: int = Field(description="its position in the rule's `triggers`")
+    type: str
+    ready: bool
+    path: str | None = Field(description="what will fire it, e.g. `GitHub webhook`, `beat <id>`")
+    error: str | None = Field(description="why nothing can fire it, and what to do")
+
+
+class RuleHealthOut(BaseModel):
+    """Can the rule fire: ready when no problem of the whole rule stops it (trust, provider,
+    project) and every trigger has a path that fires it. Computed from live state on every
+    answer; enabling a rule that is not ready is refused unless forced."""
+
+    ready: bool
+    problems: list[str] = Field(description="what stops every trigger of it")
+    triggers: list[TriggerHealthOut]
+
+
 class RuleOut(BaseModel):
-    """A rule as stored, with its validated document."""
+    """A rule as stored, with its validated document and its health."""
 
     model_config = ConfigDict(from_attributes=True)
 
@@ -288,6 +308,9 @@ class RuleOut(BaseModel):
     source_hash: str | None = Field(description="sha256 of the shared rules file, if shared")
     updated_at: datetime
     document: dict[str, Any]
+    health: RuleHealthOut | None = Field(
+        default=None, description="can it fire, per trigger (`rules show` prints it)"
+    )
 
 
 class ManualRunRequest(BaseModel):

@@ -8,6 +8,9 @@ any are configured, still run as with the default scheduler.
 Each part of a tick fails on its own: Celery's entries, the rules' schedules and the housekeeping
 jobs (each job in its own boundary too), so a database error while firing schedules, or one rule
 the scheduler cannot evaluate, never stops the recovery sweep, retention or lane cleanups.
+
+Every `HEARTBEAT_SECONDS` a beat also writes its heartbeat (`ade_tasks.db.heartbeats`, real
+time even on a simulated clock), which is how rule health knows a schedule will fire.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,6 +27,7 @@ from typing import Any
 
 from celery.beat import Scheduler as CeleryScheduler
 
+from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
@@ -33,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: How often a beat ticks: a slot fires within about this long after its minute begins.
 TICK_SECONDS = 1.0
+#: How often a beat says it is alive (rule health counts it gone after this and a grace).
+HEARTBEAT_SECONDS = 10.0
 
 
 class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
@@ -59,12 +66,15 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         )
         jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
+        self._session_factory = runtime.session_factory
+        self._last_heartbeat: float | None = None
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         interval = _guarded("Celery's schedule entries", partial(super().tick, *args, **kwargs))
         _guarded("firing the rules' schedules", self._fire_schedules)
         _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
+        _guarded("the heartbeat", self._heartbeat)
         return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
 
     def _fire_schedules(self) -> None:
@@ -79,6 +89,16 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             )
         for key, reason in report.skipped.items():
             log.warning("skipped %s: %s", key, reason)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if self._last_heartbeat is not None and now - self._last_heartbeat < HEARTBEAT_SECONDS:
+            return
+        with self._session_factory.begin() as session:
+            heartbeats_db.record(
+                session, self.beat_id, heartbeats_db.BEAT, every=HEARTBEAT_SECONDS, now=utcnow()
+            )
+        self._last_heartbeat = now
 
 
 def _guarded(what: str, work: Callable[[], Any]) -> Any:

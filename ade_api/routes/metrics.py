@@ -36,6 +36,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ade_api.deps import Services, ServicesDep
+from ade_api.rule_health import health_of, live_state
+from ade_tasks.db import rules as rules_db
 from ade_tasks.db.metrics import ClusterFacts, cluster_facts
 from ade_tasks.db.retry import retrying
 from ade_workers.metrics import queue_depths
@@ -63,6 +65,7 @@ class ClusterCollector(Collector):
         )
         if facts is not None:
             yield from _database_metrics(facts)
+            yield from self._rule_ready()
         yield from self._broker_metrics(facts.active_queues if facts else [])
 
     def _facts(self) -> ClusterFacts | None:
@@ -73,6 +76,24 @@ class ClusterCollector(Collector):
         except Exception as exc:  # report it as ade_database_up 0, not as a failed scrape
             log.warning("metrics: the database did not answer: %s", type(exc).__name__)
             return None
+
+    def _rule_ready(self) -> Iterator[Metric]:
+        try:
+            with self.services.session_factory() as session:
+                state = live_state(session, self.services.settings)
+                ready = {
+                    row.id: int(health_of(row, state).ready) for row in rules_db.list_rules(session)
+                }
+        except Exception as exc:  # the database went away after the facts: leave it out
+            log.warning("metrics: rule health not read: %s", type(exc).__name__)
+            return
+        yield _gauge(
+            "ade_rule_ready",
+            "1 when the rule can fire (its health is ready: every trigger has a path that fires "
+            "it, nothing stops the rule), 0 when not; enabled or not.",
+            ["rule"],
+            ready,
+        )
 
     def _broker_metrics(self, active_queues: list[str]) -> Iterator[Metric]:
         conf = self.services.celery.conf

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
+from ade_api.rule_health import live_state, refuse_unready, rule_out
 from ade_api.schemas import (
     By,
     FireTime,
@@ -228,19 +229,22 @@ def list_rules(
     request: Request,
     response: Response,
     session: SessionDep,
+    services: ServicesDep,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     cursor: str | None = None,
 ) -> list[RuleOut]:
     """Rules, by id. Without `limit`, every rule; with it, a page of at most `limit` rules after
-    `cursor`, and the next page's cursor in the `X-Next-Cursor` header (and a `Link` header)."""
+    `cursor`, and the next page's cursor in the `X-Next-Cursor` header (and a `Link` header).
+    Each with its `health`: whether it can fire, per trigger."""
+    state = live_state(session, services.settings)
     if limit is None and cursor is None:
-        return [RuleOut.model_validate(row) for row in rules_db.list_rules(session)]
+        return [rule_out(row, state) for row in rules_db.list_rules(session)]
     rows, next_cursor = rules_db.list_rules_page(session, limit=limit or 100, cursor=cursor)
     if next_cursor is not None:
         response.headers[NEXT_CURSOR] = next_cursor
         next_url = request.url.include_query_params(cursor=next_cursor, limit=limit or 100)
         response.headers["Link"] = f'<{next_url}>; rel="next"'
-    return [RuleOut.model_validate(row) for row in rows]
+    return [rule_out(row, state) for row in rows]
 
 
 @router.post(
@@ -260,7 +264,7 @@ def create_rule(
     rule, _ = parsed
     with services.session_factory.begin() as session:
         row = rules_db.create_rule(session, rule, actor(request, body.by))
-        out = RuleOut.model_validate(row)
+        out = rule_out(row, live_state(session, services.settings))
     response.headers["Location"] = str(request.url_for("get_rule", rule_id=rule.id))
     return out
 
@@ -274,9 +278,10 @@ def trust_shared_file(body: TrustRequest, request: Request, services: ServicesDe
 
 
 @router.get("/{rule_id}", responses=NOT_FOUND)
-def get_rule(rule_id: str, session: SessionDep) -> RuleOut:
-    """One rule with its validated document."""
-    return RuleOut.model_validate(rules_db.get_rule(session, rule_id))
+def get_rule(rule_id: str, session: SessionDep, services: ServicesDep) -> RuleOut:
+    """One rule with its validated document and its `health`."""
+    row = rules_db.get_rule(session, rule_id)
+    return rule_out(row, live_state(session, services.settings))
 
 
 @router.put("/{rule_id}", responses={**NOT_FOUND, **INVALID, **CONFLICT})
@@ -293,7 +298,7 @@ def update_rule(rule_id: str, body: RuleWrite, request: Request, services: Servi
         row, _ = rules_db.update_rule(
             session, rule_id, rule, actor(request, body.by), keep_enabled=not says_enabled
         )
-        return RuleOut.model_validate(row)
+        return rule_out(row, live_state(session, services.settings))
 
 
 @router.delete("/{rule_id}", responses={**NOT_FOUND, **CONFLICT})
@@ -316,17 +321,27 @@ def delete_rule(
     )
 
 
-def _set_enabled(rule_id: str, enabled: bool, services: ServicesDep) -> RuleOut:
+def _set_enabled(rule_id: str, enabled: bool, services: ServicesDep, force: bool = True) -> RuleOut:
     with services.session_factory.begin() as session:
+        state = live_state(session, services.settings)
+        if enabled:
+            refuse_unready(rules_db.get_rule(session, rule_id), state, force=force)
         row, _ = rules_db.set_enabled(session, rule_id, enabled)
-        return RuleOut.model_validate(row)
+        return rule_out(row, state)
 
 
-@router.post("/{rule_id}/enable", responses=NOT_FOUND)
-def enable_rule(rule_id: str, services: ServicesDep) -> RuleOut:
+@router.post(
+    "/{rule_id}/enable",
+    responses={**NOT_FOUND, 409: {"model": Problem, "description": "the rule cannot fire"}},
+)
+def enable_rule(rule_id: str, services: ServicesDep, force: bool = False) -> RuleOut:
     """Enable a rule: its automatic triggers (schedules, events) run it again. Not a new version;
-    for a rule from a file, the file's `enabled` applies again when the file next changes."""
-    return _set_enabled(rule_id, True, services)
+    for a rule from a file, the file's `enabled` applies again when the file next changes.
+
+    A rule that cannot fire (its `health` is not ready: say, a github.* trigger while
+    ADE_GITHUB__WEBHOOK_SECRET is unset and no poller runs) is refused with 409 naming each
+    setup error, unless `force=true`."""
+    return _set_enabled(rule_id, True, services, force)
 
 
 @router.post("/{rule_id}/disable", responses=NOT_FOUND)

@@ -523,3 +523,19 @@ class RuleVersionRow(Base):
     document: Mapped[dict[str, Any]]
     changed_by: Mapped[str] = mapped_column(String(255))
     changed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class HeartbeatRow(Base):
+    """The newest sign of life of one long-running process that fires rules (a beat, a GitHub
+    poller), so rule health can tell whether something will fire a trigger. One row per process,
+    updated in place; rows of processes gone for a day are dropped by the next heartbeat."""
+
+    __tablename__ = "heartbeats"
+
+    process_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # beat | poller
+    started_at: Mapped[datetime]
+    seen_at: Mapped[datetime]
+    #: Seconds until this process's next heartbeat (a poller: its next cycle, backoff included).
+    every_seconds: Mapped[float] = mapped_column(Float)
+    detail: Mapped[dict[str, Any]]

@@ -59,14 +59,17 @@ import logging
 import math
 import os
 import re
+import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import TaskSender
@@ -83,6 +86,19 @@ NO_RULES = "no enabled rule has a github.* trigger; not polling"
 NO_REPOS = (
     "enabled github.* triggers name no repo, and neither --repos nor ADE_GITHUB__POLL_REPOS "
     "is set; not polling"
+)
+#: The trigger types polling can infer (see "Limits" above); the others need webhooks.
+POLLED_TYPES = frozenset(
+    {
+        "github.pr_opened",
+        "github.pr_updated",
+        "github.pr_merged",
+        "github.pr_closed",
+        "github.pr_commented",
+        "github.issue_opened",
+        "github.issue_closed",
+        "github.issue_commented",
+    }
 )
 #: Items one listing returns per cycle; a busier window continues in the next cycle.
 MAX_ITEMS = 1000
@@ -479,6 +495,7 @@ class GithubPoller:
         self.cursors = load_cursors(cursor_file)
         self.cursors.update({repo.lower(): when for repo, when in (since or {}).items()})
         self._idle: str | None = None
+        self.process_id = f"poller:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -521,7 +538,23 @@ class GithubPoller:
                     wait = self.interval
             if should_stop():
                 return None
+            self._heartbeat(wait)
             self.sleep(wait)
+
+    def _heartbeat(self, wait: float) -> None:
+        """Tell rule health this poller is alive and cycles again in `wait` seconds."""
+        try:
+            with self.session_factory.begin() as session:
+                heartbeats_db.record(
+                    session,
+                    self.process_id,
+                    heartbeats_db.POLLER,
+                    every=wait,
+                    now=self.clock(),
+                    detail={"repos": self.repos or None},
+                )
+        except Exception as exc:  # the database may be away; the next cycle says so too
+            log.warning("poller heartbeat not recorded: %s", type(exc).__name__)
 
     def cycle(self) -> CycleReport:
         """Poll every repository once. A TransientError (GitHub unavailable or rate limited)

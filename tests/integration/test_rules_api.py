@@ -106,7 +106,9 @@ def test_a_rule_is_created_updated_switched_and_deleted_with_its_history(
     assert run_id in refused["detail"] and "cancel them" in refused["detail"]
     assert api.get("/api/v1/rules/api-rule").status_code == 200
 
-    enabled = api.post("/api/v1/rules/api-rule/enable")
+    # No beat runs here, so its schedule cannot fire: enabling needs force (rule health).
+    assert api.post("/api/v1/rules/api-rule/enable").status_code == 409
+    enabled = api.post("/api/v1/rules/api-rule/enable", params={"force": "true"})
     assert enabled.json()["enabled"] is True
     assert api.post(f"/api/v1/runs/{run_id}/cancel", json={}).status_code == 200
     deleted = api.delete("/api/v1/rules/api-rule", params={"by": "bob"})
@@ -310,7 +312,8 @@ def test_the_cli_manages_rules_and_reads_usage_against_a_remote_api(
         == "echo cli v2"
     )
     assert run_json("rules", "disable", "api-rule")["enabled"] is False
-    assert run_json("rules", "enable", "api-rule")["enabled"] is True
+    # no beat runs here, so its schedule cannot fire: enabling it needs --force
+    assert run_json("rules", "enable", "api-rule", "--force")["enabled"] is True
     history = run_json("rules", "versions", "api-rule")
     assert [v["version"] for v in history["items"]] == [2, 1]
     assert history["items"][1]["changed_by"] == "tests (carol)"

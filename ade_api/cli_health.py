@@ -1,0 +1,47 @@
+"""How the CLI prints a rule's health (`rules list`, `rules show`): the API's `health` field
+in words. A rule from an API without health (an older cluster) prints its trust state alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def trust_line(rule: dict[str, Any]) -> str | None:
+    """The untrusted-config line of an API that reports no health."""
+    if rule["trust_state"] == "trusted":
+        return None
+    return (
+        f"untrusted shared config {rule['source_file']}: review it, then "
+        f"`ade-tasks rules trust {rule['source_hash']}`"
+    )
+
+
+def not_ready_lines(rule: dict[str, Any]) -> list[str]:
+    """One line per reason the rule cannot fire (none when it can), as `rules list` prints."""
+    health = rule.get("health")
+    if health is None:
+        line = trust_line(rule)
+        return [line] if line else []
+    return [f"not ready: {problem}" for problem in health["problems"]] + [
+        f"not ready: trigger #{t['index']} {t['type']}: {t['error']}"
+        for t in health["triggers"]
+        if not t["ready"]
+    ]
+
+
+def health_lines(rule: dict[str, Any]) -> list[str]:
+    """The rule's health with every trigger's path or error, as `rules show` prints."""
+    health = rule.get("health")
+    if health is None:
+        line = trust_line(rule)
+        return [line] if line else []
+    lines = ["ready: every trigger can fire" if health["ready"] else "not ready"]
+    lines += [f"  problem: {problem}" for problem in health["problems"]]
+    for trigger in health["triggers"]:
+        if trigger["ready"]:
+            lines.append(f"  trigger #{trigger['index']} {trigger['type']}: {trigger['path']}")
+        else:
+            lines.append(
+                f"  trigger #{trigger['index']} {trigger['type']}: not ready: {trigger['error']}"
+            )
+    return lines
