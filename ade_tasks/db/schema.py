@@ -523,3 +523,20 @@ class RuleVersionRow(Base):
     document: Mapped[dict[str, Any]]
     changed_by: Mapped[str] = mapped_column(String(255))
     changed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+#: `rule_pauses.trigger_index` of a pause that holds the whole rule (every automatic trigger).
+WHOLE_RULE = -1
+
+
+class RulePauseRow(Base):
+    """A paused rule (trigger_index `WHOLE_RULE`) or one paused trigger of it: who paused it,
+    when and why. Resuming deletes the row; the audit log keeps both calls."""
+
+    __tablename__ = "rule_pauses"
+
+    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trigger_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    note: Mapped[str] = mapped_column(String(1000))
+    paused_by: Mapped[str] = mapped_column(String(255))
+    paused_at: Mapped[datetime]

@@ -140,8 +140,9 @@ def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
     """Start the runs of rules triggered by this lane event; their ids."""
     if context.sender is None or context.sessions is None:
         return []
+    disabled = context.settings is not None and context.settings.disable_automations
     return emit_lane_event(context.sessions, context.sender, kind, lane, context.rule.project,
-                           context.run_id)  # fmt: skip
+                           context.run_id, automations_disabled=disabled)  # fmt: skip
 
 
 def _target(step_id: str, name: str | None, context: StepContext) -> LaneRef:

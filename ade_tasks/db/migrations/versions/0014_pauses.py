@@ -1,0 +1,34 @@
+"""rule_pauses: a rule, or one trigger of it, paused with a note and who paused it
+
+Revision ID: 0014
+Revises: 0012
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0014"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+UTC = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "rule_pauses",
+        sa.Column("rule_id", sa.String(64), nullable=False),
+        sa.Column("trigger_index", sa.Integer(), nullable=False),
+        sa.Column("note", sa.String(1000), nullable=False),
+        sa.Column("paused_by", sa.String(255), nullable=False),
+        sa.Column("paused_at", UTC, nullable=False),
+        sa.PrimaryKeyConstraint("rule_id", "trigger_index", name="pk_rule_pauses"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("rule_pauses")
