@@ -279,6 +279,7 @@ class ScheduledCleanupRow(Base):
     lane_id: Mapped[str] = mapped_column(String(36))
     force: Mapped[bool] = mapped_column(Boolean, default=False)
     delete_remote: Mapped[str | None] = mapped_column(String(255))
+    delete_branch: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
     due_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(16))
     claimed_by: Mapped[str | None] = mapped_column(String(255))

@@ -1,4 +1,5 @@
-"""rule_pauses: a rule, or one trigger of it, paused with a note and who paused it
+"""rule_pauses: a rule, or one trigger of it, paused with a note and who paused it;
+scheduled_cleanups.delete_branch: a deferred lane deletion may keep the branch
 
 Revision ID: 0014
 Revises: 0012
@@ -28,7 +29,13 @@ def upgrade() -> None:
         sa.Column("paused_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("rule_id", "trigger_index", name="pk_rule_pauses"),
     )
+    with op.batch_alter_table("scheduled_cleanups") as batch:
+        batch.add_column(
+            sa.Column("delete_branch", sa.Boolean(), nullable=False, server_default="1")
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("scheduled_cleanups") as batch:
+        batch.drop_column("delete_branch")
     op.drop_table("rule_pauses")
