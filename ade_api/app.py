@@ -31,6 +31,7 @@ from ade_api.routes import (
     ingress,
     metrics,
     operations,
+    pauses,
     rules,
     runs,
     usage,
@@ -150,6 +151,7 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(health.router)
     app.include_router(rules.router)
+    app.include_router(pauses.router)
     app.include_router(runs.router)
     app.include_router(operations.router)
     app.include_router(ingress.router)

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import Role
+from ade_tasks.errors import PolicyViolationError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,9 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json
 # (or its hook token) is its authentication.
 _WEBHOOK_DELIVERY = re.compile(r"^/api/v1/webhooks/[^/]+/?$")
 _ADMIN_ONLY = ("/api/v1/tokens", "/api/v1/audit")
-_MANUAL_RUN = re.compile(r"^/api/v1/rules/[^/]+/runs/?$")
+# Operators may start a rule's manual runs and pause or resume it (an on-call operator stops a
+# misbehaving schedule without an admin); every other rule write needs an admin.
+_MANUAL_RUN = re.compile(r"^/api/v1/rules/[^/]+/(runs|pause|resume)/?$")
 #: Pages of the web UI that work without a token (the login form and its assets).
 UI_OPEN = ("/ui/login", "/ui/static/")
 
@@ -59,6 +62,21 @@ def actor(request: Any, by: str | None) -> str:
     gave (for a token several people share) in parentheses."""
     principal: Principal = request.state.principal
     return principal.name if not by or by == principal.name else f"{principal.name} ({by})"
+
+
+def forcing_admin(request: Any, force: bool, by: str | None) -> str:
+    """Who forces a manual run past the kill switch ("" when not forcing); only an admin may:
+    PolicyViolationError for another role."""
+    if not force:
+        return ""
+    principal: Principal = request.state.principal
+    if principal.role.rank < Role.ADMIN.rank:
+        raise PolicyViolationError(
+            f"force: only an admin token may force a run past ADE_DISABLE_AUTOMATIONS; token "
+            f"{principal.name!r} has the {principal.role.value} role; leave force out, or ask an "
+            "admin"
+        )
+    return actor(request, by)
 
 
 def required_role(method: str, path: str, *, metrics_public: bool) -> Role | None:

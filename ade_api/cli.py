@@ -303,6 +303,9 @@ def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--timeout", type=float, default=0, help="with --wait: give up after this many seconds"
 )
+@click.option(
+    "--force", is_flag=True, help="run even while ADE_DISABLE_AUTOMATIONS is on (admin token)"
+)
 @url_option
 @json_option
 @click.pass_obj
@@ -313,16 +316,20 @@ def run(
     wait: bool,
     idempotency_key: str | None,
     timeout: float,
+    force: bool,
     url: str | None,
     as_json: bool,
 ) -> None:
     """Start a manual run of RULE_ID."""
     api = Api(settings, url)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    body: dict[str, object] = {"inputs": _parse_inputs(inputs)}
+    if force:
+        body["force"] = True
     accepted = api.call(
         "POST",
         f"/api/v1/rules/{rule_id}/runs",
-        json={"inputs": _parse_inputs(inputs)},
+        json=body,
         headers=headers,
     )
     from ade_api.cli_runs import report_started

@@ -1,5 +1,6 @@
 """CLI commands that manage rules through the HTTP API (so they work against a remote cluster):
-`rules show|create|update|delete|enable|disable|versions`, and `usage` per billing code.
+`rules show|create|update|delete|enable|disable|pause|resume|versions`, and `usage` per
+billing code.
 
 Each is a thin call of the API (see `ade_api.cli.Api`: `--url` / ADE_API_URL, the token from
 ADE_API_TOKEN); `--json` prints the API's answer for scripts.
@@ -259,3 +260,56 @@ def usage(
     )
     if page["next_cursor"]:
         click.echo("(more rows: raise --limit or narrow --since/--until; totals cover them all)")
+
+
+@rules.command("pause")
+@click.argument("rule_id")
+@click.option("--note", required=True, help="Why; every skipped slot records it.")
+@click.option(
+    "--trigger", "trigger_index", type=int, default=None, help="Only this trigger (from 0)."
+)
+@by_option
+@url_option
+@json_option
+@click.pass_obj
+def rules_pause(
+    settings: Settings,
+    rule_id: str,
+    note: str,
+    trigger_index: int | None,
+    by: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Pause a rule's schedules and event triggers (or one trigger): their slots are recorded
+    skipped with the note; a running run finishes; manual runs still start."""
+    body = {"note": note, "trigger_index": trigger_index, "by": by or ""}
+    result = Api(settings, url).call("POST", f"/api/v1/rules/{rule_id}/pause", json=body)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(result["message"])
+
+
+@rules.command("resume")
+@click.argument("rule_id")
+@click.option("--trigger", "trigger_index", type=int, default=None, help="Only this trigger.")
+@by_option
+@url_option
+@json_option
+@click.pass_obj
+def rules_resume(
+    settings: Settings,
+    rule_id: str,
+    trigger_index: int | None,
+    by: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Resume a paused rule (or one paused trigger): its next slot fires again."""
+    body = {"trigger_index": trigger_index, "by": by or ""}
+    result = Api(settings, url).call("POST", f"/api/v1/rules/{rule_id}/resume", json=body)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(result["message"])

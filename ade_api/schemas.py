@@ -320,6 +320,10 @@ class ManualRunRequest(BaseModel):
 
     inputs: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = ""
+    force: bool = Field(
+        default=False,
+        description="run even while ADE_DISABLE_AUTOMATIONS is on (admin tokens only)",
+    )
 
 
 class ManualRunAccepted(BaseModel):

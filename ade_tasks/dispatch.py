@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
@@ -77,19 +78,26 @@ class TriggerEvent:
     summary: str = ""
     payload: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
+    #: The rule's triggers this event matched (their indexes), so a paused trigger holds back
+    #: only what it would fire; None when not known (a schedule names its own in the payload).
+    trigger_indexes: tuple[int, ...] | None = None
 
     @classmethod
     def manual(
-        cls, inputs: dict[str, Any] | None = None, *, key: str | None = None, by: str = ""
+        cls,
+        inputs: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        by: str = "",
+        forced_by: str = "",
     ) -> TriggerEvent:
-        """An operator's manual run."""
+        """An operator's manual run; `forced_by` names the admin who forces it past the
+        cluster's kill switch (the edge checks the role; the run records who)."""
         summary = f"manual run by {by}" if by else "manual run"
-        return cls(
-            TriggerType.MANUAL,
-            summary,
-            {"inputs": dict(inputs or {}), "requested_by": by},
-            f"manual:{key}" if key else None,
-        )
+        payload: dict[str, Any] = {"inputs": dict(inputs or {}), "requested_by": by}
+        if forced_by:
+            payload["forced_by"] = forced_by
+        return cls(TriggerType.MANUAL, summary, payload, f"manual:{key}" if key else None)
 
 
 @dataclass(frozen=True)
@@ -115,39 +123,73 @@ def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str
         )
 
 
-def _admit(snapshot: rules_db.RuleSnapshot, kind: str, trigger: TriggerEvent) -> dict[str, Any]:
+#: The refusal of every trigger while the cluster's kill switch is on.
+AUTOMATIONS_DISABLED = (
+    "automations are disabled on this cluster (ADE_DISABLE_AUTOMATIONS=1), so no trigger "
+    "creates runs; unset ADE_DISABLE_AUTOMATIONS and restart the processes to resume, or, as "
+    "an admin, force one manual run (`ade-tasks run RULE --force`)"
+)
+
+
+def _admit(
+    snapshot: rules_db.RuleSnapshot,
+    kind: str,
+    trigger: TriggerEvent,
+    pauses: list[pauses_db.Pause],
+    automations_disabled: bool,
+) -> dict[str, Any]:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
+    payload = dict(trigger.payload)
+    if automations_disabled and not (kind == TriggerType.MANUAL and payload.get("forced_by")):
+        raise AdmissionError(f"rule {snapshot.id!r} not run: {AUTOMATIONS_DISABLED}")
     untrusted = snapshot.untrusted_reason()
     if untrusted:
         raise AdmissionError(untrusted)
-    payload = dict(trigger.payload)
     if kind == TriggerType.SCHEDULE:
         _check_schedule_unchanged(snapshot, payload)
     if kind == TriggerType.MANUAL:
         payload["inputs"] = resolve_inputs(snapshot.rule, payload.get("inputs") or {})
-    elif not snapshot.enabled:
+        return payload
+    if not snapshot.enabled:
         raise AdmissionError(
             f"rule {snapshot.id!r} is disabled, so {kind} triggers do not run it; "
             "enable it in its rule file (enabled: true) or run it manually"
         )
+    indexes = trigger.trigger_indexes
+    if kind == TriggerType.SCHEDULE:
+        indexes = (payload["trigger_index"],)
+    held = pauses_db.holding(pauses, indexes)
+    if held is not None:
+        raise AdmissionError(held.reason)
     return payload
 
 
 def dispatch(
-    session_factory: SessionFactory, sender: TaskSender, rule_id: str, trigger: TriggerEvent
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    rule_id: str,
+    trigger: TriggerEvent,
+    *,
+    automations_disabled: bool = False,
 ) -> DispatchResult:
     """Admit a trigger for a rule, record its run, and send it to the rule's queue.
 
     Admission: the rule must exist, and if it comes from a shared rules file an admin must have
     trusted that file's content (for manual runs too); automatic triggers need it enabled (a
     manual run is allowed on a disabled rule: the operator asked for it); a schedule fires only
-    while the rule still has that schedule. A trigger whose idempotency key was seen before
-    returns the existing run and sends nothing. Then the rule's overlap policy decides, for
-    every trigger type, whether the run starts, waits in a buffer, is skipped (recorded as
-    `skipped` with the reason), or cancels the runs in its way. A trigger beyond the rule's
-    `rate_limit` or after its run-seconds budget for the day was used up is skipped too.
+    while the rule still has that schedule; a paused rule or trigger refuses with its note
+    (`db.pauses`); `automations_disabled` (the cluster's kill switch, `ADE_DISABLE_AUTOMATIONS`,
+    which the edges pass in from their settings) refuses every trigger but a manual run an
+    admin forced (`TriggerEvent.manual(forced_by=...)`). A trigger whose idempotency key was
+    seen before returns the existing run and sends nothing. Then the rule's overlap policy
+    decides, for every trigger type, whether the run starts, waits in a buffer, is skipped
+    (recorded as `skipped` with the reason), or cancels the runs in its way. A trigger beyond
+    the rule's `rate_limit` or after its run-seconds budget for the day was used up is skipped
+    too.
     """
-    (result,) = dispatch_many(session_factory, sender, [(rule_id, trigger)])
+    (result,) = dispatch_many(
+        session_factory, sender, [(rule_id, trigger)], automations_disabled=automations_disabled
+    )
     if isinstance(result, AdeError):
         raise result
     return result
@@ -160,6 +202,7 @@ def dispatch_retrying(
     trigger: TriggerEvent,
     *,
     own_key: bool = False,
+    automations_disabled: bool = False,
 ) -> DispatchResult:
     """`dispatch`, repeated on a fresh connection when its database connection died (a
     restart, a failover, `pg_terminate_backend`), so a blip costs the caller a pause, not an
@@ -188,7 +231,9 @@ def dispatch_retrying(
                 errors = _send(sender, [found])  # only if queued and not buffered
                 error = errors.get(found.id)
                 return DispatchResult(found, own_key, found.id in errors and not error, error)
-        return dispatch(session_factory, sender, rule_id, trigger)
+        return dispatch(
+            session_factory, sender, rule_id, trigger, automations_disabled=automations_disabled
+        )
 
     return repeating(attempt, what=f"dispatching a {trigger.type} run of rule {rule_id!r}")
 
@@ -197,6 +242,8 @@ def dispatch_many(
     session_factory: SessionFactory,
     sender: TaskSender,
     requests: Sequence[tuple[str, TriggerEvent]],
+    *,
+    automations_disabled: bool = False,
 ) -> list[DispatchResult | AdeError]:
     """`dispatch` for many triggers at once, with the same rules, one result per request (the
     error a refused one raised, in place of its result).
@@ -209,7 +256,12 @@ def dispatch_many(
     sessions = autocommit(session_factory)
     with sessions.begin() as session:
         snapshots = rules_db.rule_snapshots(session, [rule_id for rule_id, _ in requests])
-        plans = [_plan(snapshots.get(rule_id), rule_id, trigger) for rule_id, trigger in requests]
+        automatic = [r for r, t in requests if canonical_trigger_type(str(t.type)) != "manual"]
+        pauses = pauses_db.pauses_of(session, automatic)
+        plans = [
+            _plan(snapshots.get(r), r, t, pauses.get(r, []), automations_disabled)
+            for r, t in requests
+        ]
         admitted = [plan for plan in plans if isinstance(plan, _Plan)]
         _check_budgets(session, admitted)
     inserted = _insert(session_factory, admitted)
@@ -265,14 +317,18 @@ class _Refused:
 
 
 def _plan(
-    snapshot: rules_db.RuleSnapshot | None, rule_id: str, trigger: TriggerEvent
+    snapshot: rules_db.RuleSnapshot | None,
+    rule_id: str,
+    trigger: TriggerEvent,
+    pauses: list[pauses_db.Pause],
+    automations_disabled: bool,
 ) -> _Plan | _Refused:
     kind = canonical_trigger_type(str(trigger.type))
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
     if snapshot is None:
         return _Refused(key, rules_db.rule_not_found(rule_id))
     try:
-        payload = _admit(snapshot, kind, trigger)
+        payload = _admit(snapshot, kind, trigger, pauses, automations_disabled)
     except AdmissionError as exc:
         return _Refused(key, exc)
     guardrails = snapshot.rule.guardrails

@@ -24,11 +24,12 @@ log = logging.getLogger(__name__)
 
 def matching_rules(
     session_factory: SessionFactory, event_type: str, match: Callable[[Any, Any], bool]
-) -> list[str]:
-    """Ids of enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts."""
+) -> dict[str, tuple[int, ...]]:
+    """Enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts: rule id
+    -> the indexes of the triggers that accepted it (a paused one holds back only its own)."""
     with session_factory() as session:
         rows = rules_db.list_rules(session)
-        found = []
+        found: dict[str, tuple[int, ...]] = {}
         for row in rows:
             if not row.enabled:
                 continue
@@ -37,8 +38,13 @@ def matching_rules(
             except ValueError as exc:  # one unreadable stored rule must not stop the others
                 log.warning("rule %s is left out of event matching: %s", row.id, exc)
                 continue
-            if any(t.type == event_type and match(rule, t) for t in rule.triggers):
-                found.append(rule.id)
+            indexes = tuple(
+                index
+                for index, t in enumerate(rule.triggers)
+                if t.type == event_type and match(rule, t)
+            )
+            if indexes:
+                found[rule.id] = indexes
     return found
 
 
@@ -47,16 +53,29 @@ def emit(
     sender: TaskSender,
     event: TriggerEvent,
     match: Callable[[Any, Any], bool],
+    *,
+    automations_disabled: bool = False,
 ) -> list[tuple[str, DispatchResult | AdeError]]:
     """Dispatch `event` to every matching rule: (rule id, its run or why it was refused).
-    One rule refusing the event never blocks the others."""
+    One rule refusing the event never blocks the others; `automations_disabled` as for
+    `dispatch`."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
-    rule_ids = matching_rules(session_factory, str(event.type), match)
+    matched = matching_rules(session_factory, str(event.type), match)
+    rule_ids = list(matched)
     requests = [
-        (rule_id, replace(event, idempotency_key=f"{event.idempotency_key}:{rule_id}"))
-        for rule_id in rule_ids
+        (
+            rule_id,
+            replace(
+                event,
+                idempotency_key=f"{event.idempotency_key}:{rule_id}",
+                trigger_indexes=indexes,
+            ),
+        )
+        for rule_id, indexes in matched.items()
     ]
-    results = dispatch_many(session_factory, sender, requests)
+    results = dispatch_many(
+        session_factory, sender, requests, automations_disabled=automations_disabled
+    )
     for rule_id, result in zip(rule_ids, results, strict=True):
         if isinstance(result, AdeError):
             log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, result)
@@ -93,8 +112,11 @@ def emit_lane_event(
     lane: dict[str, Any],
     project: str,
     run_id: str,
+    *,
+    automations_disabled: bool = False,
 ) -> list[str]:
     """Start the runs of the rules a lane event triggers; their ids."""
     event = lane_event(kind, lane, project, run_id)
-    results = emit(session_factory, sender, event, lane_matcher(lane["name"], project))
+    match = lane_matcher(lane["name"], project)
+    results = emit(session_factory, sender, event, match, automations_disabled=automations_disabled)
     return [result.run.id for _, result in results if isinstance(result, DispatchResult)]

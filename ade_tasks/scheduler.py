@@ -162,8 +162,12 @@ class Scheduler:
         refresh_every: timedelta = timedelta(seconds=5),
         stale_after: timedelta = STALE_CLAIM,
         lock_timeout: timedelta = LOCK_TIMEOUT,
+        automations_disabled: bool = False,
     ) -> None:
         self._session_factory = session_factory
+        # The kill switch: slots are still claimed, and recorded skipped with why, so the
+        # occurrences show what did not run.
+        self._automations_disabled = automations_disabled
         self._sender = sender
         self.beat_id = beat_id
         self._clock = clock
@@ -345,7 +349,12 @@ class Scheduler:
         transaction (a crash in between leaves claims that are re-fired, and their idempotency
         keys find the runs)."""
         requests = [(key.rule_id, _schedule_event(key)) for key in keys]
-        results = dispatch_many(self._session_factory, self._sender, requests)
+        results = dispatch_many(
+            self._session_factory,
+            self._sender,
+            requests,
+            automations_disabled=self._automations_disabled,
+        )
         outcomes = [
             _outcome(key, result, report) for key, result in zip(keys, results, strict=True)
         ]

@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     # A claim with no outcome after this long is re-fired by another beat (its claimant died).
     beat_stale_claim_seconds: float = Field(default=60.0, gt=0)
 
+    # The cluster-wide kill switch (ADE_DISABLE_AUTOMATIONS=1): no trigger creates runs, not
+    # even a manual run unless an admin forces it; schedule slots are recorded skipped and
+    # webhook deliveries are stored and held until it is off. Every process reads it at start.
+    disable_automations: bool = False
+
     # Run-seconds all rules together may use per UTC day (None: no cluster-wide cap).
     budget_run_seconds_per_day: float | None = Field(default=None, gt=0)
     # Where lanes (git worktrees) are created: <lanes_root>/<project>/<lane>.

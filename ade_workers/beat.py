@@ -63,6 +63,7 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             self.beat_id,
             clock=clock,
             stale_after=timedelta(seconds=settings.beat_stale_claim_seconds),
+            automations_disabled=settings.disable_automations,
         )
         jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)

@@ -1,6 +1,9 @@
 """The deferred lane-cleanup sweep: every 60 s, claimed by one beat, it deletes the lanes whose
 `delete-lane ... after_minutes` came due.
 
+A cleanup that fails fails the run it belongs to (a `succeeded` run becomes `failed`, with the
+step's error), as ADE does: a run whose lane is left behind did not finish its work.
+
 Each due row moves `scheduled -> executing` under this sweeper's name; the worktree, branch
 (and remote branch, if asked) are deleted, the lane row is marked deleted, and the result is
 appended to the original run as one more step. Deleting is idempotent, so a sweeper killed
@@ -70,7 +73,12 @@ def _carry_out(
     try:
         repo = lanes.require_repository(settings.project_root(project))
         deleted = lanes.delete_lane(
-            repo, lane.path, lane.branch, force=cleanup.force, remote=cleanup.delete_remote
+            repo,
+            lane.path,
+            lane.branch,
+            force=cleanup.force,
+            remote=cleanup.delete_remote,
+            delete_branch=cleanup.delete_branch,
         )
         result = {"lane": {**lane.to_dict(), "deleted": True}, "note": deleted.note}
     except AdeError as exc:
@@ -82,6 +90,9 @@ def _carry_out(
             lanes_db.mark_deleted(session, lane.id)
         lanes_db.finish_cleanup(session, cleanup.id, status, result, error)
         _append_step(session, cleanup, lane.name, result, error, now)
+        if error is not None:  # the run's work is not done until its cleanup is
+            failure = f"step {cleanup.step_id!r}: {error}"
+            runs_db.fail_after_cleanup(session, cleanup.run_id, failure)
     if error is None and sender is not None:
         emit_lane_event(
             session_factory, sender, "lane.deleted", lane.to_dict(), project, cleanup.run_id

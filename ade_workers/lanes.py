@@ -283,9 +283,16 @@ def _refuse_dirty(worktree: Path) -> None:
 
 
 def delete_lane(
-    repo: Path, lane_path: Path, branch: str, *, force: bool = False, remote: str | None = None
+    repo: Path,
+    lane_path: Path,
+    branch: str,
+    *,
+    force: bool = False,
+    remote: str | None = None,
+    delete_branch: bool = True,
 ) -> DeleteResult:
-    """Remove the lane's worktree, branch and optionally its remote branch; safe to repeat."""
+    """Remove the lane's worktree, its branch (unless `delete_branch` is false) and optionally
+    its remote branch; safe to repeat."""
     repo = require_repository(repo)
     _no_option(branch, "branch")
     path = Path(os.path.realpath(lane_path))
@@ -310,8 +317,10 @@ def delete_lane(
         )
     # Clears a registration whose directory vanished (e.g. a crash inside `worktree remove`).
     git(repo, "worktree", "prune")
-    removed_branch = _branch_exists(repo, branch)
-    if removed_branch:
+    removed_branch = delete_branch and _branch_exists(repo, branch)
+    if not delete_branch:
+        done.append(f"kept branch {branch}")
+    elif removed_branch:
         git(repo, "branch", "-D", branch)
         done.append(f"deleted branch {branch}")
     removed_remote = False

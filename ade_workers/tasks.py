@@ -83,7 +83,12 @@ def register_tasks(
         statuses: list[str | None] = []
         for event_id in event_ids:
             try:
-                status = dispatch_ingress_event(runtime.session_factory, runtime.sender, event_id)
+                status = dispatch_ingress_event(
+                    runtime.session_factory,
+                    runtime.sender,
+                    event_id,
+                    automations_disabled=settings.disable_automations,
+                )
             except EventDeferredError as exc:
                 log.warning("%s", exc.message)
                 status = None

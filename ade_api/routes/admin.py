@@ -13,6 +13,7 @@ from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import Problem
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import Role
+from ade_tasks.dispatch import AUTOMATIONS_DISABLED
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 
@@ -66,6 +67,10 @@ class Me(BaseModel):
 
     name: str
     role: Role
+    automations_disabled: bool = Field(
+        default=False, description="the kill switch ADE_DISABLE_AUTOMATIONS is on"
+    )
+    notice: str | None = Field(default=None, description="what the kill switch means, when on")
 
 
 def principal_of(request: Request) -> Principal:
@@ -81,10 +86,14 @@ TOKEN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/me")
-def me(request: Request) -> Me:
-    """Who the caller's token says it is."""
+def me(request: Request, services: ServicesDep) -> Me:
+    """Who the caller's token says it is, and whether the cluster's kill switch is on."""
     principal = principal_of(request)
-    return Me(name=principal.name, role=principal.role)
+    disabled = services.settings.disable_automations
+    notice = AUTOMATIONS_DISABLED if disabled else None
+    return Me(
+        name=principal.name, role=principal.role, automations_disabled=disabled, notice=notice
+    )
 
 
 @router.get("/tokens")

@@ -28,7 +28,11 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """The database and the broker are reachable (503 with the reasons otherwise)."""
+    """The database and the broker are reachable (503 with the reasons otherwise).
+
+    `automations` says whether triggers create runs: `disabled` while the kill switch
+    `ADE_DISABLE_AUTOMATIONS` is on. That does not make the replica unready (the API still
+    serves history, approvals and stores webhook deliveries), so the status code ignores it."""
 
     def check_db() -> str | None:
         # Once more on a fresh connection if the pooled one died: a database that restarted and
@@ -44,7 +48,8 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     )
     checks = {"database": db_error or "ok", "broker": broker_error or "ok"}
     ready = db_error is None and broker_error is None
+    automations = "disabled" if services.settings.disable_automations else "enabled"
     return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks},
+        {"status": "ready" if ready else "not ready", "checks": checks, "automations": automations},
         status_code=200 if ready else 503,
     )

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ade_api.auth import actor
+from ade_api.auth import actor, forcing_admin
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.rule_health import live_state, refuse_unready, rule_out
 from ade_api.schemas import (
@@ -425,6 +425,9 @@ async def start_manual_run(
 ) -> ManualRunAccepted:
     """Start a manual run. A repeated `Idempotency-Key` returns the run the first call created.
 
+    While the cluster's kill switch is on (`ADE_DISABLE_AUTOMATIONS=1`) it is refused with 409,
+    unless an admin token sends `force: true` (the run records who forced it; 403 for others).
+
     If the broker is unreachable the run is still recorded (`sent: false`); the recovery sweep
     sends it when the broker is back, so nothing is lost. A database connection lost under the
     call (a restart, a failover) is replaced and the dispatch repeated, storing the run once; a
@@ -435,9 +438,14 @@ async def start_manual_run(
     # Without an Idempotency-Key the request's own id is the key, so the dispatch can be
     # repeated safely when the database connection dies under it (stored once either way).
     key = idempotency_key or f"request:{uuid.uuid4().hex}"
-    trigger = TriggerEvent.manual(body.inputs, key=key, by=body.requested_by)
+    forced_by = forcing_admin(request, body.force, body.requested_by)
+    trigger = TriggerEvent.manual(body.inputs, key=key, by=body.requested_by, forced_by=forced_by)
     result = await run_in_threadpool(
-        partial(dispatch_retrying, own_key=idempotency_key is None),
+        partial(
+            dispatch_retrying,
+            own_key=idempotency_key is None,
+            automations_disabled=services.settings.disable_automations,
+        ),
         services.session_factory, services.sender, rule_id, trigger,
     )  # fmt: skip
     run_url = str(request.url_for("get_run", run_id=result.run.id))

@@ -235,11 +235,16 @@ async def retry_run(
             # the request's own id without a key, so a lost connection can be retried safely
             key = f"retry:{run_id}:{idempotency_key or 'request:' + uuid.uuid4().hex}"
             payload = {**row.trigger, "retry_of": run_id}
+            payload.pop("forced_by", None)  # forcing past the kill switch is not inherited
             return row.rule_id, TriggerEvent(row.trigger_type, summary[:500], payload, key)
 
     rule_id, trigger = await run_in_threadpool(source)
     result = await run_in_threadpool(
-        partial(dispatch_retrying, own_key=idempotency_key is None),
+        partial(
+            dispatch_retrying,
+            own_key=idempotency_key is None,
+            automations_disabled=services.settings.disable_automations,
+        ),
         services.session_factory, services.sender, rule_id, trigger,
     )  # fmt: skip
     if result.created:

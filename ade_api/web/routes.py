@@ -646,7 +646,11 @@ async def start_run(request: Request, rule_id: str) -> Response:
         own = f"ui:{key[:64]}" if key else f"request:{uuid.uuid4().hex}"
         trigger = TriggerEvent.manual(inputs, key=own, by=actor(request, None))
         result = await run_in_threadpool(
-            partial(dispatch_retrying, own_key=not key),
+            partial(
+                dispatch_retrying,
+                own_key=not key,
+                automations_disabled=services.settings.disable_automations,
+            ),
             services.session_factory, services.sender, rule_id, trigger,
         )  # fmt: skip
     except AdeError as exc:

@@ -140,6 +140,7 @@ def schedule_cleanup(
     due_at: datetime,
     force: bool,
     delete_remote: str | None,
+    delete_branch: bool = True,
 ) -> int:
     """Defer a lane's deletion; returns the cleanup's id."""
     row = ScheduledCleanupRow(
@@ -148,6 +149,7 @@ def schedule_cleanup(
         lane_id=lane_id,
         force=force,
         delete_remote=delete_remote,
+        delete_branch=delete_branch,
         due_at=due_at,
         status=CleanupStatus.SCHEDULED,
         attempts=0,

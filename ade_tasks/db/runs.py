@@ -455,7 +455,7 @@ def move_in_review_queue(session: Session, run_id: str, queue_status: str) -> Ru
 
 # --- the operator's view of one run: events, progress, cancel, retry ------------------------
 
-#: Statuses a run never leaves.
+#: Statuses a run never leaves (but for `fail_after_cleanup`: succeeded -> failed).
 FINAL_STATUSES = frozenset(
     {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
      RunStatus.SKIPPED}
@@ -619,6 +619,25 @@ def agent_usage(session: Session, run_id: str, steps: Sequence[RunStepRow]) -> d
         _sum_usage(totals, one["input_tokens"], one["output_tokens"], one["cost_usd"])
     totals["tokens"] = totals["input_tokens"] + totals["output_tokens"]
     return {**totals, "steps": per_step}
+
+
+CLEANUP_FAILED_EVENT = "run.cleanup_failed"
+
+
+def fail_after_cleanup(session: Session, run_id: str, error: str) -> bool:
+    """A deferred cleanup of the run failed: a `succeeded` run becomes `failed` with the
+    cleanup's error (the one transition out of a final status: the run's work was not done
+    after all); a run that had failed, was cancelled or timed out keeps its own outcome and
+    error. Either way the transcript records it. True when the run's status changed."""
+    changed = session.execute(
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.SUCCEEDED)
+        .values(status=RunStatus.FAILED, error=error[:MAX_ERROR])
+        .returning(RUNS.c.id)
+    ).scalar_one_or_none()
+    if changed is not None or session.get(RunRow, run_id) is not None:
+        append_event(session, run_id, CLEANUP_FAILED_EVENT, {"error": error[:MAX_ERROR]})
+    return changed is not None
 
 
 def cancel_run(

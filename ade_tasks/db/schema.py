@@ -279,6 +279,7 @@ class ScheduledCleanupRow(Base):
     lane_id: Mapped[str] = mapped_column(String(36))
     force: Mapped[bool] = mapped_column(Boolean, default=False)
     delete_remote: Mapped[str | None] = mapped_column(String(255))
+    delete_branch: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
     due_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(16))
     claimed_by: Mapped[str | None] = mapped_column(String(255))
@@ -539,3 +540,20 @@ class HeartbeatRow(Base):
     #: Seconds until this process's next heartbeat (a poller: its next cycle, backoff included).
     every_seconds: Mapped[float] = mapped_column(Float)
     detail: Mapped[dict[str, Any]]
+
+
+#: `rule_pauses.trigger_index` of a pause that holds the whole rule (every automatic trigger).
+WHOLE_RULE = -1
+
+
+class RulePauseRow(Base):
+    """A paused rule (trigger_index `WHOLE_RULE`) or one paused trigger of it: who paused it,
+    when and why. Resuming deletes the row; the audit log keeps both calls."""
+
+    __tablename__ = "rule_pauses"
+
+    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trigger_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    note: Mapped[str] = mapped_column(String(1000))
+    paused_by: Mapped[str] = mapped_column(String(255))
+    paused_at: Mapped[datetime]

@@ -75,10 +75,19 @@ def dispatch_ingress_event(
     *,
     deadline: float = MATCH_DEADLINE_SECONDS,
     clock: Callable[[], float] = time.monotonic,
+    automations_disabled: bool = False,
 ) -> IngressStatus | None:
     """Match and dispatch one stored event; None when it was already handled (a redelivery)
     or another worker is matching it. EventDeferredError when the database failed under it:
-    it stays `received` for the recovery sweep."""
+    it stays `received` for the recovery sweep.
+
+    While `automations_disabled` (the kill switch) is on, the event is held: left `received`
+    and unclaimed (None), so no delivery is lost; the recovery sweep hands it back, and once
+    the switch is off it is matched and run like any other (within the 7 days events are
+    kept)."""
+    if automations_disabled:
+        log.info("ingress event %s held: automations are disabled on this cluster", event_id)
+        return None
     with session_factory.begin() as session:
         claimed = ingress_db.claim_event(session, event_id, utcnow())
     if claimed is None:
@@ -228,7 +237,7 @@ def _matcher(source: str, payload: dict[str, Any]) -> Any:
 
 def _lanes_merged(
     session_factory: SessionFactory, sender: TaskSender, payload: dict[str, Any]
-) -> list[str]:
+) -> list[str]:  # only reached with the kill switch off (see dispatch_ingress_event)
     """A merged pull request from a lane's branch is that lane's `lane.merged` event, keyed by
     the pull request so it fires once however often the delivery is seen."""
     branch, repo, number = payload.get("branch"), payload.get("repo"), payload.get("number")

@@ -118,13 +118,12 @@ KNOWN_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
 
 def canonical_trigger_type(name: str) -> str:
     """Resolve the documented aliases: `commit` -> `git.commit`, `git.pr_*` -> `github.pr_*`,
-    `file.change` -> `file.changed`, `lane.archived` -> `lane.deleted`."""
+    `file.change` -> `file.changed`. (`lane.archived` is refused at validation: lanes here are
+    created and deleted, never archived, so it would only ever have meant deletion.)"""
     if name == "commit":
         return TriggerType.GIT_COMMIT.value
     if name == "file.change":
         return TriggerType.FILE_CHANGED.value
-    if name == "lane.archived":
-        return TriggerType.LANE_DELETED.value
     if name.startswith("git.pr_"):
         return "github." + name.removeprefix("git.")
     return name
@@ -133,6 +132,11 @@ def canonical_trigger_type(name: str) -> str:
 def _normalize_trigger(value: Any) -> Any:
     if isinstance(value, dict) and isinstance(value.get("type"), str):
         kind = canonical_trigger_type(value["type"])
+        if kind == "lane.archived":
+            raise ValueError(
+                "lane.archived is not a trigger here: ADE Tasks lanes are created and deleted, "
+                "never archived; use lane.deleted to run when a lane is deleted"
+            )
         if kind not in KNOWN_TRIGGER_TYPES:
             known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
             raise ValueError(f"unknown trigger type {value['type']!r} (known: {known})")
@@ -509,7 +513,29 @@ class DeleteLaneAction(_Step):
     target: str | None = None
     after_minutes: float = Field(default=0, ge=0, le=60 * 24 * 30)
     force: bool = False
+    #: The remote whose copy of the branch is deleted too (naming one implies
+    #: `delete_remote_branch: true`); `origin` when only `delete_remote_branch` is set.
     delete_remote: str | None = None
+    #: false keeps the lane's local branch (only the worktree goes).
+    delete_branch: bool = True
+    delete_remote_branch: bool | None = None
+
+    @model_validator(mode="after")
+    def _remote_consistent(self) -> DeleteLaneAction:
+        if self.delete_remote_branch is False and self.delete_remote:
+            raise ValueError(
+                f"delete_remote names the remote {self.delete_remote!r} but "
+                "delete_remote_branch is false; drop delete_remote to keep the remote branch, "
+                "or delete_remote_branch to delete it"
+            )
+        return self
+
+    @property
+    def remote(self) -> str | None:
+        """The remote to delete the branch on, or None to leave remotes alone."""
+        if self.delete_remote_branch or self.delete_remote:
+            return self.delete_remote or "origin"
+        return None
 
 
 class PredictConflictsAction(_Step):

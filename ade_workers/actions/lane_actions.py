@@ -73,7 +73,8 @@ def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
                 lane_id=lane.id,
                 due_at=due,
                 force=action.force,
-                delete_remote=action.delete_remote,
+                delete_remote=action.remote,
+                delete_branch=action.delete_branch,
             )
         result = {
             "lane": lane.to_dict(),
@@ -83,7 +84,13 @@ def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
         output = f"scheduled: lane {lane.name!r} will be deleted at {due:%Y-%m-%d %H:%M} UTC"
         return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
     try:
-        deleted = remove_lane(context, lane, force=action.force, remote=action.delete_remote)
+        deleted = remove_lane(
+            context,
+            lane,
+            force=action.force,
+            remote=action.remote,
+            delete_branch=action.delete_branch,
+        )
     except AdeError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"step {action.id!r}: {exc.message}")
     triggered = _emit(context, "lane.deleted", lane.to_dict())
@@ -96,12 +103,19 @@ def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
 
 
 def remove_lane(
-    context: StepContext, lane: LaneRef, *, force: bool, remote: str | None
+    context: StepContext,
+    lane: LaneRef,
+    *,
+    force: bool,
+    remote: str | None,
+    delete_branch: bool = True,
 ) -> lanes.DeleteResult:
     """Delete the worktree and branch (a lane already gone is a no-op) and mark the row."""
     assert context.sessions is not None
     repo = lanes.require_repository(context.project_root)
-    deleted = lanes.delete_lane(repo, lane.path, lane.branch, force=force, remote=remote)
+    deleted = lanes.delete_lane(
+        repo, lane.path, lane.branch, force=force, remote=remote, delete_branch=delete_branch
+    )
     if lane.id:
         with context.sessions.begin() as session:
             lanes_db.mark_deleted(session, lane.id)
@@ -140,8 +154,9 @@ def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
     """Start the runs of rules triggered by this lane event; their ids."""
     if context.sender is None or context.sessions is None:
         return []
+    disabled = context.settings is not None and context.settings.disable_automations
     return emit_lane_event(context.sessions, context.sender, kind, lane, context.rule.project,
-                           context.run_id)  # fmt: skip
+                           context.run_id, automations_disabled=disabled)  # fmt: skip
 
 
 def _target(step_id: str, name: str | None, context: StepContext) -> LaneRef:

@@ -78,7 +78,12 @@ def test_a_viewer_reads_but_cannot_act_and_an_operators_calls_are_audited(
 ) -> None:
     with client(api, token(cluster, Role.VIEWER, "watcher")) as viewer:
         assert viewer.get("/api/v1/runs").status_code == 200
-        assert viewer.get("/api/v1/me").json() == {"name": "watcher", "role": "viewer"}
+        assert viewer.get("/api/v1/me").json() == {
+            "name": "watcher",
+            "role": "viewer",
+            "automations_disabled": False,
+            "notice": None,
+        }
         for method, path, body in (
             ("POST", "/api/v1/rules/hello/runs", {}),
             ("POST", "/api/v1/inputs/1/answer", {"answer": "accept"}),
@@ -109,7 +114,8 @@ def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
     assert created.status_code == 201, created.text
     secret = created.json()["token"]
     with client(api, secret) as robot:
-        assert robot.get("/api/v1/me").json() == {"name": "robot", "role": "operator"}
+        me = robot.get("/api/v1/me").json()
+        assert (me["name"], me["role"]) == ("robot", "operator")
         listed = api.get("/api/v1/tokens").json()
         assert secret not in json.dumps(listed)
         revoked = api.delete(f"/api/v1/tokens/{created.json()['id']}")

@@ -1,7 +1,7 @@
 """heartbeats: the newest sign of life of each beat and GitHub poller, for rule health
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0014
 Create Date: 2026-12-10
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0015"
-down_revision = "0012"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
