@@ -33,6 +33,7 @@ from ade_api.routes import (
     operations,
     rules,
     runs,
+    scheduled,
     usage,
     webhooks,
 )
@@ -151,6 +152,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(runs.router)
+    app.include_router(scheduled.router)
     app.include_router(operations.router)
     app.include_router(ingress.router)
     app.include_router(admin.router)
