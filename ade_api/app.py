@@ -34,6 +34,7 @@ from ade_api.routes import (
     pauses,
     rules,
     runs,
+    scheduled,
     usage,
     webhooks,
 )
@@ -153,6 +154,7 @@ def create_app(
     app.include_router(rules.router)
     app.include_router(pauses.router)
     app.include_router(runs.router)
+    app.include_router(scheduled.router)
     app.include_router(operations.router)
     app.include_router(ingress.router)
     app.include_router(admin.router)

@@ -306,6 +306,13 @@ def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--force", is_flag=True, help="run even while ADE_DISABLE_AUTOMATIONS is on (admin token)"
 )
+@click.option(
+    "--at",
+    "at",
+    metavar="TIME",
+    help="fire once at TIME instead of now (2026-12-24T18:00:00+01:00)",
+)
+@click.option("--in", "delay", metavar="DURATION", help="fire once after DURATION (90s, 10m, 2h)")
 @url_option
 @json_option
 @click.pass_obj
@@ -317,24 +324,53 @@ def run(
     idempotency_key: str | None,
     timeout: float,
     force: bool,
+    at: str | None,
+    delay: str | None,
     url: str | None,
     as_json: bool,
 ) -> None:
-    """Start a manual run of RULE_ID."""
+    """Start a manual run of RULE_ID now, or schedule it with --at or --in (listed by `runs
+    scheduled`, cancelled by `runs cancel-scheduled` until it fires)."""
+    body: dict[str, Any] = {"inputs": _parse_inputs(inputs)}
+    body.update(_when(at, delay, wait))
     api = Api(settings, url)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    body: dict[str, object] = {"inputs": _parse_inputs(inputs)}
     if force:
         body["force"] = True
-    accepted = api.call(
-        "POST",
-        f"/api/v1/rules/{rule_id}/runs",
-        json=body,
-        headers=headers,
-    )
+    accepted = api.call("POST", f"/api/v1/rules/{rule_id}/runs", json=body, headers=headers)
+    if "run_at" in accepted:  # scheduled, not started
+        from ade_api.cli_runs import report_scheduled
+
+        report_scheduled(accepted, as_json)
+        return
     from ade_api.cli_runs import report_started
 
     report_started(api, accepted, f"run {accepted['run_id']}", wait, timeout, as_json)
+
+
+def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
+    """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
+    from ade_tasks.errors import AdeError
+    from ade_tasks.scheduling import check_zoned, parse_delay
+
+    if at is None and delay is None:
+        return {}
+    if at is not None and delay is not None:
+        fail("give --at TIME or --in DURATION, not both")
+    if wait:
+        fail("--wait follows a run started now; a scheduled run is followed with `runs list`")
+    if at is not None:
+        try:
+            return {"run_at": check_zoned(at, "--at").isoformat()}
+        except ValueError as exc:
+            fail(str(exc))
+    try:
+        seconds = parse_delay(str(delay)).total_seconds()
+    except AdeError as exc:
+        fail(exc.message)
+    if seconds != int(seconds):
+        fail(f"--in {delay!r}: give whole seconds")
+    return {"delay_seconds": int(seconds)}
 
 
 @main.group()

@@ -351,3 +351,67 @@ def report_started(
     if as_json:
         click.echo(json.dumps(final, indent=2))
     sys.exit(0 if final["status"] == "succeeded" else 1)
+
+
+def report_scheduled(scheduled: dict[str, Any], as_json: bool) -> None:
+    """Say a run was scheduled (`run --at/--in`)."""
+    if as_json:
+        click.echo(json.dumps(scheduled, indent=2))
+        return
+    click.echo(
+        f"scheduled run {scheduled['id']} of {scheduled['rule_id']} fires at "
+        f"{scheduled['run_at']}; `ade-tasks runs cancel-scheduled {scheduled['id']}` cancels it"
+    )
+
+
+@runs.command("scheduled")
+@click.option("--rule", "rule_id", help="only this rule's")
+@click.option(
+    "--all", "show_all", is_flag=True, help="also those that fired, missed or were cancelled"
+)
+@url_option
+@json_option
+@click.pass_obj
+def runs_scheduled(
+    settings: Settings, rule_id: str | None, show_all: bool, url: str | None, as_json: bool
+) -> None:
+    """Scheduled runs (one-shot triggers and `run --at/--in`), soonest first: pending ones
+    unless --all."""
+    params: dict[str, Any] = {"limit": 1000}
+    if rule_id:
+        params["rule_id"] = rule_id
+    if not show_all:
+        params["status"] = ["pending", "claimed"]
+    rows = Api(settings, url).call("GET", "/api/v1/scheduled-runs", params=params)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no scheduled runs" + ("" if show_all else " pending (--all shows the rest)"))
+    for row in rows:
+        what = f"trigger #{row['trigger_index']}" if row["trigger_index"] is not None else "manual"
+        outcome = f"  run {row['run_id']}" if row.get("run_id") else ""
+        reason = f"  {row['reason']}" if row.get("reason") else ""
+        click.echo(
+            f"{row['id']}  {row['run_at']}  {row['status']:<9} {row['rule_id']} ({what})"
+            f"{outcome}{reason}"
+        )
+
+
+@runs.command("cancel-scheduled")
+@click.argument("scheduled_id")
+@by_option
+@url_option
+@json_option
+@click.pass_obj
+def runs_cancel_scheduled(
+    settings: Settings, scheduled_id: str, by: str | None, url: str | None, as_json: bool
+) -> None:
+    """Cancel a scheduled run before it fires."""
+    row = Api(settings, url).call(
+        "POST", f"/api/v1/scheduled-runs/{scheduled_id}/cancel", json={"by": by}
+    )
+    if as_json:
+        click.echo(json.dumps(row, indent=2))
+        return
+    click.echo(f"scheduled run {scheduled_id} cancelled: {row['reason']}")

@@ -113,9 +113,16 @@ class DispatchResult:
 def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str, Any]) -> None:
     """A schedule fires only while the rule still has that trigger with the same cron, so an
     edit between a beat's tick and its fire never fires the old schedule."""
-    index, cron = payload.get("trigger_index"), payload.get("cron")
+    index, cron, once = payload.get("trigger_index"), payload.get("cron"), payload.get("once")
     triggers = snapshot.rule.triggers
     current = triggers[index] if isinstance(index, int) and 0 <= index < len(triggers) else None
+    if once is not None:  # a one-shot trigger: the same run_at / delay_seconds
+        if not isinstance(current, ScheduleTrigger) or current.once != once:
+            raise AdmissionError(
+                f"rule {snapshot.id!r} no longer has schedule trigger #{index} with {once}; "
+                "the trigger was edited or removed before it fired"
+            )
+        return
     if not isinstance(current, ScheduleTrigger) or current.cron != cron:
         raise AdmissionError(
             f"rule {snapshot.id!r} no longer has schedule trigger #{index} with cron {cron!r}; "

@@ -13,6 +13,9 @@ Timing rules:
 * a trigger seen for the first time (a new rule, an edited cron) starts at the next slot;
   a known one resumes after its newest claimed slot.
 
+One-shot triggers (`run_at`, `delay_seconds`) and scheduled manual runs are stored as scheduled
+runs and fired on the same ticks with the same timing rules (`ade_tasks.one_shots`).
+
 Error boundaries: each trigger of each rule is evaluated on its own. A stored document this
 version cannot read, or a trigger whose schedule cannot be evaluated (a cron that never fires,
 stored before validation refused such crons; a time zone this machine does not know), becomes
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -47,9 +50,10 @@ from ade_tasks.db.schema import (
 )
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError, TransientError
+from ade_tasks.one_shots import OneShotFirer, TriggerOnce
 from ade_tasks.rules.loader import validation_problems
 from ade_tasks.rules.models import ScheduleTrigger
-from ade_tasks.scheduling import CronCursor, ScheduleSpec
+from ade_tasks.scheduling import LATE_TOLERANCE, CronCursor, ScheduleSpec
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,6 @@ def simulated_clock(origin: datetime, speed: float, started: datetime | None = N
     return now
 
 
-LATE_TOLERANCE = timedelta(minutes=1)
 STALE_CLAIM = timedelta(minutes=1)
 LOCK_TIMEOUT = timedelta(seconds=2)
 MISSED_RECORDED = 1000
@@ -83,6 +86,7 @@ class TickReport:
     skipped: dict[OccurrenceKey, str] = field(default_factory=dict)
     missed: list[OccurrenceKey] = field(default_factory=list)
     lost: int = 0  # due slots another beat had claimed first
+    once: dict[str, str] = field(default_factory=dict)  # scheduled run id -> what came of it
 
 
 _UNREADABLE: dict[str, str] = {}  # content hash -> why its document cannot be read
@@ -106,9 +110,10 @@ def _parse_stored(content_hash: str, document: object) -> None:
 
 def schedule_specs(
     session_factory: SessionFactory,
-) -> tuple[dict[SpecKey, ScheduleSpec], dict[ProblemKey, str]]:
-    """The schedule triggers of every enabled rule, and the rules whose stored document this
-    version cannot read (those are left out; the others are not held back by them).
+) -> tuple[dict[SpecKey, ScheduleSpec], list[TriggerOnce], dict[ProblemKey, str]]:
+    """The cron and one-shot schedule triggers of every enabled rule, and the rules whose
+    stored document this version cannot read (those are left out; the others are not held
+    back by them).
 
     Reads only ids and content hashes; documents are loaded (and parsed once per process) only
     for hashes not seen before, so a refresh over 10,000 unchanged rules stays cheap.
@@ -116,10 +121,10 @@ def schedule_specs(
     table = RuleRow.__table__
     with session_factory() as session:
         rows = session.execute(
-            select(table.c.id, table.c.content_hash).where(table.c.enabled)
+            select(table.c.id, table.c.content_hash, table.c.updated_at).where(table.c.enabled)
         ).all()
         unseen = sorted(
-            {h for _, h in rows if rules_db.cached_rule(h) is None and h not in _UNREADABLE}
+            {h for _, h, _ in rows if rules_db.cached_rule(h) is None and h not in _UNREADABLE}
         )
         for start in range(0, len(unseen), 1000):
             chunk = unseen[start : start + 1000]
@@ -130,8 +135,9 @@ def schedule_specs(
             ):
                 _parse_stored(content_hash, document)
     specs = {}
+    once: list[TriggerOnce] = []
     problems: dict[ProblemKey, str] = {}
-    for rule_id, content_hash in rows:
+    for rule_id, content_hash, updated_at in rows:
         rule = rules_db.cached_rule(content_hash)
         if rule is None:  # unreadable, or changed between the two reads (the next refresh)
             if content_hash in _UNREADABLE:
@@ -141,12 +147,17 @@ def schedule_specs(
                 )
             continue
         for index, trigger in enumerate(rule.triggers):
-            if isinstance(trigger, ScheduleTrigger):
+            if not isinstance(trigger, ScheduleTrigger):
+                continue
+            if trigger.cron is None:  # run_at / delay_seconds: fired once (ade_tasks.one_shots)
+                stored_at = updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
+                once.append(TriggerOnce(rule_id, index, trigger, stored_at))
+            else:
                 spec = ScheduleSpec(
                     rule_id, index, trigger.cron, trigger.timezone, trigger.catchup_window
                 )
                 specs[(rule_id, index, trigger.cron)] = spec
-    return specs, problems
+    return specs, once, problems
 
 
 class Scheduler:
@@ -181,6 +192,7 @@ class Scheduler:
         self._backlog_missed: list[OccurrenceKey] = []
         self._failed: dict[SpecKey, tuple[ScheduleSpec, str]] = {}  # left out until edited
         self.problems: dict[ProblemKey, str] = {}
+        self._one_shots = OneShotFirer(session_factory, sender, beat_id, stale_after)
 
     def now(self) -> datetime:
         """This beat's clock."""
@@ -188,7 +200,8 @@ class Scheduler:
 
     def refresh(self, now: datetime) -> None:
         """Pick up added, edited and removed rules; cursors of unchanged triggers are kept."""
-        specs, problems = schedule_specs(self._session_factory)
+        specs, once, problems = schedule_specs(self._session_factory)
+        self._one_shots.store_triggers(once)
         self._failed = {k: f for k, f in self._failed.items() if specs.get(k) == f[0]}
         new = [key for key in specs if key not in self._cursors and key not in self._failed]
         resume: dict[SpecKey, datetime] = {}
@@ -272,6 +285,7 @@ class Scheduler:
         ):
             self._stale_checked_at = real_now
             self._refire_stale_claims(real_now, report)
+        report.once = self._one_shots.tick(now)
         return report
 
     def _due(self, now: datetime) -> tuple[list[OccurrenceKey], list[OccurrenceKey]]:

@@ -24,14 +24,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
-from ade_tasks.errors import AdeError
-from ade_tasks.rules.models import CRON_ALIASES, Rule, ScheduleTrigger
+from ade_tasks.errors import AdeError, InvalidInputError
+from ade_tasks.rules.models import CRON_ALIASES, Rule, ScheduleTrigger, parse_duration
 
 CRON_HORIZON_YEARS = 5
+#: How late a slot (or a one-shot run) may fire and still count as on time.
+LATE_TOLERANCE = timedelta(minutes=1)
 
 _ALIAS_EXPANSION = {
     "@yearly": "0 0 1 1 *",
@@ -169,11 +172,78 @@ def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedul
     evaluated on its own: one that cannot fire carries its problem and no times."""
     found = []
     for index, trigger in enumerate(rule.triggers):
-        if not isinstance(trigger, ScheduleTrigger):
-            continue
+        if not isinstance(trigger, ScheduleTrigger) or trigger.cron is None:
+            continue  # one-shot triggers are listed as scheduled runs, not previewed here
         spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
         try:
             found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
         except ScheduleError as exc:
             found.append(TriggerSchedule(index, trigger, [], f"triggers.{index}: {exc.message}"))
     return found
+
+
+# --- one-shot times (`ade_tasks.one_shots` fires them) -------------------------------------
+
+
+def check_zoned(value: Any, field: str) -> Any:
+    """Refuse a timestamp without `Z` or an offset (a string or a datetime); others pass."""
+    text = value.isoformat() if isinstance(value, datetime) else value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise ValueError(
+                f"{field} {value!r} is not an ISO 8601 timestamp; write e.g. "
+                "2026-12-24T18:00:00+01:00 or 2026-12-24T17:00:00Z"
+            ) from None
+        value = parsed
+    if isinstance(value, datetime) and value.tzinfo is None:
+        raise ValueError(
+            f"{field} {text} has no time zone, so it would mean a different moment on every "
+            f"machine; write it with Z or an offset, e.g. {text}Z or {text}+01:00"
+        )
+    return value
+
+
+def grace(catchup_window: timedelta | None) -> timedelta:
+    """How late a one-shot may fire: the catch-up window, at least `LATE_TOLERANCE`."""
+    return max(LATE_TOLERANCE, catchup_window or timedelta(0))
+
+
+def check_not_past(
+    when: datetime,
+    catchup_window: timedelta | None,
+    field: str,
+    now: datetime | None = None,
+) -> None:
+    """Refuse a time so far in the past that no beat would fire it any more."""
+    late = (now or datetime.now(UTC)) - when
+    if late > grace(catchup_window):
+        window = f"its catchup_window ({span(catchup_window)})" if catchup_window else "1 min"
+        raise ValueError(
+            f"{field} {when.isoformat()} is {span(late)} in the past, beyond {window}, so it "
+            "would never fire; give a time in the future (or a catchup_window that reaches it)"
+        )
+
+
+def parse_delay(text: str, field: str = "--in") -> timedelta:
+    """`90`, `90s`, `10m`, `2h`, `1d` as a non-negative delay; InvalidInputError otherwise."""
+    try:
+        delay = parse_duration(text.strip())
+    except ValueError as exc:
+        raise InvalidInputError(f"{field}: {exc}") from None
+    if delay < timedelta(0):
+        raise InvalidInputError(f"{field}: a delay must be 0 or more, not {text!r}")
+    return delay
+
+
+def span(delta: timedelta) -> str:
+    """A duration as people write it: `45s`, `3min 20s`, `2h 5min`, `1d 4h`."""
+    seconds = int(delta.total_seconds())
+    if seconds >= 86400:
+        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}min"
+    if seconds >= 60:
+        return f"{seconds // 60}min {seconds % 60}s"
+    return f"{seconds}s"

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ade_api.auth import actor, forcing_admin
-from ade_api.deps import ServicesDep, SessionDep
+from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.rule_health import live_state, refuse_unready, rule_out
 from ade_api.schemas import (
     By,
@@ -25,16 +25,19 @@ from ade_api.schemas import (
     OccurrenceOut,
     Problem,
     RuleOut,
+    ScheduledRunOut,
     SchedulePreview,
     ScheduleTriggerPreview,
     TrustGranted,
     TrustRequest,
 )
 from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
-from ade_tasks.errors import RuleProblem
+from ade_tasks.errors import AdmissionError, RuleProblem
+from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.loader import parse_rule, parse_yaml
 from ade_tasks.rules.models import Rule
 from ade_tasks.scheduling import rule_schedules
@@ -389,7 +392,7 @@ def schedule_preview(
         triggers.append(
             TriggerSchedule(
                 trigger_index=found.index,
-                cron=found.trigger.cron,
+                cron=found.trigger.cron or "",
                 timezone=found.trigger.timezone,
                 next=[FireTime(utc=t, local=t.astimezone(zone)) for t in found.times],
                 problem=found.problem,
@@ -422,11 +425,16 @@ async def start_manual_run(
     services: ServicesDep,
     body: ManualRunRequest | None = None,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> ManualRunAccepted:
+) -> ManualRunAccepted | ScheduledRunOut:
     """Start a manual run. A repeated `Idempotency-Key` returns the run the first call created.
 
     While the cluster's kill switch is on (`ADE_DISABLE_AUTOMATIONS=1`) it is refused with 409,
     unless an admin token sends `force: true` (the run records who forced it; 403 for others).
+
+    With `run_at` or `delay_seconds` the run is scheduled instead (202 with the scheduled run):
+    the beats fire it once at that time, with the inputs checked now and again when it fires;
+    `GET /api/v1/scheduled-runs` lists it and `POST /api/v1/scheduled-runs/{id}/cancel` cancels
+    it until it fires.
 
     If the broker is unreachable the run is still recorded (`sent: false`); the recovery sweep
     sends it when the broker is back, so nothing is lost. A database connection lost under the
@@ -435,6 +443,11 @@ async def start_manual_run(
     `Idempotency-Key` to be sure it starts one run).
     """
     body = body or ManualRunRequest()
+    run_at = body.scheduled_for(utcnow())
+    if run_at is not None:
+        return await run_in_threadpool(
+            schedule_run, services, request, response, rule_id, body, run_at, idempotency_key
+        )
     # Without an Idempotency-Key the request's own id is the key, so the dispatch can be
     # repeated safely when the database connection dies under it (stored once either way).
     key = idempotency_key or f"request:{uuid.uuid4().hex}"
@@ -471,3 +484,38 @@ async def start_manual_run(
         message=message,
         run_url=run_url,
     )
+
+
+def schedule_run(
+    services: Services,
+    request: Request,
+    response: Response,
+    rule_id: str,
+    body: ManualRunRequest,
+    run_at: datetime,
+    idempotency_key: str | None,
+) -> ScheduledRunOut:
+    """Store a scheduled manual run after the checks a run now would meet (the rule exists and
+    is trusted, the inputs fit), so a mistake is refused now, not when it fires."""
+    with services.session_factory.begin() as session:
+        snapshot = rules_db.rule_snapshots(session, [rule_id]).get(rule_id)
+        if snapshot is None:
+            raise rules_db.rule_not_found(rule_id)
+        untrusted = snapshot.untrusted_reason()
+        if untrusted:
+            raise AdmissionError(untrusted)
+        inputs = resolve_inputs(snapshot.rule, body.inputs)
+        row, _created = once_db.schedule_manual(
+            session,
+            rule_id,
+            run_at,
+            inputs=inputs,
+            requested_by=actor(request, body.requested_by),
+            catchup_window=body.catchup_window,
+            key=idempotency_key,
+        )
+        scheduled = ScheduledRunOut.model_validate(row)
+    response.headers["Location"] = str(
+        request.url_for("get_scheduled_run", scheduled_id=scheduled.id)
+    )
+    return scheduled

@@ -220,6 +220,44 @@ class ScheduleOccurrenceRow(Base):
     duplicate_claims: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class OneShotStatus(StrEnum):
+    """Where a scheduled (one-shot) run stands (wire values)."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    CANCELLED = "cancelled"
+
+
+class ScheduledRunRow(Base):
+    """A run scheduled to fire once: a rule's `run_at`/`delay_seconds` trigger, or an operator's
+    scheduled manual run (`trigger_index` None). Claimed by exactly one beat when due."""
+
+    __tablename__ = "scheduled_runs"
+    __table_args__ = (
+        Index("ix_scheduled_runs_status_run_at", "status", "run_at"),
+        Index("ix_scheduled_runs_rule_id_run_at", "rule_id", "run_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    rule_id: Mapped[str] = mapped_column(String(64))
+    trigger_index: Mapped[int | None] = mapped_column(Integer)
+    spec: Mapped[str | None] = mapped_column(String(64))  # the trigger's `once`, for triggers
+    run_at: Mapped[datetime]
+    catchup_seconds: Mapped[int | None] = mapped_column(Integer)
+    inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    requested_by: Mapped[str] = mapped_column(String(255), default="")
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_by: Mapped[str | None] = mapped_column(String(255))
+    claimed_at: Mapped[datetime | None]
+    run_id: Mapped[str | None] = mapped_column(String(36))
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 class QueueStatus(StrEnum):
     """Where a finished run stands in the review queue (wire values)."""
 

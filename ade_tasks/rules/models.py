@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -190,16 +190,46 @@ class _Document(BaseModel):
 
 
 class ScheduleTrigger(_Document):
-    """Fire on a 5-field cron expression (or an `@hourly`-style alias) in an IANA time zone."""
+    """Fire on a 5-field cron expression (or an `@hourly`-style alias) in an IANA time zone, or
+    once: at `run_at` (a timestamp with `Z` or an offset), or `delay_seconds` after the rule's
+    current version was stored (so an unchanged rule file synced again does not fire again;
+    an edit that stores a new version schedules it anew). Exactly one of the three.
+
+    A one-shot trigger fires once through the same beat claims as a cron slot (catch-up and
+    overlap apply); `ade_tasks.one_shots` turns it into a stored scheduled run.
+    """
 
     type: Literal["schedule"]
-    cron: str
+    cron: str | None = None
     timezone: str = "UTC"
     catchup_window: Duration | None = None
+    run_at: datetime | None = None
+    delay_seconds: int | None = None
+
+    @property
+    def once(self) -> str | None:
+        """What makes a one-shot trigger what it is (`run_at=...`, `delay_seconds=N`), or None
+        for a cron trigger; a changed value is a different one-shot."""
+        if self.run_at is not None:
+            return f"run_at={self.run_at.isoformat()}"
+        if self.delay_seconds is not None:
+            return f"delay_seconds={self.delay_seconds}"
+        return None
+
+    @model_validator(mode="after")
+    def _exactly_one_when(self) -> ScheduleTrigger:
+        if self.cron is None and self.run_at is None and self.delay_seconds is None:
+            raise ValueError(
+                "a schedule trigger needs exactly one of cron, run_at or delay_seconds; "
+                'add e.g. `cron: "0 3 * * *"` or `run_at: 2026-12-24T18:00:00+01:00`'
+            )
+        return self
 
     @field_validator("cron")
     @classmethod
-    def _valid_cron(cls, value: str, info: ValidationInfo) -> str:
+    def _valid_cron(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
         expr = " ".join(value.split())
         if expr.startswith("@"):
             if expr not in CRON_ALIASES:
@@ -236,12 +266,66 @@ class ScheduleTrigger(_Document):
     @field_validator("catchup_window")
     @classmethod
     def _window_within_retention(cls, value: timedelta | None) -> timedelta | None:
-        if value is not None and (value < timedelta(0) or value > OCCURRENCE_RETENTION):
-            raise ValueError(
-                f"catchup_window must be between 0 and {OCCURRENCE_RETENTION.days} days "
-                "(occurrences are kept that long)"
-            )
+        return check_catchup_window(value)
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _zoned_run_at(cls, value: Any, info: ValidationInfo) -> Any:
+        from ade_tasks.scheduling import check_zoned
+
+        if info.data.get("cron") is not None and value is not None:
+            raise ValueError(_ONE_WHEN.format(field="run_at", other="cron"))
+        return None if value is None else check_zoned(value, "run_at")
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_not_past(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        if value is None:
+            return None
+        from ade_tasks.scheduling import check_not_past
+
+        value = value.astimezone(UTC)
+        if admitting(info):
+            check_not_past(value, info.data.get("catchup_window"), "run_at")
         return value
+
+    @field_validator("delay_seconds")
+    @classmethod
+    def _valid_delay(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return None
+        for other in ("cron", "run_at"):
+            if info.data.get(other) is not None:
+                raise ValueError(_ONE_WHEN.format(field="delay_seconds", other=other))
+        return check_delay(value, "after the rule version is stored")
+
+
+def check_catchup_window(value: timedelta | None) -> timedelta | None:
+    """A catch-up window reaches back at most as far as occurrences are kept."""
+    if value is not None and (value < timedelta(0) or value > OCCURRENCE_RETENTION):
+        raise ValueError(
+            f"catchup_window must be between 0 and {OCCURRENCE_RETENTION.days} days "
+            "(occurrences are kept that long)"
+        )
+    return value
+
+
+def check_delay(value: int, counted: str) -> int:
+    """A `delay_seconds`: 0 up to the longest duration; `counted` says from when."""
+    if value < 0:
+        raise ValueError(
+            f"delay_seconds must be 0 or more (got {value}): it counts the seconds {counted}; "
+            "for a fixed time write run_at"
+        )
+    if value > MAX_DURATION.total_seconds():
+        raise ValueError(f"delay_seconds must be at most {int(MAX_DURATION.total_seconds())}")
+    return value
+
+
+_ONE_WHEN = (
+    "{field} cannot be combined with {other}: a schedule trigger has exactly one of cron, "
+    "run_at and delay_seconds; split it into two triggers"
+)
 
 
 class ManualTrigger(_Document):

@@ -79,7 +79,10 @@ def test_structural_template_and_condition_problems_come_in_one_pass(tmp_path: P
         ("triggers: []", "triggers: must hold at least 1 item, not 0"),
         ("enabled: maybe", "enabled: must be true or false, not the string 'maybe'"),
         ("queue: 'a queue'", "queue: 'a queue' is not valid here; use letters, digits, "),
-        ("triggers: [{type: schedule}]", "triggers.0.cron: required; add `cron:`"),
+        (
+            "triggers: [{type: schedule}]",
+            "triggers.0: a schedule trigger needs exactly one of cron, run_at or delay_seconds",
+        ),
         ("triggers: [manual]", "triggers.0: must be a mapping (field: value), not the string"),
         ("execution: {kind: nope}", "execution: kind 'nope' is not known; use one of "),
         ("execution: {actions: []}", "execution: has no kind; add `kind:` saying which kind"),

@@ -200,7 +200,10 @@ def test_cli_validate_prints_file_field_reason_and_exits_non_zero(tmp_path: Path
     )
     result = CliRunner().invoke(main, ["rules", "validate", str(tmp_path)])
     assert result.exit_code == 1
-    assert f"{tmp_path / 'bad.yaml'}:triggers.0.cron: required; add `cron:`" in result.output
+    assert (
+        f"{tmp_path / 'bad.yaml'}:triggers.0: a schedule trigger needs exactly one of cron, "
+        "run_at or delay_seconds" in result.output
+    )
     assert "1 valid rules in 2 files, 1 problems" in result.output
 
 

@@ -2,7 +2,7 @@
 scheduled_cleanups.delete_branch: a deferred lane deletion may keep the branch
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-02
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
