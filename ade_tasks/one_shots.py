@@ -71,8 +71,10 @@ class OneShotFirer:
         sender: TaskSender,
         beat_id: str,
         stale_after: timedelta,
+        automations_disabled: bool = False,
     ) -> None:
         self._session_factory = session_factory
+        self._automations_disabled = automations_disabled  # ADE_DISABLE_AUTOMATIONS
         self._sender = sender
         self.beat_id = beat_id
         self._stale_after = stale_after
@@ -138,7 +140,12 @@ class OneShotFirer:
         be dispatched is recorded `skipped` with the reason. Database errors propagate (the
         claims stay and are re-fired when stale)."""
         try:
-            results = dispatch_many(self._session_factory, self._sender, [_request(i) for i in due])
+            results = dispatch_many(
+                self._session_factory,
+                self._sender,
+                [_request(i) for i in due],
+                automations_disabled=self._automations_disabled,
+            )
             return [_settled(i, r) for i, r in zip(due, results, strict=True)]
         except Exception as exc:
             if _transient(exc) or len(due) == 1:

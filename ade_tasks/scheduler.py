@@ -192,7 +192,9 @@ class Scheduler:
         self._backlog_missed: list[OccurrenceKey] = []
         self._failed: dict[SpecKey, tuple[ScheduleSpec, str]] = {}  # left out until edited
         self.problems: dict[ProblemKey, str] = {}
-        self._one_shots = OneShotFirer(session_factory, sender, beat_id, stale_after)
+        self._one_shots = OneShotFirer(
+            session_factory, sender, beat_id, stale_after, automations_disabled
+        )
 
     def now(self) -> datetime:
         """This beat's clock."""

@@ -185,3 +185,22 @@ def test_a_scheduled_run_later_than_its_catch_up_is_recorded_missed(
     assert rows[late.id].status == "missed" and rows[late.id].run_id is None
     assert "no beat could fire it within 1min 0s" in (rows[late.id].reason or "")
     assert rows[caught.id].status == "fired"
+
+
+def test_the_kill_switch_skips_a_due_one_shot_with_the_reason(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    add_rule(session_factory, rules_dir, "once.yaml", RULE % "delay_seconds: 0")
+    disabled = Scheduler(
+        session_factory, InMemorySender(), "beat-1", refresh_every=timedelta(0),
+        automations_disabled=True,
+    )  # fmt: skip
+
+    for _ in range(3):
+        disabled.tick()
+
+    with session_factory() as session:
+        runs = session.scalars(select(RunRow)).all()
+    (row,) = scheduled(session_factory)
+    assert runs == []
+    assert row.status == "skipped" and "ADE_DISABLE_AUTOMATIONS=1" in (row.reason or "")

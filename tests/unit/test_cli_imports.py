@@ -1,0 +1,22 @@
+"""Each CLI module imports on its own, whichever is first (they attach commands to the groups of
+`ade_api.cli`, which imports them all at its end: a cycle that once broke `runs` tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ade_api
+
+MODULES = sorted(f"ade_api.{path.stem}" for path in Path(ade_api.__file__).parent.glob("cli*.py"))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_cli_module_imports_first(module: str) -> None:
+    imported = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+    )
+    assert imported.returncode == 0, imported.stderr
