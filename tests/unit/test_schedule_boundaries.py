@@ -117,10 +117,10 @@ def test_an_occurrence_that_cannot_be_dispatched_is_skipped_with_the_reason_alon
     write_minutely_rules(session_factory, rules_dir, 3)
     real = scheduler_module.dispatch_many
 
-    def dispatch_many(factory: Any, sender: Any, requests: Any) -> Any:
+    def dispatch_many(factory: Any, sender: Any, requests: Any, **options: Any) -> Any:
         if any(rule_id == "every-minute-0001" for rule_id, _ in requests):
             raise KeyError("a bug met by this rule only")
-        return real(factory, sender, requests)
+        return real(factory, sender, requests, **options)
 
     monkeypatch.setattr(scheduler_module, "dispatch_many", dispatch_many)
     clock = FakeClock()
