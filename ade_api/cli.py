@@ -20,6 +20,11 @@ from ade_tasks.settings import Settings, get_settings
 USAGE, FAILURE = 2, 1
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 problem`, `2 problems`: a count with its noun."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def fail(message: str, code: int = USAGE) -> NoReturn:
     """Print one `error:` line and exit; the message says what was wrong and what to do."""
     click.echo(f"error: {' '.join(message.split())}", err=True)
@@ -79,7 +84,8 @@ def rules_validate(settings: Settings, directory: str | None) -> None:
     for problem in result.problems:
         click.echo(str(problem), err=True)
     click.echo(
-        f"{len(result.rules)} valid rules in {result.files} files, {len(result.problems)} problems"
+        f"{counted(len(result.rules), 'valid rule')} in {counted(result.files, 'file')}, "
+        f"{counted(len(result.problems), 'problem')}"
     )
     sys.exit(1 if result.problems else 0)
 
@@ -124,6 +130,8 @@ class Api:
         token = settings.effective_api_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers)
+        self._sends_token = bool(token)
+        self._token_file = settings.dev_token_file.absolute()
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -139,6 +147,15 @@ class Api:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
+            if response.status_code == 401 and not self._sends_token:
+                fail(
+                    f"no API token to send to the ADE API at {self.base} ({method} {path} "
+                    f"answered 401): ADE_API_TOKEN is not set and there is no "
+                    f"{self._token_file}; set ADE_API_TOKEN to a token from `ade-tasks tokens "
+                    "create`, or run the CLI in the directory where `ade-tasks dev` runs "
+                    "(it writes its token to .ade/api-token there)",
+                    code=USAGE,
+                )
             if response.status_code == 401:
                 fail(
                     f"the ADE API at {self.base} refused the token ({method} {path} answered "

@@ -210,7 +210,8 @@ class Console:
             self.line(f"  rule problem: {problem}", err=True)
         if loaded.problems:
             self.line(
-                f"rules: {len(loaded.problems)} problem(s); every rule keeps its last good "
+                f"rules: {len(loaded.problems)} problem{'' if len(loaded.problems) == 1 else 's'};"
+                " every rule keeps its last good "
                 "version until the files are fixed, and none is removed meanwhile",
                 err=True,
             )

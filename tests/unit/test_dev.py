@@ -106,4 +106,4 @@ def test_each_rule_problem_is_a_line_and_the_last_good_rules_are_said_to_stay() 
         f"  rule problem: {problems[0]}",
         f"  rule problem: {problems[1]}",
     ]
-    assert lines[-1].startswith("rules: 2 problem(s); every rule keeps its last good version")
+    assert lines[-1].startswith("rules: 2 problems; every rule keeps its last good version")

@@ -65,7 +65,7 @@ def test_cli_validate_reports_the_deep_file_and_counts_the_good_one(tmp_path: Pa
     result = CliRunner().invoke(main, ["rules", "validate", str(tmp_path)])
     assert result.exit_code == 1, result.output
     assert "deep.yaml:" in result.output and "nested deeper than" in result.output
-    assert "1 valid rules in 2 files" in result.output
+    assert "1 valid rule in 2 files" in result.output
 
 
 def test_json_and_yaml_readers_bound_the_depth() -> None:

@@ -68,7 +68,7 @@ def test_structural_template_and_condition_problems_come_in_one_pass(tmp_path: P
     assert len(lines) == len(EXPECTED), "\n".join(lines)
     for line, expected in zip(sorted(lines), sorted(EXPECTED), strict=True):
         assert line.startswith(prefix + expected), line
-    assert f"0 valid rules in 1 files, {len(EXPECTED)} problems" in result.output
+    assert f"0 valid rules in 1 file, {len(EXPECTED)} problems" in result.output
     assert result.exit_code == 1
     assert not [line for line in lines if any(word in line for word in PYDANTIC_WORDS)]
 

@@ -204,7 +204,7 @@ def test_cli_validate_prints_file_field_reason_and_exits_non_zero(tmp_path: Path
         f"{tmp_path / 'bad.yaml'}:triggers.0: a schedule trigger needs exactly one of cron, "
         "run_at or delay_seconds" in result.output
     )
-    assert "1 valid rules in 2 files, 1 problems" in result.output
+    assert "1 valid rule in 2 files, 1 problem" in result.output
 
 
 def test_cli_validate_exits_zero_when_all_rules_are_valid(tmp_path: Path) -> None:
@@ -219,7 +219,7 @@ def test_cli_validate_reads_the_configured_rules_directory(
     write_rule(tmp_path / "configured", "good.yaml", GOOD)
     monkeypatch.setenv("ADE_RULES_DIR", str(tmp_path / "configured"))
     result = CliRunner().invoke(main, ["rules", "validate"])
-    assert result.exit_code == 0 and "1 valid rules in 1 files" in result.output
+    assert result.exit_code == 0 and "1 valid rule in 1 file" in result.output
 
 
 def test_a_literal_notify_url_is_refused_because_it_is_a_credential() -> None:
