@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -146,10 +147,33 @@ def _back(form: Mapping[str, str], default: str) -> str:
 
 
 def _check_run_id(run_id: str) -> None:
+    if not _is_uuid(run_id):
+        raise NotFoundError(f"{run_id!r} is not a run id (run ids are UUIDs)")
+
+
+def _is_uuid(text: str) -> bool:
     try:
-        uuid.UUID(run_id)
+        uuid.UUID(text)
     except ValueError:
-        raise NotFoundError(f"run id {run_id!r} is not a run id (run ids are UUIDs)") from None
+        return False
+    return True
+
+
+_SHORT_ID = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
+
+
+def _full_run_id(session: Any, given: str) -> str | None:
+    """The run a short id (a unique prefix, as the runs table shows) names; None when `given`
+    is no prefix at all. NotFoundError when no run or several runs start with it."""
+    prefix = given.strip().lower()
+    if not _SHORT_ID.fullmatch(prefix):
+        return None
+    found, _ = runs_db.list_runs(session, runs_db.RunFilter(id_prefix=prefix), limit=2)
+    if not found:
+        raise NotFoundError(f"no run id starts with {given!r}; the runs page lists them")
+    if len(found) > 1:
+        raise NotFoundError(f"run id prefix {given!r} matches several runs; give more of it")
+    return str(found[0].id)
 
 
 def _elapsed(started: datetime | None, finished: datetime | None, now: datetime) -> float | None:
@@ -343,6 +367,10 @@ def run_page(request: Request, run_id: str) -> HTMLResponse:
     """One run: status (live while active), the step timeline, steps and output, JUnit counts,
     inputs, findings, transcript."""
     try:
+        if not _is_uuid(run_id):  # a short id, copied from a table or the CLI
+            full = _read(request, lambda session: _full_run_id(session, run_id))
+            if full is not None:
+                return _redirect(f"/ui/runs/{full}")
         _check_run_id(run_id)
         view = _read(request, lambda session: _RunView(session, run_id))
     except AdeError as exc:

@@ -485,3 +485,13 @@ def test_the_rule_page_charts_runs_per_day_and_p50_p95_over_thirty_days(
     occurrence = re.search(r'<table id="occurrences">.*?</table>', page, re.S)
     assert occurrence and fired[:8] in occurrence[0]
     assert '<span class="status status-succeeded">succeeded</span>' in occurrence[0]
+
+
+def test_a_short_run_id_opens_its_run_page(cluster: Cluster, operator: httpx.Client) -> None:
+    run_id = add_run(cluster, "web-demo", utcnow(), 1.0)
+
+    short = operator.get(f"/ui/runs/{run_id[:8]}")
+    unknown = operator.get("/ui/runs/00000000")
+
+    assert short.status_code == 303 and short.headers["location"] == f"/ui/runs/{run_id}"
+    assert unknown.status_code == 404 and "no run id starts with" in unknown.text
