@@ -363,7 +363,7 @@ class _RunView:
 
 
 @router.get("/runs/{run_id}")
-def run_page(request: Request, run_id: str) -> HTMLResponse:
+def run_page(request: Request, run_id: str) -> Response:
     """One run: status (live while active), the step timeline, steps and output, JUnit counts,
     inputs, findings, transcript."""
     try:
