@@ -24,14 +24,18 @@ What it measures, in one run (each side against its own minute boundary, one aft
     sends one entry per tick and compares its whole schedule on every tick, so large N take
     minutes; past `--vanilla-deadline` the figure is reported as a lower bound, extrapolated
     at the observed send rate (raise the deadline to measure it through).
+(c) ADE one-shots (`--one-shots`, default 10,000; 0 skips): that many of the rules also get one
+    scheduled manual run (`run_at`) due at the same second, 30 s after the boundary of (a), fired
+    by the same beats. Timed from `run_at` to `runs.queued_at` (p50/p99) against the cron slot of
+    (a) as the baseline, with the ratio; exactly once per scheduled-run id (`bench/beat_once.py`).
 
-Target (ADE): all N queued within 10 s of the boundary, exactly once.
+Target (ADE): all N queued within 10 s of the boundary, exactly once; the one-shots likewise.
 
 The benchmark creates a scratch database `ade_beatbench_<pid>` (dropped at the end), uses Redis
 database 11 (flushed before and after) and only talks to loopback services. It waits for up to
 two minute boundaries, so it takes about 3-5 minutes. Run it from the repository root:
 
-    .venv/bin/python bench/beat.py [--rules N] [--beats 3] [--vanilla-deadline S]
+    .venv/bin/python bench/beat.py [--rules N] [--one-shots N] [--beats 3] [--vanilla-deadline S]
 
 It exits non-zero only when something breaks (a service is down, a beat does not start or dies,
 a deadline passes on the ADE side, exactly-once is violated); a missed target is reported as MISS.
@@ -71,6 +75,7 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_workers.celery_app import BUILTIN_QUEUE
+from bench import beat_once
 from bench.common import (
     BenchError,
     exit_on_sigterm,
@@ -163,6 +168,7 @@ class Result:
     last: float
     cpu_ms: float  # per item, processes named in `notes`
     complete: bool = True  # False: `last` is an extrapolation past the deadline
+    p99: float = math.nan
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -289,15 +295,15 @@ def sleep_until(moment: float) -> None:
         time.sleep(min(remaining, 0.5))
 
 
-def plan_boundary() -> float:
+def plan_boundary(lead: float = START_LEAD_SECONDS) -> float:
     """The minute boundary to measure from, as epoch seconds; processes may start right after.
 
-    Processes started now fire at the next boundary, so when that is too close for them to start
-    and load, wait until it has passed and use the following one.
+    Processes started now fire at the next boundary, so when that is less than `lead` away (too
+    close for them to start and load), wait until it has passed and use the following one.
     """
     now = time.time()
     boundary = math.floor(now / 60) * 60 + 60
-    if boundary - now < START_LEAD_SECONDS:
+    if boundary - now < lead:
         print(f"  waiting {boundary - now + 0.5:.0f} s for a minute boundary ...", flush=True)
         sleep_until(boundary + 0.5)
         boundary += 60
@@ -514,6 +520,35 @@ def claim_span(engine: Engine, slot: datetime) -> tuple[float, float]:
     return (first - slot).total_seconds(), (last - slot).total_seconds()
 
 
+def offsets_result(label: str, count: int, offsets: Sequence[float], cpu_ms: float) -> Result:
+    """A side's figures from the seconds each item took from due to queued."""
+    return Result(
+        label,
+        count,
+        min(offsets),
+        percentile(offsets, 50),
+        percentile(offsets, 95),
+        max(offsets),
+        cpu_ms,
+        p99=percentile(offsets, 99),
+    )
+
+
+def cpu_groups(
+    engine: Engine, beats: Sequence[Child], seen: Sequence[int] = ()
+) -> dict[str, list[int]]:
+    """The processes whose CPU is counted: the beats, and the scratch database's backends
+    (with those `seen` before, which may have exited since)."""
+    with engine.connect() as connection:
+        backends = sorted({*seen, *connection.execute(_BACKENDS).scalars()})
+    return {"beats": [b.proc.pid for b in beats], "postgres": backends}
+
+
+def beat_split(by_beat: Mapping[str, int], beats: Sequence[Child]) -> str:
+    """How many items each beat won, by the beats' names."""
+    return ", ".join(f"{_beat_label(beat_id, beats)} {n}" for beat_id, n in sorted(by_beat.items()))
+
+
 def _beat_label(beat_id: str, beats: Sequence[Child]) -> str:
     pid = beat_id.split(":")[1] if beat_id.count(":") >= 2 else ""
     for child in beats:
@@ -522,15 +557,80 @@ def _beat_label(beat_id: str, beats: Sequence[Child]) -> str:
     return beat_id
 
 
+@dataclass
+class OneShots:
+    """The one-shot case: its figures, its exactly-once check, and when they were due."""
+
+    result: Result
+    check: beat_once.OneShotCheck
+    due: float
+
+
+def plan_one_shots(engine: Engine, count: int) -> tuple[float, float]:
+    """Plan the boundary with room to store `count` one-shots due `ONCE_AFTER_SECONDS` after
+    it, and store them; returns (boundary, due) as epoch seconds."""
+    boundary = plan_boundary(START_LEAD_SECONDS + beat_once.STORE_BUDGET_SECONDS)
+    due = boundary + beat_once.ONCE_AFTER_SECONDS
+    ids = [f"bench-{index:05d}" for index in range(count)]
+    took = beat_once.store_one_shots(engine, ids, datetime.fromtimestamp(due, UTC))
+    print(f"  stored {count} one-shots due at {_iso(due)} UTC in {took:.1f} s", flush=True)
+    if boundary - time.time() < START_LEAD_SECONDS:
+        raise BenchError(
+            f"storing {count} one-shots took {took:.1f} s, more than the"
+            f" {beat_once.STORE_BUDGET_SECONDS:g} s planned; the beats cannot start in time"
+        )
+    return boundary, due
+
+
+def measure_one_shots(
+    engine: Engine, beats: Sequence[Child], count: int, due: float, deadline: float
+) -> OneShots:
+    """Time the one-shots due at `due` (epoch seconds) from their run_at to queued."""
+
+    def check_alive() -> None:
+        for beat in beats:
+            beat.check_alive()
+
+    if time.time() > due - 1:
+        raise BenchError(
+            f"the cron slot had not settled {beat_once.ONCE_AFTER_SECONDS - 1} s after its"
+            " boundary, so the one-shots would share the beats with it"
+        )
+    sleep_until(due - 0.2)
+    groups = cpu_groups(engine, beats)
+    before = CpuSample.take(groups)
+    seen = beat_once.wait_queued(engine, count, due + deadline, check_alive)
+    spent = CpuSample.take(cpu_groups(engine, beats, groups["postgres"])).since(before)
+    settled = beat_once.wait_settled(engine, count, due + deadline)
+    check_alive()
+    check = beat_once.check_one_shots(engine)
+    offsets = beat_once.queued_offsets(engine)
+    if not offsets:
+        raise BenchError("no one-shot run is linked to its scheduled run")
+    first_claim, last_claim = beat_once.claim_span(engine, datetime.fromtimestamp(due, UTC))
+    cpu_ms = (spent["beats"] + spent["postgres"]) * 1000 / count
+    result = offsets_result(f"ADE one-shots, {len(beats)} beats", count, offsets, cpu_ms)
+    result.notes += [
+        f"due {_iso(due)} UTC; last run seen by the 50 ms poll at {_s(seen - due)}, all"
+        f" settled at {_s(settled - due)}; claimed_at from {_s(first_claim)} to {_s(last_claim)}",
+        f"scheduled runs by beat: {beat_split(check.by_beat, beats)}",
+        cpu_note(spent, count, "one-shot"),
+    ]
+    return OneShots(result, check, due)
+
+
 def bench_ade(
     args: argparse.Namespace, engine: Engine, database_url: str, store: redis.Redis, work: Path
-) -> tuple[Result, OnceCheck]:
+) -> tuple[Result, OnceCheck, OneShots | None]:
     count = args.rules
     env = base_env()
     env["ADE_DATABASE_URL"] = database_url
     env["ADE_BROKER_URL"] = args.redis_url
     env["ADE_PROJECTS__DEFAULT"] = str(work / "project")
-    boundary = plan_boundary()
+    if args.one_shots:
+        boundary, due = plan_one_shots(engine, args.one_shots)
+    else:
+        boundary, due = plan_boundary(), math.nan
     slot = datetime.fromtimestamp(boundary, UTC)
     print(f"  starting {args.beats} beats for the boundary {_iso(boundary)} UTC ...", flush=True)
     beats: list[Child] = []
@@ -547,46 +647,37 @@ def bench_ade(
         if _scalar(engine, "SELECT count(*) FROM runs"):
             raise BenchError("runs exist before the boundary; the beats fired an earlier minute")
         sleep_until(boundary - 0.2)
-        with engine.connect() as connection:
-            backends = list(connection.execute(_BACKENDS).scalars())
-        groups = {"beats": [b.proc.pid for b in beats], "postgres": backends}
+        groups = cpu_groups(engine, beats)
         before = CpuSample.take(groups)
         seen = wait_runs(engine, count, slot.isoformat(), boundary + args.deadline)
-        with engine.connect() as connection:
-            groups["postgres"] = sorted({*backends, *connection.execute(_BACKENDS).scalars()})
-        spent = CpuSample.take(groups).since(before)
+        spent = CpuSample.take(cpu_groups(engine, beats, groups["postgres"])).since(before)
         settled = wait_settled(engine, slot, count, args.beats, boundary + args.deadline)
         for beat in beats:
             beat.check_alive()
         once = check_once(engine, slot)
         offsets = queued_offsets(engine, slot)
         first_claim, last_claim = claim_span(engine, slot)
+        one_shots = None
+        if args.one_shots:
+            print(f"  one-shot case ({args.one_shots} due at {_iso(due)} UTC) ...", flush=True)
+            one_shots = measure_one_shots(engine, beats, args.one_shots, due, args.deadline)
     finally:
         stop_children(beats)
     sent = int(store.llen(BUILTIN_QUEUE))
     per_occurrence = (spent["beats"] + spent["postgres"]) * 1000 / count
-    result = Result(
-        f"ADE, {args.beats} DatabaseScheduler beats",
-        count,
-        min(offsets),
-        percentile(offsets, 50),
-        percentile(offsets, 95),
-        max(offsets),
-        per_occurrence,
-    )
-    split = ", ".join(
-        f"{_beat_label(beat_id, beats)} {n}" for beat_id, n in sorted(once.by_beat.items())
+    result = offsets_result(
+        f"ADE, {args.beats} DatabaseScheduler beats", count, offsets, per_occurrence
     )
     result.notes += [
         f"last run seen by the 50 ms poll at {_s(seen - boundary)}, all outcomes recorded at"
         f" {_s(settled - boundary)}; claimed_at from {_s(first_claim)} to {_s(last_claim)}",
-        f"occurrences by beat: {split}; duplicate claims {once.duplicate_claims}"
-        f" (each losing claim of a slot counts one)",
+        f"occurrences by beat: {beat_split(once.by_beat, beats)}; duplicate claims"
+        f" {once.duplicate_claims} (each losing claim of a slot counts one)",
         f"messages on {BUILTIN_QUEUE} after the beats stopped: {sent} (the recovery sweep's"
         " re-sends of runs queued over a minute count too)",
         cpu_note(spent, count, "occurrence"),
     ]
-    return result, once
+    return result, once, one_shots
 
 
 # --- vanilla Celery phase ---------------------------------------------------------------------
@@ -689,7 +780,7 @@ def prepare_rules(engine: Engine, work: Path, count: int) -> None:
         raise BenchError(f"the bench rules do not load: {loaded.problems[:3]}")
 
 
-def run(args: argparse.Namespace) -> tuple[Result, OnceCheck, Result]:
+def run(args: argparse.Namespace) -> tuple[Result, OnceCheck, OneShots | None, Result]:
     require_loopback(args.admin_url, "--admin-url")
     require_loopback(args.redis_url, "--redis-url")
     store = redis.Redis.from_url(args.redis_url)
@@ -710,7 +801,7 @@ def run(args: argparse.Namespace) -> tuple[Result, OnceCheck, Result]:
                 prepare_rules(engine, work, args.rules)
                 print(f"synced {args.rules} rules in {time.monotonic() - started:.1f} s")
                 print(f"ADE phase ({args.rules} rules, {args.beats} beats) ...", flush=True)
-                ade, once = bench_ade(args, engine, database_url, store, work)
+                ade, once, one_shots = bench_ade(args, engine, database_url, store, work)
             finally:
                 engine.dispose()
             print(f"vanilla Celery phase ({args.rules} entries) ...", flush=True)
@@ -719,14 +810,15 @@ def run(args: argparse.Namespace) -> tuple[Result, OnceCheck, Result]:
         with contextlib.suppress(redis.RedisError):
             store.flushdb()
         store.close()
-    return ade, once, vanilla
+    return ade, once, one_shots, vanilla
 
 
-def report(ade: Result, once: OnceCheck, vanilla: Result) -> None:
+def report(ade: Result, once: OnceCheck, one_shots: OneShots | None, vanilla: Result) -> None:
     print()
     print(f"{'seconds from the minute boundary':42} {'first':>8} {'p50':>8} {'p95':>8} {'all':>9}")
     print(f"{'':42} {'':>8} {'':>8} {'':>8} {'queued':>9} items/s   CPU/item")
-    for result in (ade, vanilla):
+    shot = [] if one_shots is None else [one_shots.result]
+    for result in (ade, *shot, vanilla):
         last = _s(result.last) if result.complete else f">{result.last:.0f} s"
         print(
             f"{result.label:42} {_s(result.first):>8} {_s(result.p50):>8} {_s(result.p95):>8}"
@@ -736,7 +828,8 @@ def report(ade: Result, once: OnceCheck, vanilla: Result) -> None:
             print(f"{'':4}{note}")
     print(
         "items: ADE occurrences (claims/s = N / seconds to all queued; CPU = beats + PostgreSQL"
-        " backends), vanilla tasks sent (CPU = the beat process)"
+        " backends), ADE one-shots from their run_at (likewise), vanilla tasks sent (CPU = the"
+        " beat process)"
     )
     print()
     approx = "" if vanilla.complete else "~"
@@ -748,11 +841,35 @@ def report(ade: Result, once: OnceCheck, vanilla: Result) -> None:
     )
     verdict = "PASS" if once.ok(ade.count) else "FAIL"
     print(f"ADE: exactly once: {once.describe()}  {verdict}")
+    if one_shots is not None:
+        report_one_shots(ade, one_shots)
+
+
+def report_one_shots(cron: Result, one_shots: OneShots) -> None:
+    """The one-shots against the cron slot of the same run, due -> queued."""
+    shot = one_shots.result
+    print()
+    print(f"{'seconds from due to queued':42} {'p50':>8} {'p99':>8} {'all':>8}")
+    for label, result in (("cron slot (baseline)", cron), ("one-shots", shot)):
+        label = f"{label}, {result.count}"
+        print(f"{label:42} {_s(result.p50):>8} {_s(result.p99):>8} {_s(result.last):>8}")
+    ratios = [shot.p50 / cron.p50, shot.p99 / cron.p99, shot.last / cron.last]
+    print(f"{'ratio one-shot / cron':42} " + " ".join(f"{r:8.2f}" for r in ratios))
+    verdict = "PASS" if shot.last <= TARGET_SECONDS else "MISS"
+    print(
+        f"ADE: all {shot.count} one-shots queued within {TARGET_SECONDS:g} s of their run_at:"
+        f" {_s(shot.last)}  {verdict}"
+    )
+    verdict = "PASS" if one_shots.check.ok(shot.count) else "FAIL"
+    print(f"ADE: one-shots exactly once: {one_shots.check.describe()}  {verdict}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rules", type=int, default=10_000, help="rules / beat entries due")
+    parser.add_argument(
+        "--one-shots", type=int, default=10_000, help="one-shots due in one second (0: none)"
+    )
     parser.add_argument("--beats", type=int, default=3, help="ADE beat processes")
     parser.add_argument(
         "--deadline", type=float, default=120.0, help="ADE: seconds after the boundary"
@@ -768,6 +885,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rules < 1 or args.rules > 99_999 or args.beats < 1:
         parser.error("need 1 <= --rules <= 99999 and --beats >= 1")
+    if not 0 <= args.one_shots <= args.rules:
+        parser.error("need 0 <= --one-shots <= --rules (one per rule)")
     if not 0 < args.deadline <= 600 or not 0 < args.vanilla_deadline <= 3000:
         parser.error("need 0 < --deadline <= 600 and 0 < --vanilla-deadline <= 3000")
     try:
@@ -781,12 +900,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
-        ade, once, vanilla = run(args)
+        ade, once, one_shots, vanilla = run(args)
     except BenchError as exc:
         print(f"bench failed: {exc}", file=sys.stderr)
         return 1
-    report(ade, once, vanilla)
-    return 0 if once.ok(ade.count) else 1
+    report(ade, once, one_shots, vanilla)
+    shots_ok = one_shots is None or one_shots.check.ok(one_shots.result.count)
+    return 0 if once.ok(ade.count) and shots_ok else 1
 
 
 if __name__ == "__main__":
