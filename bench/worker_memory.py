@@ -41,9 +41,6 @@ from pathlib import Path
 import redis
 
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_tasks.db.migrate import upgrade
-from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.settings import Settings
 from ade_workers.celery_app import CelerySender, create_celery_app
 from bench.common import (
     BenchError,
@@ -52,7 +49,7 @@ from bench.common import (
     require_own_redis_db,
     scratch_database,
 )
-from bench.dispatch import RULE_ID, RULE_YAML, ade_burst, running_worker, worker_env
+from bench.dispatch import ade_burst, prepare_bench_rule, running_worker, worker_env
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
@@ -99,22 +96,11 @@ def run(args: argparse.Namespace) -> list[tuple[int, dict[int, int]]]:
             scratch_database(args.admin_url, "ade_membench") as database_url,
         ):
             work = Path(tmp)
-            (work / "rules").mkdir()
-            (work / "project").mkdir()
-            (work / "rules" / f"{RULE_ID}.yaml").write_text(RULE_YAML)
             engine = create_db_engine(database_url)
             app = None
             try:
-                upgrade(engine)
                 session_factory = create_session_factory(engine)
-                loaded, _ = sync_rules_dir(session_factory, work / "rules")
-                if loaded.problems or not loaded.rules:
-                    raise BenchError(f"the bench rule does not load: {loaded.problems}")
-                settings = Settings(
-                    database_url=database_url,
-                    broker_url=args.redis_url,
-                    projects={"default": work / "project"},
-                )
+                settings = prepare_bench_rule(engine, work, database_url, args.redis_url)
                 app = create_celery_app(settings)
                 sender = CelerySender(app)
                 deadline = time.monotonic() + args.deadline
