@@ -90,6 +90,7 @@ REDIS_DB_OWNERS = {
     10: "bench/webhooks.py",
     11: "bench/beat.py",
     12: "bench/dispatch.py",
+    14: "bench/worker_memory.py",
     13: "the integration tests",
 }
 

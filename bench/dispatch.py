@@ -506,6 +506,21 @@ def bench_ade(
 # --- setup, report, main ----------------------------------------------------------------------
 
 
+def prepare_bench_rule(engine: Engine, work: Path, database_url: str, broker_url: str) -> Settings:
+    """Migrate the scratch database, sync the rule `bench-true` from `work`/rules into it and
+    return the settings of a worker using them (its project: `work`/project)."""
+    (work / "rules").mkdir()
+    (work / "project").mkdir()
+    (work / "rules" / f"{RULE_ID}.yaml").write_text(RULE_YAML)
+    upgrade(engine)
+    loaded, _ = sync_rules_dir(create_session_factory(engine), work / "rules")
+    if loaded.problems or not loaded.rules:
+        raise BenchError(f"the bench rule does not load: {loaded.problems}")
+    return Settings(
+        database_url=database_url, broker_url=broker_url, projects={"default": work / "project"}
+    )
+
+
 def run(args: argparse.Namespace) -> tuple[Result, Result, Result]:
     require_loopback(args.admin_url, "--admin-url")
     require_loopback(args.redis_url, "--redis-url")
@@ -521,21 +536,10 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result]:
             scratch_database(args.admin_url, "ade_bench") as database_url,
         ):
             work = Path(tmp)
-            (work / "rules").mkdir()
-            (work / "project").mkdir()
-            (work / "rules" / f"{RULE_ID}.yaml").write_text(RULE_YAML)
             engine = create_db_engine(database_url)
             try:
-                upgrade(engine)
                 session_factory = create_session_factory(engine)
-                loaded, _ = sync_rules_dir(session_factory, work / "rules")
-                if loaded.problems or not loaded.rules:
-                    raise BenchError(f"the bench rule does not load: {loaded.problems}")
-                settings = Settings(
-                    database_url=database_url,
-                    broker_url=args.redis_url,
-                    projects={"default": work / "project"},
-                )
+                settings = prepare_bench_rule(engine, work, database_url, args.redis_url)
                 env = worker_env(settings)
                 raw_app = baseline_app(settings)
                 ade_app = create_celery_app(settings)

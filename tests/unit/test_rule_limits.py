@@ -78,3 +78,10 @@ def test_json_and_yaml_readers_bound_the_depth() -> None:
     with pytest.raises(DocumentLimitError):
         loads_json(json.dumps({"a": [{"b": [[[]]]}]}).encode(), max_depth=4)
     assert isinstance(DocumentLimitError("x"), ValueError)  # webhook parsing expects ValueError
+
+
+def test_a_yaml_document_that_contains_itself_is_refused_not_walked_forever() -> None:
+    # Walking `&a [*a, *a]` level by level doubles the nodes at each level: 2**64 at MAX_DEPTH.
+    for text in ("- &a [*a, *a]\n", "a: &a {b: *a, c: *a}\n"):
+        with pytest.raises(DocumentLimitError, match="contains itself"):
+            load_yaml(text)
