@@ -595,3 +595,17 @@ class RulePauseRow(Base):
     note: Mapped[str] = mapped_column(String(1000))
     paused_by: Mapped[str] = mapped_column(String(255))
     paused_at: Mapped[datetime]
+
+
+class IngressCursorRow(Base):
+    """How far one ingress source has been read: a GitHub poller's `owner/name=ISO|...` cursor,
+    a relay drain's last event id. Written by whichever process holds that source's claim, in
+    the same transaction as the events it covers, so a failover resumes where the last one
+    stopped and nothing is synthesized twice."""
+
+    __tablename__ = "ingress_cursors"
+
+    source: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(255))
