@@ -20,9 +20,10 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
+from ade_tasks.states import RunStatus, StepStatus
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,14 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import OneShotStatus, utcnow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError, TransientError
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import grace, span
+from ade_tasks.states import OneShotStatus
 
 log = logging.getLogger(__name__)
 

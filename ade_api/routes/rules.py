@@ -31,10 +31,10 @@ from ade_api.schemas import (
     TrustGranted,
     TrustRequest,
 )
+from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdmissionError, RuleProblem
 from ade_tasks.rules.inputs import resolve_inputs

@@ -16,7 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from ade_api.auth import Principal
 from ade_api.web.charts import duration_text
-from ade_tasks.db.schema import Role
+from ade_tasks.roles import Role
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 SECURITY_HEADERS = {

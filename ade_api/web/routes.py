@@ -50,27 +50,20 @@ from ade_api.problems import retry_after, status_of
 from ade_api.web import charts
 from ade_api.web.pages import can_act, render
 from ade_tasks.approvals import answer_input
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import history
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import (
-    Answer,
-    ApprovalRow,
-    QueueStatus,
-    RuleRow,
-    RunRow,
-    RunStatus,
-    RunStepRow,
-    utcnow,
-)
+from ade_tasks.db.schema import ApprovalRow, RuleRow, RunRow, RunStepRow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.rules.models import InputSpec, ManualTrigger, Rule, ScheduleTrigger
 from ade_tasks.scheduling import rule_schedules
+from ade_tasks.states import Answer, QueueStatus, RunStatus
 
 log = logging.getLogger(__name__)
 

@@ -10,16 +10,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import (
-    QUESTION_TOOL,
-    Answer,
-    ApprovalRow,
-    ApprovalStatus,
-    RunRow,
-    RunStatus,
-    utcnow,
-)
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.states import Answer, ApprovalStatus, RunStatus
 
 
 @dataclass(frozen=True)

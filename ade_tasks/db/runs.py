@@ -16,19 +16,11 @@ from typing import Any, cast
 from sqlalchemy import Table, TextClause, and_, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.schema import (
-    ApprovalRow,
-    ApprovalStatus,
-    RuleRow,
-    RunEventRow,
-    RunRow,
-    RunStatus,
-    RunStepRow,
-    StepStatus,
-    utcnow,
-)
+from ade_tasks.db.schema import ApprovalRow, RuleRow, RunEventRow, RunRow, RunStepRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.states import ApprovalStatus, RunStatus, StepStatus
 
 # The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
 RUNS = cast(Table, RunRow.__table__)

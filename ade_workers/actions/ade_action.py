@@ -49,25 +49,22 @@ from ade_tasks.ade_actions import (
     strip_identity,
     validate_args,
 )
+from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import (
     ApprovalRow,
-    ApprovalStatus,
-    CleanupStatus,
     LaneRow,
     RuleRow,
     RunEventRow,
     RunRow,
-    RunStatus,
     ScheduledCleanupRow,
-    StepStatus,
-    utcnow,
 )
 from ade_tasks.errors import AdeError, ConflictError, NotFoundError, PolicyViolationError
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import AdeActionStep
+from ade_tasks.states import ApprovalStatus, CleanupStatus, RunStatus, StepStatus
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.github import GithubClient
 from ade_workers.notify import send_notification

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.db.schema import StepStatus
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
+from ade_tasks.states import StepStatus
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.process import ProcessResult, run_process
 

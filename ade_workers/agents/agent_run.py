@@ -23,14 +23,15 @@ from typing import Any
 from ade_tasks.agents.policy import Policy, exposed_tools, narrow_for_taint
 from ade_tasks.agents.prompt import render_prompt
 from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import AgentSession, AgentSessionStep, Rule
 from ade_tasks.settings import Settings
+from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
 from ade_workers.actions import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env

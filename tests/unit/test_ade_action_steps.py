@@ -13,15 +13,10 @@ from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import (
-    CleanupStatus,
-    RuleRow,
-    RunStatus,
-    RunStepRow,
-    ScheduledCleanupRow,
-)
+from ade_tasks.db.schema import RuleRow, RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
+from ade_tasks.states import CleanupStatus, RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
 

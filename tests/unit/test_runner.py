@@ -10,9 +10,9 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings, Settings
+from ade_tasks.states import RunStatus
 from ade_workers.actions import registry
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
