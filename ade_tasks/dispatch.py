@@ -438,8 +438,9 @@ def _apply_overlap(
         return
     busy = f"{count} run(s) of rule {rule_id!r} are active (limit {limit})"
     if policy is OverlapPolicy.CANCEL_OTHER:
-        reason = "cancelled by a newer trigger: the rule's overlap policy is cancel-other"
-        cancelled = runs_db.cancel_active(session, rule_id, reason)
+        cancelled = runs_db.cancel_active(
+            session, rule_id, "a newer trigger", "the rule's overlap policy is cancel-other"
+        )
         log.info("overlap cancel-other: cancelled %s for a new run of %s", cancelled, rule_id)
         active[rule_id] = 1
         return

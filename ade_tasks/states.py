@@ -1,5 +1,7 @@
 """The states of what the tables record, as wire values: runs, steps, claimed schedule slots,
-scheduled runs, the review queue, lanes, cleanups, approvals and ingress events.
+scheduled runs, the review queue, lanes, cleanups, approvals and ingress events; and the one
+table of the moves a run's status may make (`RUN_MOVES`), which every status change of a run in
+`ade_tasks.db` takes its `WHERE status ...` from and checks its target against.
 
 Apart from the tables (`ade_tasks.db.schema`, which re-exports them) so code that only names a
 state, such as the CLI, does not load SQLAlchemy.
@@ -7,7 +9,11 @@ state, such as the CLI, does not load SQLAlchemy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
+
+from ade_tasks.errors import IllegalTransitionError
 
 
 class RunStatus(StrEnum):
@@ -111,3 +117,66 @@ class IngressStatus(StrEnum):
     RECEIVED = "received"  # stored; waiting for the ingress worker
     DISPATCHED = "dispatched"  # matched and dispatched (possibly to no rule)
     FAILED = "failed"  # matching or dispatching raised; the error is on the event
+
+
+@dataclass(frozen=True)
+class Move:
+    """One named change of a run's status: the statuses it may leave and those it may reach."""
+
+    name: str
+    sources: frozenset[RunStatus]
+    targets: frozenset[RunStatus]
+
+    def check(self, was: RunStatus | str, to: RunStatus | str) -> None:
+        """Refuse `was` -> `to` unless this move allows it (IllegalTransitionError)."""
+        if was not in self.sources or to not in self.targets:
+            raise IllegalTransitionError(
+                f"a run cannot {self.name} from {was} to {to}: {self.name} moves a run from "
+                f"{_names(self.sources)} to {_names(self.targets)}"
+            )
+
+    def sql_sources(self) -> str:
+        """The sources as a SQL condition on `status`, for statements written as text."""
+        return f"status IN ({', '.join(repr(s.value) for s in sorted(self.sources))})"
+
+
+def _move(name: str, sources: Iterable[RunStatus], *targets: RunStatus) -> Move:
+    return Move(name, frozenset(sources), frozenset(targets))
+
+
+S = RunStatus
+#: A worker takes a queued run (a repeated claim by the same worker changes no status).
+CLAIM = _move("claim", [S.QUEUED], S.RUNNING)
+#: A running run stops for a human decision before a step or a tool call.
+PARK = _move("wait for approval", [S.RUNNING], S.WAITING)
+#: The decision: back to the queue, or cancelled by the operator's answer.
+ANSWER = _move("take an answer", [S.WAITING], S.QUEUED, S.CANCELLED)
+#: Its worker records the run's outcome.
+FINISH = _move("finish", [S.RUNNING], S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.CANCELLED, S.SKIPPED)
+#: An operator, a rule's `ade-action runs.cancel` or overlap `cancel-other` ends an active run.
+CANCEL = _move("cancel", [S.QUEUED, S.RUNNING, S.WAITING], S.CANCELLED)
+#: The recovery sweep: a run whose worker died is queued again, or fails after too many resumes.
+RESUME_LOST = _move("resume after its worker was lost", [S.RUNNING], S.QUEUED)
+FAIL_LOST = _move("fail after its worker was lost", [S.RUNNING], S.FAILED)
+#: The one move out of a final status: a deferred cleanup of a succeeded run failed.
+FAIL_AFTER_CLEANUP = _move("fail after its cleanup failed", [S.SUCCEEDED], S.FAILED)
+del S
+
+RUN_MOVES = (CLAIM, PARK, ANSWER, FINISH, CANCEL, RESUME_LOST, FAIL_LOST, FAIL_AFTER_CLEANUP)
+#: Status -> the statuses it may become, all moves together (for the docs and the tests).
+RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
+    status: frozenset(t for move in RUN_MOVES if status in move.sources for t in move.targets)
+    for status in RunStatus
+}
+#: Statuses a run is created in (dispatch): queued, or skipped by a guardrail at admission.
+INITIAL_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.SKIPPED})
+#: Statuses a run never leaves, but for `FAIL_AFTER_CLEANUP`.
+FINAL_STATUSES = frozenset(
+    status
+    for status, targets in RUN_TRANSITIONS.items()
+    if not targets or status in FAIL_AFTER_CLEANUP.sources
+)
+
+
+def _names(statuses: frozenset[RunStatus]) -> str:
+    return " or ".join(sorted(statuses))

@@ -100,7 +100,12 @@ def test_runs_cancel_cancels_a_waiting_run_and_closes_its_approval(
     assert cancelled.finished_at is not None and cancelled.lease_expires_at is None
     with session_factory() as session:
         (approval,) = approvals_db.approvals_of(session, waiting)
-    assert (approval.status, approval.decided_by) == ("rejected", "rule ops")
+    # settled as an operator's cancel is (one cancel): the approval cancelled, the event written
+    assert (approval.status, approval.decided_by) == ("cancelled", f"rule ops run {ops_run}")
+    with session_factory() as session:
+        events = runs_db.events_of(session, waiting, "run.cancelled")
+    assert events == [("run.cancelled", {"by": f"rule ops run {ops_run}", "note": None,
+                                         "was": "waiting"})]  # fmt: skip
     with pytest.raises(ConflictError, match="not waiting for an approval"):
         decide_run(session_factory, InMemorySender(), waiting, approve=True, by="alice")
     assert not (project / "deployed").exists()
