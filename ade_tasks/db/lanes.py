@@ -236,7 +236,7 @@ def cancel_cleanup(session: Session, cleanup_id: int) -> ScheduledCleanupRow:
     if row is None:
         raise NotFoundError(
             f"scheduled cleanup {cleanup_id} does not exist; list them with "
-            "`ade-tasks cleanups list`"
+            "`ade-tasks cleanups list` (or an ade-action cleanups.list step)"
         )
     if row.status != CleanupStatus.SCHEDULED:
         raise ConflictError(

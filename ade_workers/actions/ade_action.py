@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ade_tasks.ade_actions import (
@@ -49,7 +49,6 @@ from ade_tasks.ade_actions import (
     strip_identity,
     validate_args,
 )
-from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
@@ -63,7 +62,6 @@ from ade_tasks.errors import (
     AdeError,
     ConflictError,
     IllegalTransitionError,
-    NotFoundError,
     PolicyViolationError,
 )
 from ade_tasks.retry import RetryPolicy
@@ -201,21 +199,13 @@ def rules_disable(args: RuleIdArgs, call: Call) -> StepOutcome:
 
 def _set_enabled(rule_id: str, enabled: bool, call: Call) -> StepOutcome:
     with call.session() as session:
-        was = session.scalar(select(RuleRow.enabled).where(RuleRow.id == rule_id))
-        if was is None:
-            raise rules_db.rule_not_found(rule_id)
-        session.execute(
-            update(RuleRow)
-            .where(RuleRow.id == rule_id)
-            .values(enabled=enabled, updated_at=utcnow())
-        )
-    state = "enabled" if enabled else "disabled"
-    before = "enabled" if was else "disabled"
-    output = f"rule {rule_id!r} is {state}" + ("" if was == enabled else f" (was {before})")
+        _, changed = rules_db.set_enabled(session, rule_id, enabled)
+    state, before = ("enabled", "disabled") if enabled else ("disabled", "enabled")
+    output = f"rule {rule_id!r} is {state}" + (f" (was {before})" if changed else "")
     return StepOutcome(
         StepStatus.SUCCEEDED,
         output=output,
-        result={"rule_id": rule_id, "enabled": enabled, "changed": was != enabled},
+        result={"rule_id": rule_id, "enabled": enabled, "changed": changed},
     )
 
 
@@ -284,36 +274,22 @@ def _cleanup_item(row: ScheduledCleanupRow) -> dict[str, Any]:
 
 
 def cleanups_cancel(args: CleanupsCancelArgs, call: Call) -> StepOutcome:
-    """Cancel a deferred lane deletion that has not started; its lane stays."""
+    """Cancel a deferred lane deletion that has not started; its lane stays. Cancelling one
+    already cancelled succeeds and says so (a retried run does it again)."""
     cleanup_id = args.cleanup_id
     with call.session() as session:
-        # One conditional UPDATE: the sweep may claim the cleanup at the same moment.
-        done = session.execute(
-            update(ScheduledCleanupRow)
-            .where(
-                ScheduledCleanupRow.id == cleanup_id,
-                ScheduledCleanupRow.status == CleanupStatus.SCHEDULED,
+        try:
+            lanes_db.cancel_cleanup(session, cleanup_id)
+        except ConflictError:
+            status = session.scalar(
+                select(ScheduledCleanupRow.status).where(ScheduledCleanupRow.id == cleanup_id)
             )
-            .values(status=CleanupStatus.CANCELLED, finished_at=utcnow())
-            .returning(ScheduledCleanupRow.id)
-        ).scalar_one_or_none()
-        status = session.scalar(
-            select(ScheduledCleanupRow.status).where(ScheduledCleanupRow.id == cleanup_id)
-        )
-    if status is None:
-        raise NotFoundError(
-            f"scheduled cleanup {cleanup_id} does not exist; list them with an ade-action "
-            "cleanups.list step or `ade-tasks cleanups list`"
-        )
-    result = {"cleanup_id": cleanup_id, "cancelled": done is not None, "status": status}
-    if done is not None:
-        output = f"cancelled scheduled cleanup #{cleanup_id}; its lane stays"
-    elif status == CleanupStatus.CANCELLED:
-        output = f"scheduled cleanup #{cleanup_id} was already cancelled"
-    else:
-        raise ConflictError(
-            f"scheduled cleanup {cleanup_id} is {status}; only scheduled cleanups can be cancelled"
-        )
+            if status != CleanupStatus.CANCELLED:
+                raise
+            output, cancelled = f"scheduled cleanup #{cleanup_id} was already cancelled", False
+        else:
+            output, cancelled = f"cancelled scheduled cleanup #{cleanup_id}; its lane stays", True
+    result = {"cleanup_id": cleanup_id, "cancelled": cancelled, "status": CleanupStatus.CANCELLED}
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
 
 

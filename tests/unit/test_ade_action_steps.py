@@ -222,8 +222,8 @@ def test_cleanups_cancel_of_an_unknown_cleanup_fails_clearly(
     assert status == RunStatus.FAILED
     assert run_row(session_factory, run_id).error == (
         "step 'cancel' (#1) failed: step 'cancel': ade-action 'cleanups.cancel': scheduled "
-        "cleanup 999 does not exist; list them with an ade-action cleanups.list step or "
-        "`ade-tasks cleanups list`"
+        "cleanup 999 does not exist; list them with `ade-tasks cleanups list` (or an "
+        "ade-action cleanups.list step)"
     )
 
 
