@@ -29,7 +29,7 @@ from ade_tasks.rules.models import TEMPLATED_FIELDS, Rule
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 
 #: Lane values of a step's `lane` field that are not lane names.
 RUN_LANE, PROJECT_ROOT = "created", "project"

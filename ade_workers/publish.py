@@ -24,7 +24,7 @@ from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import render
 from ade_workers import lanes
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.chain import ChainState, template_context
 from ade_workers.github import GithubClient
 from ade_workers.notify import send_notification

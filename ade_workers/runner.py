@@ -41,7 +41,8 @@ from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
-from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
+from ade_workers.actions.base import ActionExecutor, StepContext, StepOutcome
+from ade_workers.actions.registry import registry, unknown_action
 from ade_workers.agents.agent_run import park_for_tool
 from ade_workers.chain import ChainState, StepRun, run_step
 from ade_workers.publish import publish
@@ -664,9 +665,7 @@ def _failure(
 def _execute_step(config: RunnerConfig, action: Any, context: StepContext) -> StepOutcome:
     executor = config.executors.get(action.type)
     if executor is None:
-        return StepOutcome(
-            StepStatus.FAILED, error=f"action type {action.type!r} is not available on this worker"
-        )
+        return StepOutcome(StepStatus.FAILED, error=unknown_action(action.type, config.executors))
     try:
         return executor(action, context)
     except Exception as exc:  # an executor bug must end the step, not leave it running

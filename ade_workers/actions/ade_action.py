@@ -67,7 +67,7 @@ from ade_tasks.errors import (
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import AdeActionStep
 from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.github import GithubClient
 from ade_workers.notify import send_notification
 

@@ -21,7 +21,7 @@ from ade_tasks.events import emit_lane_event
 from ade_tasks.rules.models import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_tasks.states import StepStatus
 from ade_workers import lanes
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 
 
 def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:

@@ -33,7 +33,7 @@ from ade_tasks.rules.models import AgentSession, AgentSessionStep, Rule
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.agent_user import AgentUser, AgentUsers

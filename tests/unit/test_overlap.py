@@ -12,7 +12,7 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
-from ade_workers.actions import registry
+from ade_workers.actions.registry import registry
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
 
