@@ -86,6 +86,15 @@ class ModelProvider(Protocol):
         ...
 
 
+class HttpModelProvider(ModelProvider, Protocol):
+    """A model provider over HTTP (`HttpProvider`'s adapters): closed after its session, and
+    able to check its key."""
+
+    def close(self) -> None: ...
+
+    def check_key(self, timeout: float) -> tuple[bool, str]: ...
+
+
 class ProviderError(AdeError):
     """The model provider refused the request; repeating it unchanged will not help."""
 
@@ -313,18 +322,6 @@ class HttpProvider:
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
-
-    def complete(
-        self,
-        messages: list[Message],
-        tools: list[ToolSpec],
-        *,
-        model: str,
-        max_tokens: int,
-        deadline: float | None,
-    ) -> ModelTurn:
-        """The model's next turn (each adapter speaks its API's wire format)."""
-        raise NotImplementedError
 
     def check_key(self, timeout: float) -> tuple[bool, str]:
         """List the models with this key: (accepted?, what happened in words)."""

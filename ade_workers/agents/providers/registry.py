@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ade_tasks.errors import NotFoundError
 from ade_tasks.settings import Settings
-from ade_workers.agents.providers import HttpProvider
+from ade_workers.agents.providers import HttpModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
 
@@ -23,7 +23,7 @@ class HttpAdapter(Protocol):
     DEFAULT_BASE_URL: str
     MODELS_PATH: str
 
-    def __call__(self, *, base_url: str, api_key: str | None) -> HttpProvider: ...
+    def __call__(self, *, base_url: str, api_key: str | None) -> HttpModelProvider: ...
 
 
 HTTP_PROVIDERS: dict[str, HttpAdapter] = {
@@ -32,7 +32,7 @@ HTTP_PROVIDERS: dict[str, HttpAdapter] = {
 }
 
 
-def http_provider(name: str, settings: Settings) -> HttpProvider:
+def http_provider(name: str, settings: Settings) -> HttpModelProvider:
     """The adapter of provider `name`, with its base URL and key from settings (the adapter's
     default URL when none is set); NotFoundError naming the known providers otherwise."""
     adapter = HTTP_PROVIDERS.get(name)
