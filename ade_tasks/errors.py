@@ -6,6 +6,8 @@ what was wrong, where, and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class AdeError(Exception):
     """ADE Tasks failed."""
@@ -75,3 +77,11 @@ class RuleProblem:
 
     def __hash__(self) -> int:
         return hash(str(self))
+
+
+def not_registered(what: str, name: str, known: Iterable[str], fix: str) -> NotFoundError:
+    """The error of a registry asked for a name it does not hold: what kind of thing, the
+    name, the names it knows, and what to do."""
+    return NotFoundError(
+        f"{name!r} is not {what} this worker knows ({', '.join(sorted(known))}); {fix}"
+    )

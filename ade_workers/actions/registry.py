@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ade_tasks.errors import not_registered
 from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.base import ActionExecutor
 from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
@@ -33,8 +34,6 @@ def registry() -> dict[str, ActionExecutor]:
 
 def unknown_action(action_type: str, known_types: Iterable[str]) -> str:
     """The error of a step whose action type this worker has no executor for."""
-    known = ", ".join(sorted(known_types))
-    return (
-        f"action type {action_type!r} is not available on this worker (it knows {known}); "
-        "update the workers to the version that synced the rule"
-    )
+    return not_registered(
+        "an action type", action_type, known_types, "update the workers to the rule's version"
+    ).message

@@ -263,12 +263,35 @@ class _Api:
 
 
 @dataclass(frozen=True)
-class _Cli:
-    name: str
+class CliFacts:
+    """What the engine knows of a CLI agent before running it: its provider name, its binary,
+    the prefix of its settings (<prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY), the API it
+    reaches by default, how to install it, and whether the system text must go in the prompt
+    (no system prompt flag). Its driver (`ade_workers.agents.cli_session.CLI_DRIVERS`) runs it."""
+
+    name: CliName
     binary: str
-    prefix: str  # of its settings: <prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY
+    prefix: str
     default_url: str
     install: str
+    system_in_prompt: bool = False
+
+
+CLAUDE_CODE = CliFacts(
+    "claude-code",
+    "claude",
+    "ADE_PROVIDERS__CLAUDE_CODE__",
+    "https://api.anthropic.com",
+    "npm install -g @anthropic-ai/claude-code",
+)
+CODEX = CliFacts(
+    "codex",
+    "codex",
+    "ADE_PROVIDERS__CODEX__",
+    "https://api.openai.com/v1",
+    "npm install -g @openai/codex",
+    system_in_prompt=True,
+)
 
 
 _APIS = (
@@ -285,22 +308,7 @@ _APIS = (
         "https://api.anthropic.com",
     ),
 )
-_CLIS = (
-    _Cli(
-        "claude-code",
-        "claude",
-        "ADE_PROVIDERS__CLAUDE_CODE__",
-        "https://api.anthropic.com",
-        "npm install -g @anthropic-ai/claude-code",
-    ),
-    _Cli(
-        "codex",
-        "codex",
-        "ADE_PROVIDERS__CODEX__",
-        "https://api.openai.com/v1",
-        "npm install -g @openai/codex",
-    ),
-)
+_CLIS = (CLAUDE_CODE, CODEX)
 
 
 def run_version(binary: str) -> str | None:

@@ -13,14 +13,11 @@ from typing import Any
 import pytest
 
 from ade_tasks.agents.policy import Policy, exposed_tools
+from ade_tasks.errors import NotFoundError
 from ade_tasks.rules.models import AgentExecution, ToolPolicy
 from ade_tasks.secrets import Masker
-from ade_workers.agents.cli_session import (
-    REPORT_INSTRUCTION,
-    CliSessionOutcome,
-    parse_report,
-    run_cli_session,
-)
+from ade_workers.agents.cli_outcome import REPORT_INSTRUCTION, CliSessionOutcome, parse_report
+from ade_workers.agents.cli_session import run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from tests.support import wait_until
@@ -483,8 +480,9 @@ def test_passed_deadline_never_starts_the_cli(tmp_path: Path) -> None:
     assert not (tmp_path / "argv.log").exists()
 
 
-def test_an_http_provider_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not a CLI agent provider"):
+def test_an_http_provider_is_refused_naming_the_cli_agents(tmp_path: Path) -> None:
+    known = r"'openai' is not a CLI agent this worker knows \(claude-code, codex\); check the"
+    with pytest.raises(NotFoundError, match=known):
         run(tmp_path, "openai", None, binary="claude")
 
 

@@ -428,6 +428,6 @@ def test_a_provider_without_a_key_is_not_called_and_an_unknown_one_names_the_kno
     assert check_provider("openai", Settings()).detail == (
         "no key: set ADE_PROVIDERS__OPENAI__API_KEY"
     )
-    with pytest.raises(NotFoundError, match=r"'mistral' is not an HTTP provider .* \(anthropic, "
-                       r"openai\); check the rule's execution.provider"):  # fmt: skip
+    with pytest.raises(NotFoundError, match=r"'mistral' is not an HTTP provider this worker knows "
+                       r"\(anthropic, openai\); check the rule's execution.provider"):  # fmt: skip
         http_provider("mistral", Settings())

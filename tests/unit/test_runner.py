@@ -247,6 +247,6 @@ execution: {kind: built-in, actions: [{type: run-tests, command: "true"}]}
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.FAILED
     assert run.error is not None and (
-        "action type 'run-tests' is not available on this worker (it knows run-command); "
-        "update the workers" in run.error
+        "'run-tests' is not an action type this worker knows (run-command); update the "
+        "workers to the rule's version" in run.error
     )

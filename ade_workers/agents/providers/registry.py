@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ade_tasks.errors import NotFoundError
+from ade_tasks.errors import not_registered
 from ade_tasks.settings import Settings
 from ade_workers.agents.providers import HttpModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
@@ -26,6 +26,7 @@ class HttpAdapter(Protocol):
     def __call__(self, *, base_url: str, api_key: str | None) -> HttpModelProvider: ...
 
 
+CHECK_PROVIDER = "check the rule's execution.provider"
 HTTP_PROVIDERS: dict[str, HttpAdapter] = {
     "openai": OpenAIProvider,
     "anthropic": AnthropicProvider,
@@ -37,11 +38,7 @@ def http_provider(name: str, settings: Settings) -> HttpModelProvider:
     default URL when none is set); NotFoundError naming the known providers otherwise."""
     adapter = HTTP_PROVIDERS.get(name)
     if adapter is None:
-        known = ", ".join(sorted(HTTP_PROVIDERS))
-        raise NotFoundError(
-            f"provider {name!r} is not an HTTP provider this worker knows ({known}); "
-            "check the rule's execution.provider"
-        )
+        raise not_registered("an HTTP provider", name, HTTP_PROVIDERS, CHECK_PROVIDER)
     configured = settings.provider(name)
     base_url = (configured.base_url if configured else None) or adapter.DEFAULT_BASE_URL
     key = configured.api_key.get_secret_value() if configured and configured.api_key else None
