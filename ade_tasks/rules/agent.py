@@ -1,0 +1,104 @@
+"""What an agent session is: its provider, model, prompt, tool policy and limits (an agent
+step of a chain and an agent rule share it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    ValidationInfo,
+    model_validator,
+)
+
+from ade_tasks.rules.base import MAX_TOKENS, MAX_USD, Document, admitting, at_most
+
+
+class ToolPolicy(Document):
+    """Which tools an agent may call; the engine enforces it, not the model.
+
+    `sandbox_root` (relative to the worktree; default the worktree) bounds writes and commands.
+    By default the read-only tools are allowed and everything else falls to `fallback`
+    (`deny`); `todo` and `report` are always allowed unless denied.
+    """
+
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: ["read_file", "list_dir", "glob", "grep"]
+    )
+    denied_tools: list[str] = Field(default_factory=list)
+    fallback: Literal["allow", "deny", "ask"] = "deny"
+    sandbox_root: str | None = None
+
+
+ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
+
+
+class AgentSession(Document):
+    """What an agent session is, wherever it runs: a whole rule or one step of a chain.
+
+    The session works in its lane's worktree (or the project root; `plan` mode is read-only).
+    `max_tokens` and `max_cost_usd` bound one session (the rule's daily budget bounds all its
+    sessions of a day); cost comes from the per-model price table in settings.
+    `approval_timeout_min` declines a tool call nobody answered in time (default: wait).
+    """
+
+    provider: Literal["openai", "anthropic", "claude-code", "codex"]
+    model: str
+    prompt: str = Field(min_length=1)
+    system: str | None = None
+    system_mode: Literal["append", "replace"] = "append"
+    permission_mode: Literal["plan", "edit", "full-auto"] = "plan"
+    tool_palette: list[ToolPalette] = Field(default_factory=lambda: list[ToolPalette](["repo"]))
+    policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    max_turns: int = Field(default=30, ge=1, le=500)
+    max_tokens_per_turn: int = Field(default=4096, ge=256, le=200_000)
+    max_tokens: Annotated[int | None, at_most(MAX_TOKENS)] = Field(default=None, gt=0)
+    max_cost_usd: Annotated[float | None, at_most(MAX_USD)] = Field(default=None, gt=0)
+    approval_timeout_min: float | None = Field(default=None, gt=0, le=60 * 24 * 30)
+    # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
+    untrusted_input: Literal["narrow", "allow"] = "narrow"
+
+    @model_validator(mode="after")
+    def _enforceable(self, info: ValidationInfo) -> AgentSession:
+        if admitting(info):
+            problem = unenforceable_on_codex(self) if self.provider == "codex" else None
+            if problem is not None:
+                raise ValueError(problem)
+        return self
+
+
+def unenforceable_on_codex(session: AgentSession) -> str | None:
+    """What a codex session of this rule could do that the engine could not stop, or None.
+
+    Codex (0.169, workspace-write) applies file changes inside its workspace without asking
+    its client, and has no turn limit; a rule that relies on either is refused, not run and
+    reported afterwards.
+    """
+    from ade_tasks.agents.policy import matching_pattern  # the policy module imports this one
+
+    if "max_turns" in session.model_fields_set:
+        return (
+            "max_turns cannot be enforced on provider codex (it has no turn limit): remove it; "
+            "timeout_sec, max_tokens and max_cost_usd bound a codex session"
+        )
+    if session.permission_mode == "plan":
+        return None
+    policy = session.policy
+    writes = ("write_file", "edit_file")
+    denied = [t for t in writes if matching_pattern(t, policy.denied_tools)]
+    allowed = all(matching_pattern(t, policy.allowed_tools) for t in writes)
+    if not denied and policy.sandbox_root is None and (allowed or policy.fallback == "allow"):
+        return None
+    why = (
+        f"policy.denied_tools names {', '.join(denied)}"
+        if denied
+        else "policy.sandbox_root is set"
+        if policy.sandbox_root is not None
+        else f"its fallback {policy.fallback} applies to writes no allowed_tools entry names"
+    )
+    return (
+        f"policy cannot be enforced on provider codex in permission_mode {session.permission_mode}"
+        f": codex applies file changes inside its workspace without asking, so the engine cannot "
+        f"refuse or ask for them ({why}). Allow writes (policy.allowed_tools: [write_file, "
+        "edit_file], no sandbox_root), use permission_mode: plan, or use provider claude-code"
+    )

@@ -1,0 +1,83 @@
+"""Where a rule's result goes (disposition, outputs), how it is verified, and the inputs a
+manual run takes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from ade_tasks.rules.base import REPO_NAME, Document
+
+
+class Disposition(StrEnum):
+    """Where a finished run's result goes."""
+
+    EVIDENCE_ONLY = "evidence-only"
+    COMMENT_ONLY = "comment-only"
+    OPEN_PR = "open-pr"
+    NOTIFY = "notify"
+
+
+class Outputs(Document):
+    """How the run's result is published (see the README's "Outputs" section).
+
+    `comment-only` comments on the triggering GitHub PR or issue (else the result stays in the
+    run log), `open-pr` pushes the run's lane branch to `remote` and opens a draft PR on `repo`
+    (default: the trigger's repository), `notify` posts to a Slack-compatible webhook whose URL
+    is a secret (`notify_url: ${env:NAME}`). GitHub and webhook calls are retried `retry` times
+    with exponential backoff from 400 ms.
+    """
+
+    disposition: Disposition = Disposition.EVIDENCE_ONLY
+    notify_url: str | None = None
+    repo: str | None = Field(default=None, pattern=REPO_NAME)
+    remote: str = "origin"
+    pr_title: str = "{{rule.name}}"
+    pr_base: str | None = None
+    retry: int = Field(default=3, ge=0, le=5)
+
+    @model_validator(mode="after")
+    def _notify_needs_url(self) -> Outputs:
+        if self.disposition is Disposition.NOTIFY and not self.notify_url:
+            raise ValueError(
+                "disposition notify needs notify_url, e.g. notify_url: ${env:SLACK_WEBHOOK_URL}"
+            )
+        if self.notify_url is not None and "${env:" not in self.notify_url:
+            raise ValueError(
+                "notify_url is a credential: name it as a secret the workers hold, e.g. "
+                "notify_url: ${env:SLACK_WEBHOOK_URL}, never the URL itself"
+            )
+        return self
+
+
+class Verification(Document):
+    """A command whose success verifies the run's change before publishing.
+
+    It runs after the steps (in the run's lane, if it has one) as step `verify`. When it fails,
+    nothing is published and the run lands in `verification-required`; with `required` the run
+    also fails. `required` without a command leaves every run `verification-required`.
+    """
+
+    command: str | None = None
+    required: bool = False
+
+
+class InputSpec(Document):
+    """A typed input a manual run may supply (like GitHub's workflow_dispatch)."""
+
+    type: Literal["string", "boolean", "number", "choice"] = "string"
+    description: str = ""
+    required: bool = False
+    default: str | bool | float | None = None
+    options: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _choice_has_options(self) -> InputSpec:
+        if self.type == "choice" and not self.options:
+            raise ValueError("a choice input needs a non-empty `options` list")
+        return self

@@ -1,0 +1,87 @@
+"""The rule document: when something runs (triggers) and what runs (execution), under which
+guardrails. Pydantic validates the whole document at load time so a bad rule never reaches a
+worker."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from ade_tasks.rules.agent import ToolPalette
+from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document
+from ade_tasks.rules.guardrails import Guardrails
+from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
+from ade_tasks.rules.steps import Execution
+from ade_tasks.rules.triggers import Trigger
+
+# --- the rule ------------------------------------------------------------------------------
+
+DEFAULT_QUEUES = {"built-in": "ade.builtin", "agent-session": "ade.agent"}
+
+
+class Rule(Document):
+    """One automation rule, exactly as written in a rules file or sent to the API.
+
+    `review_required: true` puts every finished run in the review queue (`pending-review`);
+    by default a deterministic run that succeeded with no findings lands in `completed-clean`
+    and only agent runs are gated by confidence (`review_profile`, `review_threshold`; see
+    `ade_tasks.review`).
+    """
+
+    id: str = Field(pattern=SLUG)
+    name: str = ""
+    description: str = ""
+    enabled: bool = True
+    project: str = "default"
+    triggers: list[Trigger] = Field(min_length=1)
+    execution: Execution
+    guardrails: Guardrails = Field(default_factory=Guardrails)
+    outputs: Outputs = Field(default_factory=Outputs)
+    verification: Verification = Field(default_factory=Verification)
+    review_profile: Literal[
+        "quick", "incremental", "full", "security", "release-risk", "cross-repo-contract"
+    ] = "quick"
+    review_threshold: float = Field(default=0.65, ge=0, le=1)
+    review_required: bool = False
+    tool_palette: list[ToolPalette] = Field(default_factory=list)
+    billing_code: str = ""
+    queue: str | None = Field(default=None, pattern=QUEUE_NAME)
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Rule:
+        if not self.name:
+            object.__setattr__(self, "name", self.id)
+        if not self.billing_code:
+            object.__setattr__(self, "billing_code", f"auto:{self.id}")
+        return self
+
+    @property
+    def agentic(self) -> bool:
+        """Does a run of this rule rest on a model's judgement (an agent-session execution or
+        step)? Otherwise it is deterministic: its steps' exit codes are its verdict."""
+        return self.execution.kind == "agent-session" or any(
+            step.type == "agent-session" for step in self.execution.actions
+        )
+
+    @property
+    def effective_queue(self) -> str:
+        """The queue its runs go to: the rule's own, the execution's, or the kind's default
+        (a chain with an agent-session step goes where agent sessions go)."""
+        return (
+            self.queue
+            or self.execution.queue
+            or DEFAULT_QUEUES["agent-session" if self.agentic else "built-in"]
+        )
+
+    def has_trigger(self, kind: str) -> bool:
+        """Does any trigger of this rule have this (canonical) type?"""
+        return any(t.type == kind for t in self.triggers)
+
+    def document(self) -> dict[str, Any]:
+        """The rule as JSON-ready data (stored in the database)."""
+        return self.model_dump(mode="json", exclude_none=True)

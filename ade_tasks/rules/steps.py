@@ -1,0 +1,267 @@
+"""What runs: the built-in step types of a chain, the registry of their models, and the two
+executions (a chain of steps, or one agent session)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ade_tasks.rules.agent import AgentSession
+from ade_tasks.rules.base import (
+    ADE_ACTION_NAME,
+    BRANCH_PREFIX,
+    DEFAULT_STEP_TIMEOUT_SEC,
+    MAX_STEP_TIMEOUT_SEC,
+    MIN_STEP_TIMEOUT_SEC,
+    STEP_ID,
+    Document,
+    admitting,
+    parse_duration,
+)
+
+
+def _clamp_timeout(value: Any) -> float:
+    seconds = parse_duration(value).total_seconds()
+    return min(max(seconds, MIN_STEP_TIMEOUT_SEC), MAX_STEP_TIMEOUT_SEC)
+
+
+StepTimeout = Annotated[float, BeforeValidator(_clamp_timeout)]
+EnvName = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+class Step(Document):
+    """What every step of a built-in chain has, whatever its action.
+
+    `condition` is a small safe expression (see `ade_tasks.conditions`); a false condition
+    records the step as skipped. `retry` re-runs a failed step up to 5 times with exponential
+    backoff from 400 ms. `always_run` steps run even after an earlier failure, like `finally`,
+    and the original failure stays the run's outcome; a step whose condition asks about a
+    failure (`failure()`, `failed('tests')`) is `always_run`, so it is evaluated when it can
+    be true. `lane` runs the step in a named lane, in
+    the lane created earlier in this run (`created`), or in the project root (`project`); by
+    default a step runs in the run's lane when it has one, else in the project root.
+    """
+
+    id: str = Field(default="", pattern=STEP_ID)
+    condition: str | None = None
+    retry: int = Field(default=0, ge=0, le=5)
+    continue_on_failure: bool = False
+    always_run: bool = False
+    timeout_sec: StepTimeout = DEFAULT_STEP_TIMEOUT_SEC
+    lane: str | None = None
+
+    @model_validator(mode="after")
+    def _failure_steps_always_run(self) -> Step:
+        from ade_tasks.conditions import asks_about_failure  # it imports templating only
+
+        # "Only if an earlier step failed" must not need a second flag to ever be true.
+        if self.condition and not self.always_run and asks_about_failure(self.condition):
+            object.__setattr__(self, "always_run", True)
+        return self
+
+
+class CommandStep(Step):
+    command: str | list[str]
+    cwd: str = "."
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise ValueError("command must not be empty")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(EnvName, name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return value
+
+
+class RunCommandAction(CommandStep):
+    """Run a command in the project: a string runs through `/bin/sh -c`, a list runs as argv."""
+
+    type: Literal["run-command"]
+
+
+class RunTestsAction(CommandStep):
+    """Run the project's tests; JUnit XML the command writes becomes the step's result.
+
+    The command finds a report path in `$ADE_JUNIT_XML` (e.g. `pytest --junitxml=$ADE_JUNIT_XML`);
+    `junit` names further report files (globs relative to the step's directory).
+    """
+
+    type: Literal["run-tests"]
+    junit: list[str] = Field(default_factory=list)
+
+
+class CreateLaneAction(Step):
+    """Create a lane: a git worktree on a new branch from `base`, used by the later steps."""
+
+    type: Literal["create-lane"]
+    name: str = "{{rule.id}} {{date}}"
+    base: str = "HEAD"
+    branch_prefix: str = Field(default="ade/", pattern=BRANCH_PREFIX)
+
+
+class DeleteLaneAction(Step):
+    """Delete a lane: the named one, else the one created in this run, else the trigger's."""
+
+    type: Literal["delete-lane"]
+    target: str | None = None
+    after_minutes: float = Field(default=0, ge=0, le=60 * 24 * 30)
+    force: bool = False
+    #: The remote whose copy of the branch is deleted too (naming one implies
+    #: `delete_remote_branch: true`); `origin` when only `delete_remote_branch` is set.
+    delete_remote: str | None = None
+    #: false keeps the lane's local branch (only the worktree goes).
+    delete_branch: bool = True
+    delete_remote_branch: bool | None = None
+
+    @model_validator(mode="after")
+    def _remote_consistent(self) -> DeleteLaneAction:
+        if self.delete_remote_branch is False and self.delete_remote:
+            raise ValueError(
+                f"delete_remote names the remote {self.delete_remote!r} but "
+                "delete_remote_branch is false; drop delete_remote to keep the remote branch, "
+                "or delete_remote_branch to delete it"
+            )
+        return self
+
+    @property
+    def remote(self) -> str | None:
+        """The remote to delete the branch on, or None to leave remotes alone."""
+        if self.delete_remote_branch or self.delete_remote:
+            return self.delete_remote or "origin"
+        return None
+
+
+class PredictConflictsAction(Step):
+    """List the files that would conflict when the lane's branch merges into its base."""
+
+    type: Literal["predict-conflicts"]
+    target: str | None = None
+    base: str | None = None
+
+
+class AdeActionStep(Step):
+    """Call one allow-listed internal action (`domain.action`) with typed arguments."""
+
+    type: Literal["ade-action"]
+    action: str = Field(pattern=ADE_ACTION_NAME)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentSessionStep(Step, AgentSession):
+    """An agent session as one step of a chain: its prompt sees the earlier steps' outputs,
+    and it works in the step's lane like any other step."""
+
+    type: Literal["agent-session"]
+    timeout_sec: StepTimeout = MAX_STEP_TIMEOUT_SEC
+
+
+ACTION_MODELS: dict[str, type[Step]] = {
+    "run-command": RunCommandAction,
+    "run-tests": RunTestsAction,
+    "create-lane": CreateLaneAction,
+    "delete-lane": DeleteLaneAction,
+    "predict-conflicts": PredictConflictsAction,
+    "ade-action": AdeActionStep,
+    "agent-session": AgentSessionStep,
+}
+KNOWN_ACTION_TYPES = tuple(ACTION_MODELS)
+#: Step fields that may hold `{{...}}` templates and `${env:NAME}` secret references.
+TEMPLATED_FIELDS = ("command", "cwd", "env", "junit", "name", "base", "target", "args")
+LANE_STEPS = ("create-lane", "delete-lane", "predict-conflicts")
+
+
+def _known_action(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("type") not in KNOWN_ACTION_TYPES:
+        available = ", ".join(KNOWN_ACTION_TYPES)
+        if "type" not in value:
+            raise ValueError(f"the step has no type; add `type:` with one of: {available}")
+        raise ValueError(f"unknown action type {value['type']!r} (available: {available})")
+    return value
+
+
+Action = Annotated[
+    Annotated[
+        RunCommandAction
+        | RunTestsAction
+        | CreateLaneAction
+        | DeleteLaneAction
+        | PredictConflictsAction
+        | AdeActionStep
+        | AgentSessionStep,
+        Field(discriminator="type"),
+    ],
+    BeforeValidator(_known_action),
+]
+
+
+class BuiltinExecution(Document):
+    """An ordered chain of deterministic built-in actions."""
+
+    kind: Literal["built-in"]
+    queue: str | None = None
+    actions: list[Action] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_check_out(cls, value: Any, info: ValidationInfo) -> Any:
+        # At admission `rules.loader.parse_rule` runs these checks beside the structural ones
+        # and reports each at its field; a document read back (or built in code) is refused
+        # whole, so a stored rule that no longer passes them never dispatches.
+        if admitting(info) or not isinstance(value, dict):
+            return value
+        from ade_tasks.rules.checks import step_problems  # it imports this module
+
+        problems = step_problems({"execution": value})
+        if problems:
+            raise ValueError("; ".join(f"{f.removeprefix('execution.')}: {r}" for f, r in problems))
+        return value
+
+    @model_validator(mode="after")
+    def _step_ids(self) -> BuiltinExecution:
+        for index, action in enumerate(self.actions):
+            object.__setattr__(action, "id", action.id or default_step_id(action.type, index))
+        return self
+
+
+def default_step_id(action_type: str, index: int) -> str:
+    """The id of a step that names none: its type and its position, e.g. `run-command-2`."""
+    return f"{action_type}-{index + 1}"
+
+
+class AgentExecution(AgentSession):
+    """A rule whose whole work is one AI coding-agent session under a permission policy.
+
+    It runs as a chain of one `agent-session` step named `session`; `lane` works as a step's
+    `lane` does (by default the trigger's lane, e.g. of a `lane.created` event).
+    """
+
+    kind: Literal["agent-session"]
+    queue: str | None = None
+    lane: str | None = None
+
+    @property
+    def actions(self) -> list[AgentSessionStep]:
+        """The chain this execution runs: its one step, `session`."""
+        fields = self.model_dump(exclude={"kind", "queue"}, exclude_none=True)
+        return [
+            AgentSessionStep.model_validate({**fields, "id": "session", "type": "agent-session"})
+        ]
+
+
+Execution = Annotated[BuiltinExecution | AgentExecution, Field(discriminator="kind")]

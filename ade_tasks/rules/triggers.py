@@ -1,0 +1,327 @@
+"""When a rule runs: its trigger types and the model of each (schedules, manual runs, webhooks,
+GitHub, git, lane and file events)."""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, date, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ade_tasks.rules.base import (
+    CRON_ALIASES,
+    MAX_DURATION,
+    OCCURRENCE_RETENTION,
+    REPO_NAME,
+    SLUG,
+    Document,
+    Duration,
+    Regex,
+    admitting,
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_problem(expr: str, admit: bool, day: date) -> str | None:  # noqa: ARG001 (cache key)
+    """Why a 5-field cron is refused (`{value}` stands for the text as written), or None.
+
+    Cached: checking costs about half a millisecond, and the rules of a large directory share
+    a few hundred expressions. `day` is part of the key because whether a cron fires within
+    the horizon depends on today (`admit`: only admission checks that)."""
+    if not croniter.is_valid(expr):
+        return "cron {value} is not a valid cron expression"
+    if admit:  # a 5-field cron fires somewhere in every 5 years, or never
+        from ade_tasks.scheduling import ScheduleError, check_fires
+
+        try:
+            check_fires(expr)
+        except ScheduleError as exc:
+            return exc.message
+    return None
+
+
+class TriggerType(StrEnum):
+    """Every trigger type a rule may name (wire values)."""
+
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    WEBHOOK = "webhook"
+    GITHUB_PR_OPENED = "github.pr_opened"
+    GITHUB_PR_UPDATED = "github.pr_updated"
+    GITHUB_PR_MERGED = "github.pr_merged"
+    GITHUB_PR_CLOSED = "github.pr_closed"
+    GITHUB_PR_COMMENTED = "github.pr_commented"
+    GITHUB_PR_REVIEW_SUBMITTED = "github.pr_review_submitted"
+    GITHUB_ISSUE_OPENED = "github.issue_opened"
+    GITHUB_ISSUE_LABELED = "github.issue_labeled"
+    GITHUB_ISSUE_CLOSED = "github.issue_closed"
+    GITHUB_ISSUE_COMMENTED = "github.issue_commented"
+    GITHUB_CHECK_RUN_COMPLETED = "github.check_run_completed"
+    GITHUB_WORKFLOW_RUN_COMPLETED = "github.workflow_run_completed"
+    GITHUB_RELEASE_PUBLISHED = "github.release_published"
+    GIT_PUSH = "git.push"
+    GIT_COMMIT = "git.commit"
+    LANE_CREATED = "lane.created"
+    LANE_DELETED = "lane.deleted"
+    LANE_MERGED = "lane.merged"
+    FILE_CHANGED = "file.changed"
+
+
+GITHUB_TYPES = tuple(t.value for t in TriggerType if t.value.startswith("github."))
+KNOWN_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
+
+
+def canonical_trigger_type(name: str) -> str:
+    """Resolve the documented aliases: `commit` -> `git.commit`, `git.pr_*` -> `github.pr_*`,
+    `file.change` -> `file.changed`. (`lane.archived` is refused at validation: lanes here are
+    created and deleted, never archived, so it would only ever have meant deletion.)"""
+    if name == "commit":
+        return TriggerType.GIT_COMMIT.value
+    if name == "file.change":
+        return TriggerType.FILE_CHANGED.value
+    if name.startswith("git.pr_"):
+        return "github." + name.removeprefix("git.")
+    return name
+
+
+def _normalize_trigger(value: Any) -> Any:
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        kind = canonical_trigger_type(value["type"])
+        if kind == "lane.archived":
+            raise ValueError(
+                "lane.archived is not a trigger here: ADE Tasks lanes are created and deleted, "
+                "never archived; use lane.deleted to run when a lane is deleted"
+            )
+        if kind not in KNOWN_TRIGGER_TYPES:
+            known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
+            raise ValueError(f"unknown trigger type {value['type']!r} (known: {known})")
+        return {**value, "type": kind}
+    return value
+
+
+# --- triggers ------------------------------------------------------------------------------
+
+
+class ScheduleTrigger(Document):
+    """Fire on a 5-field cron expression (or an `@hourly`-style alias) in an IANA time zone, or
+    once: at `run_at` (a timestamp with `Z` or an offset), or `delay_seconds` after the rule's
+    current version was stored (so an unchanged rule file synced again does not fire again;
+    an edit that stores a new version schedules it anew). Exactly one of the three.
+
+    A one-shot trigger fires once through the same beat claims as a cron slot (catch-up and
+    overlap apply); `ade_tasks.one_shots` turns it into a stored scheduled run.
+    """
+
+    type: Literal["schedule"]
+    cron: str | None = None
+    timezone: str = "UTC"
+    catchup_window: Duration | None = None
+    run_at: datetime | None = None
+    delay_seconds: int | None = None
+
+    @property
+    def once(self) -> str | None:
+        """What makes a one-shot trigger what it is (`run_at=...`, `delay_seconds=N`), or None
+        for a cron trigger; a changed value is a different one-shot."""
+        if self.run_at is not None:
+            return f"run_at={self.run_at.isoformat()}"
+        if self.delay_seconds is not None:
+            return f"delay_seconds={self.delay_seconds}"
+        return None
+
+    @model_validator(mode="after")
+    def _exactly_one_when(self) -> ScheduleTrigger:
+        if self.cron is None and self.run_at is None and self.delay_seconds is None:
+            raise ValueError(
+                "a schedule trigger needs exactly one of cron, run_at or delay_seconds; "
+                'add e.g. `cron: "0 3 * * *"` or `run_at: 2026-12-24T18:00:00+01:00`'
+            )
+        return self
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        expr = " ".join(value.split())
+        if expr.startswith("@"):
+            if expr not in CRON_ALIASES:
+                raise ValueError(
+                    f"unknown cron alias {value!r} (known: {', '.join(sorted(CRON_ALIASES))})"
+                )
+            return expr
+        if len(expr.split(" ")) != 5:
+            raise ValueError(
+                f"cron {value!r} must have 5 fields (minute hour day-of-month month day-of-week)"
+            )
+        problem = _cron_problem(expr, admitting(info), datetime.now(UTC).date())
+        if problem is not None:
+            raise ValueError(problem.replace("{value}", repr(value)))
+        return expr
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; use an IANA name such as Europe/Berlin or UTC"
+            ) from None
+        return value
+
+    @field_validator("catchup_window")
+    @classmethod
+    def _window_within_retention(cls, value: timedelta | None) -> timedelta | None:
+        return check_catchup_window(value)
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _zoned_run_at(cls, value: Any, info: ValidationInfo) -> Any:
+        from ade_tasks.scheduling import check_zoned
+
+        if info.data.get("cron") is not None and value is not None:
+            raise ValueError(_ONE_WHEN.format(field="run_at", other="cron"))
+        return None if value is None else check_zoned(value, "run_at")
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_not_past(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        if value is None:
+            return None
+        from ade_tasks.scheduling import check_not_past
+
+        value = value.astimezone(UTC)
+        if admitting(info):
+            check_not_past(value, info.data.get("catchup_window"), "run_at")
+        return value
+
+    @field_validator("delay_seconds")
+    @classmethod
+    def _valid_delay(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return None
+        for other in ("cron", "run_at"):
+            if info.data.get(other) is not None:
+                raise ValueError(_ONE_WHEN.format(field="delay_seconds", other=other))
+        return check_delay(value, "after the rule version is stored")
+
+
+def check_catchup_window(value: timedelta | None) -> timedelta | None:
+    """A catch-up window reaches back at most as far as occurrences are kept."""
+    if value is not None and (value < timedelta(0) or value > OCCURRENCE_RETENTION):
+        raise ValueError(
+            f"catchup_window must be between 0 and {OCCURRENCE_RETENTION.days} days "
+            "(occurrences are kept that long)"
+        )
+    return value
+
+
+def check_delay(value: int, counted: str) -> int:
+    """A `delay_seconds`: 0 up to the longest duration; `counted` says from when."""
+    if value < 0:
+        raise ValueError(
+            f"delay_seconds must be 0 or more (got {value}): it counts the seconds {counted}; "
+            "for a fixed time write run_at"
+        )
+    if value > MAX_DURATION.total_seconds():
+        raise ValueError(f"delay_seconds must be at most {int(MAX_DURATION.total_seconds())}")
+    return value
+
+
+_ONE_WHEN = (
+    "{field} cannot be combined with {other}: a schedule trigger has exactly one of cron, "
+    "run_at and delay_seconds; split it into two triggers"
+)
+
+
+class ManualTrigger(Document):
+    """An operator's run from the CLI or the API."""
+
+    type: Literal["manual"]
+
+
+class WebhookTrigger(Document):
+    """A custom webhook `POST /api/v1/webhooks/{hook}` whose JSON body matches `filters`."""
+
+    type: Literal["webhook"]
+    hook: str = Field(pattern=SLUG)
+    filters: dict[str, Any] = Field(default_factory=dict)
+
+
+class GithubTrigger(Document):
+    """A GitHub webhook event, narrowed by filters (all given filters must match)."""
+
+    type: Literal[GITHUB_TYPES]  # type: ignore[valid-type]
+    repo: str | None = Field(default=None, pattern=REPO_NAME)
+    branches: list[str] = Field(default_factory=list)
+    base_branches: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
+    authors: list[str] = Field(default_factory=list)
+    author_associations: list[
+        Literal[
+            "OWNER",
+            "MEMBER",
+            "COLLABORATOR",
+            "CONTRIBUTOR",
+            "FIRST_TIME_CONTRIBUTOR",
+            "FIRST_TIMER",
+            "MANNEQUIN",
+            "NONE",
+        ]
+    ] = Field(default_factory=list)
+    title_regex: Regex = None
+    body_regex: Regex = None
+    keywords: list[str] = Field(default_factory=list)
+    draft: bool | None = None
+    paths: list[str] = Field(default_factory=list)
+
+
+class GitTrigger(Document):
+    """A push or commit in a configured repository."""
+
+    type: Literal["git.push", "git.commit"]
+    repo: str | None = None
+    branches: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+
+
+class LaneTrigger(Document):
+    """A lane (git worktree) created or deleted by another run, or its branch merged (a
+    merged GitHub pull request from the lane's branch)."""
+
+    type: Literal["lane.created", "lane.deleted", "lane.merged"]
+    lanes: list[str] = Field(default_factory=list)
+
+
+class FileTrigger(Document):
+    """Files matching `paths` changed in the project; paths matching `exclude` do not count."""
+
+    type: Literal["file.changed"]
+    paths: list[str] = Field(min_length=1)
+    exclude: list[str] = Field(default_factory=list)
+
+
+Trigger = Annotated[
+    Annotated[
+        ScheduleTrigger
+        | ManualTrigger
+        | WebhookTrigger
+        | GithubTrigger
+        | GitTrigger
+        | LaneTrigger
+        | FileTrigger,
+        Field(discriminator="type"),
+    ],
+    BeforeValidator(_normalize_trigger),
+]
