@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import Role
 from ade_tasks.errors import PolicyViolationError
+from ade_tasks.roles import Role
 
 log = logging.getLogger(__name__)
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ade_api.cli import Api, fail, json_option, main, url_option
-from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import ApiTokenRow, Role
 from ade_tasks.errors import AdeError
+from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
+
+if TYPE_CHECKING:  # the database modules load only for the commands that use them
+    from ade_tasks.db.engine import SessionFactory
+    from ade_tasks.db.schema import ApiTokenRow
 
 
 def _sessions(settings: Settings) -> SessionFactory:

@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from ade_api.cli import Api, by_option, json_option, main, runs, url_option
-from ade_tasks.db.schema import Answer
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
+from ade_tasks.states import Answer
 
 
 def _echo(data: Any, as_json: bool, line: Callable[[dict[str, Any]], str]) -> None:

@@ -12,7 +12,6 @@ import click
 from ade_api.cli import json_option, main
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli_agents import ProviderStatus, providers_report
-from ade_workers.agents.provider_check import check_provider
 
 
 def _line(status: ProviderStatus) -> str:
@@ -45,6 +44,10 @@ def providers(as_json: bool, check: bool, model: str | None) -> None:
             for fix in status.fixes:
                 click.echo(f"{'':<12} fix: {fix}")
         return
+    # Only `--check` needs the agent sessions (sqlalchemy and the CLI drivers): importing them
+    # here keeps every other command's start-up at half the time.
+    from ade_workers.agents.provider_check import check_provider
+
     settings = Settings()
     checked = []
     for status in report:

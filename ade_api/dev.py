@@ -46,9 +46,9 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.rules import SyncReport, list_rules, load_rule
-from ade_tasks.db.schema import Role
 from ade_tasks.logs import configure_logging, uvicorn_log_config
 from ade_tasks.recovery import recover
+from ade_tasks.roles import Role
 from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings

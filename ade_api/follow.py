@@ -20,9 +20,10 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
+from ade_tasks.states import FINAL_STATUSES, RunStatus, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class FollowHub:
             feed.emit(END, {"status": None, "error": "the run no longer exists"})
             feed.done = True
         else:
-            final = state.status in runs_db.FINAL_STATUSES
+            final = state.status in FINAL_STATUSES
             if state.status != feed.status and not final:
                 feed.status = state.status
                 feed.emit("run.status", {"status": state.status, "worker": state.worker,

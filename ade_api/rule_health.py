@@ -18,9 +18,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from ade_api.schemas import RuleHealthOut, RuleOut
+from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.schema import RuleRow, utcnow
+from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import ConflictError
 from ade_tasks.rule_health import (
     LiveState,

@@ -7,9 +7,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ade_tasks.db.schema import Answer, ApprovalRow, RunRow, RunStepRow
+from ade_tasks.db.schema import ApprovalRow, RunRow, RunStepRow
 from ade_tasks.rules.models import Duration, check_catchup_window, check_delay
 from ade_tasks.scheduling import check_not_past, check_zoned
+from ade_tasks.states import Answer
 
 #: Who acts, when several people share a token: recorded after the token's name
 #: (see `ade_api.auth.actor`).

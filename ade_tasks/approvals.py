@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import Answer, ApprovalRow, RunRow, RunStatus, utcnow
+from ade_tasks.db.schema import ApprovalRow, RunRow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import BrokerUnavailableError, InvalidInputError
+from ade_tasks.states import Answer, RunStatus
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
-from ade_tasks.db.schema import RunRow, RunStatus, utcnow
+from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails import budget_exhausted, rate_limited
 from ade_tasks.rules.inputs import resolve_inputs
@@ -30,6 +31,7 @@ from ade_tasks.rules.models import (
     TriggerType,
     canonical_trigger_type,
 )
+from ade_tasks.states import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -436,8 +438,9 @@ def _apply_overlap(
         return
     busy = f"{count} run(s) of rule {rule_id!r} are active (limit {limit})"
     if policy is OverlapPolicy.CANCEL_OTHER:
-        reason = "cancelled by a newer trigger: the rule's overlap policy is cancel-other"
-        cancelled = runs_db.cancel_active(session, rule_id, reason)
+        cancelled = runs_db.cancel_active(
+            session, rule_id, "a newer trigger", "the rule's overlap policy is cancel-other"
+        )
         log.info("overlap cancel-other: cancelled %s for a new run of %s", cancelled, rule_id)
         active[rule_id] = 1
         return

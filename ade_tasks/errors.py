@@ -34,6 +34,10 @@ class ConflictError(AdeError):
     """The object is not in a state that allows this change."""
 
 
+class IllegalTransitionError(ConflictError):
+    """The run or step is not in a status this change may leave (see `ade_tasks.states`)."""
+
+
 class PolicyViolationError(AdeError):
     """A step tried to do something its rule does not allow."""
 

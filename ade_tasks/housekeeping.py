@@ -21,10 +21,11 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, RunRow
+from ade_tasks.db.schema import RunRow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
+from ade_tasks.states import OccurrenceOutcome
 
 log = logging.getLogger(__name__)
 

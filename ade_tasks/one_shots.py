@@ -31,15 +31,17 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import OneShotStatus, ScheduledRunRow, utcnow
+from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError, AdmissionError, TransientError
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import grace, span
+from ade_tasks.states import OneShotStatus
 
 log = logging.getLogger(__name__)
 

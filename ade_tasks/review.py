@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ade_tasks.db.schema import QueueStatus, RunStatus
+from ade_tasks.states import QueueStatus, RunStatus
 
 PROFILE_BASE = {
     "quick": 0.58,

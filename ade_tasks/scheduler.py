@@ -37,23 +37,19 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import (
-    OccurrenceOutcome,
-    RuleRow,
-    RunStatus,
-    ScheduleOccurrenceRow,
-    utcnow,
-)
+from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError, TransientError
 from ade_tasks.one_shots import OneShotFirer, TriggerOnce
 from ade_tasks.rules.loader import validation_problems
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import LATE_TOLERANCE, CronCursor, ScheduleSpec
+from ade_tasks.states import OccurrenceOutcome, RunStatus
 
 log = logging.getLogger(__name__)
 

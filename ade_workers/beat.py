@@ -27,8 +27,8 @@ from typing import Any
 
 from celery.beat import Scheduler as CeleryScheduler
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
-from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
 from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)

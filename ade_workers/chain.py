@@ -19,16 +19,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ade_tasks.clock import utcnow
 from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.db.lanes import LaneRef
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import TEMPLATED_FIELDS, Rule
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
+from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 
 #: Lane values of a step's `lane` field that are not lane names.
 RUN_LANE, PROJECT_ROOT = "created", "project"

@@ -22,12 +22,13 @@ from sqlalchemy import func, select
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import CleanupStatus, RunStepRow, ScheduledCleanupRow, StepStatus
+from ade_tasks.db.schema import RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
 from ade_tasks.events import emit_lane_event
 from ade_tasks.housekeeping import Job, register
 from ade_tasks.settings import Settings
+from ade_tasks.states import CleanupStatus, StepStatus
 from ade_workers import lanes
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.settings import Settings
 from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ade_tasks.db.schema import RunStatus, StepStatus
 from ade_tasks.errors import AdeError
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import Disposition, Rule
 from ade_tasks.secrets import resolve
 from ade_tasks.settings import Settings
+from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import render
 from ade_workers import lanes
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.chain import ChainState, template_context
 from ade_workers.github import GithubClient
 from ade_workers.notify import send_notification

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ade_tasks.agents.protected import engine_secrets
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
@@ -31,7 +32,7 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.db.runs import StepRecord
-from ade_tasks.db.schema import RunStatus, RunStepRow, StepStatus, utcnow
+from ade_tasks.db.schema import RunStepRow
 from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
@@ -39,7 +40,9 @@ from ade_tasks.review import review
 from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.actions import ActionExecutor, StepContext, StepOutcome, registry
+from ade_tasks.states import RunStatus, StepStatus
+from ade_workers.actions.base import ActionExecutor, StepContext, StepOutcome
+from ade_workers.actions.registry import registry, unknown_action
 from ade_workers.agents.agent_run import park_for_tool
 from ade_workers.chain import ChainState, StepRun, run_step
 from ade_workers.publish import publish
@@ -662,9 +665,7 @@ def _failure(
 def _execute_step(config: RunnerConfig, action: Any, context: StepContext) -> StepOutcome:
     executor = config.executors.get(action.type)
     if executor is None:
-        return StepOutcome(
-            StepStatus.FAILED, error=f"action type {action.type!r} is not available on this worker"
-        )
+        return StepOutcome(StepStatus.FAILED, error=unknown_action(action.type, config.executors))
     try:
         return executor(action, context)
     except Exception as exc:  # an executor bug must end the step, not leave it running

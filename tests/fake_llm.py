@@ -151,3 +151,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    # A GET (a key check listing the models) is answered from the same script.
+    do_GET = do_POST

@@ -12,7 +12,7 @@ import pytest
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.settings import Settings
-from ade_workers.actions import registry
+from ade_workers.actions.registry import registry
 from ade_workers.runner import RunnerConfig
 
 SECRET = "s3cr3t-'value'\\x"

@@ -12,8 +12,8 @@ from ade_api.auth import Principal
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import Problem
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import Role
 from ade_tasks.dispatch import AUTOMATIONS_DISABLED
+from ade_tasks.roles import Role
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 

@@ -21,7 +21,7 @@ from ade_api.schemas import (
 from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
-from ade_tasks.db.schema import ApprovalStatus, CleanupStatus, LaneStatus
+from ade_tasks.states import ApprovalStatus, CleanupStatus, LaneStatus
 
 router = APIRouter(prefix="/api/v1", tags=["operations"])
 

@@ -31,9 +31,9 @@ from ade_api.schemas import (
     TrustGranted,
     TrustRequest,
 )
+from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
 from ade_tasks.one_shots import schedule_manual_run

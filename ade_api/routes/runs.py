@@ -32,11 +32,11 @@ from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
-from ade_tasks.db.schema import QueueStatus, RunStatus
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying, release_buffered
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, canonical_trigger_type
+from ade_tasks.states import QueueStatus, RunStatus
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.schemas import Problem, RunCancel, ScheduledRunOut
 from ade_tasks.db import one_shots as once_db
-from ade_tasks.db.schema import OneShotStatus
+from ade_tasks.states import OneShotStatus
 
 router = APIRouter(prefix="/api/v1/scheduled-runs", tags=["scheduled runs"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {

@@ -24,9 +24,9 @@ from fastapi.responses import JSONResponse
 
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.schemas import HookDeliveryOut, Problem
+from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.retry import retrying
-from ade_tasks.db.schema import utcnow
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
 from ade_tasks.ingress.hooks import HookConfig, delivery_id, filters_match, redact_headers

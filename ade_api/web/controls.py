@@ -34,8 +34,8 @@ from ade_api.web.pages import (
 from ade_api.web.rules import WAITING
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import pauses as pauses_db
-from ade_tasks.db.schema import OneShotStatus
 from ade_tasks.errors import AdeError, InvalidInputError, PolicyViolationError
+from ade_tasks.states import OneShotStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 PAGE_SIZE = 200

@@ -23,9 +23,9 @@ from ade_api.auth import Principal
 from ade_api.deps import Services
 from ade_api.problems import retry_after, status_of
 from ade_api.web.charts import duration_text
-from ade_tasks.db.schema import Role
 from ade_tasks.dispatch import AUTOMATIONS_DISABLED
 from ade_tasks.errors import AdeError
+from ade_tasks.roles import Role
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

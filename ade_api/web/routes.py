@@ -56,23 +56,16 @@ from ade_api.web.pages import (
 )
 from ade_api.web.rule_rows import stored_rule
 from ade_tasks.approvals import answer_input
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import history
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import (
-    Answer,
-    ApprovalRow,
-    QueueStatus,
-    RuleRow,
-    RunRow,
-    RunStatus,
-    RunStepRow,
-    utcnow,
-)
+from ade_tasks.db.schema import ApprovalRow, RuleRow, RunRow, RunStepRow
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
+from ade_tasks.states import Answer, QueueStatus, RunStatus
 
 log = logging.getLogger(__name__)
 

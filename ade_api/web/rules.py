@@ -23,17 +23,19 @@ from ade_api.web import charts
 from ade_api.web.pages import error_page, is_admin, read, render, services_of
 from ade_api.web.routes import run_lines
 from ade_api.web.rule_rows import has_manual_trigger, stored_rule, trigger_types
+from ade_tasks.clock import utcnow
 from ade_tasks.db import history
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
-from ade_tasks.db.schema import OneShotStatus, RuleRow, ScheduledRunRow, utcnow
+from ade_tasks.db.schema import RuleRow, ScheduledRunRow
 from ade_tasks.errors import AdeError, NotFoundError
 from ade_tasks.rule_health import RuleHealth
 from ade_tasks.rules.models import Rule, ScheduleTrigger, TriggerType
 from ade_tasks.scheduling import rule_schedules
+from ade_tasks.states import OneShotStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -39,8 +39,8 @@ from ade_api.web.pages import (
     services_of,
 )
 from ade_api.web.rule_rows import has_manual_trigger, no_manual_trigger, stored_rule
+from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.one_shots import schedule_manual_run

@@ -10,16 +10,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import (
-    QUESTION_TOOL,
-    Answer,
-    ApprovalRow,
-    ApprovalStatus,
-    RunRow,
-    RunStatus,
-    utcnow,
-)
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.states import ANSWER, PARK, Answer, ApprovalStatus, RunStatus
 
 
 @dataclass(frozen=True)
@@ -43,7 +37,7 @@ def wait_for_approval(
     """Park a running run in `waiting` and open its approval; False if it was not ours."""
     parked = session.execute(
         update(RunRow)
-        .where(RunRow.id == run_id, RunRow.worker == worker, RunRow.status == RunStatus.RUNNING)
+        .where(RunRow.id == run_id, RunRow.worker == worker, RunRow.status.in_(PARK.sources))
         .values(status=RunStatus.WAITING, lease_expires_at=None)
         .returning(RunRow.id)
     ).scalar_one_or_none()
@@ -133,7 +127,7 @@ def decide(
         values = {"status": RunStatus.CANCELLED, "finished_at": at, "error": reason}
     session.execute(
         update(RunRow)
-        .where(RunRow.id == row.run_id, RunRow.status == RunStatus.WAITING)
+        .where(RunRow.id == row.run_id, RunRow.status.in_(ANSWER.sources))
         .values(**values)
     )
 

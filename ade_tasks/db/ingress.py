@@ -12,12 +12,9 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, case, delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import (
-    HookDeliveryRow,
-    IngressEventRow,
-    IngressStatus,
-    utcnow,
-)
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import HookDeliveryRow, IngressEventRow
+from ade_tasks.states import IngressStatus
 
 EVENTS = cast(Table, IngressEventRow.__table__)
 #: Retention, enforced as events are written (every `PRUNE_EVERY` inserts) and hourly by the

@@ -12,14 +12,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import (
-    CleanupStatus,
-    LaneRow,
-    LaneStatus,
-    ScheduledCleanupRow,
-    utcnow,
-)
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import LaneRow, ScheduledCleanupRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.states import CleanupStatus, LaneStatus
 
 
 @dataclass(frozen=True)
@@ -240,7 +236,7 @@ def cancel_cleanup(session: Session, cleanup_id: int) -> ScheduledCleanupRow:
     if row is None:
         raise NotFoundError(
             f"scheduled cleanup {cleanup_id} does not exist; list them with "
-            "`ade-tasks cleanups list`"
+            "`ade-tasks cleanups list` (or an ade-action cleanups.list step)"
         )
     if row.status != CleanupStatus.SCHEDULED:
         raise ConflictError(

@@ -30,15 +30,14 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ade_tasks.db.schema import (
     ApprovalRow,
-    ApprovalStatus,
     HookDeliveryRow,
     IngressEventRow,
     RuleRow,
     RunRow,
-    RunStatus,
     ScheduleOccurrenceRow,
     UsageRow,
 )
+from ade_tasks.states import ApprovalStatus, RunStatus
 
 #: Upper bounds (seconds) of the run duration buckets: a quick command to the 12 h a rule may run.
 RUN_DURATION_BUCKETS: tuple[float, ...] = (

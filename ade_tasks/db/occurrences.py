@@ -13,7 +13,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow, utcnow
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import ScheduleOccurrenceRow
+from ade_tasks.states import OccurrenceOutcome
 
 OCCURRENCES = cast(Table, ScheduleOccurrenceRow.__table__)
 RETENTION = timedelta(days=35)

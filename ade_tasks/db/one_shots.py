@@ -12,8 +12,10 @@ from sqlalchemy import Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import OneShotStatus, ScheduledRunRow, utcnow
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.states import OneShotStatus
 
 if TYPE_CHECKING:
     from ade_tasks.one_shots import TriggerOnce

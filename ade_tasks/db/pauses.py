@@ -16,8 +16,9 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.schema import WHOLE_RULE, RulePauseRow, utcnow
+from ade_tasks.db.schema import WHOLE_RULE, RulePauseRow
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.models import TriggerType
 

@@ -13,17 +13,12 @@ from sqlalchemy import Table, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.schema import (
-    RuleRow,
-    RuleVersionRow,
-    RunRow,
-    RunStatus,
-    TrustedHashRow,
-    utcnow,
-)
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, TrustedHashRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 from ade_tasks.rules.loader import LoadedRule, content_hash
 from ade_tasks.rules.models import Rule
+from ade_tasks.states import RunStatus
 
 
 @dataclass

@@ -16,19 +16,27 @@ from typing import Any, cast
 from sqlalchemy import Table, TextClause, and_, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.schema import (
-    ApprovalRow,
-    ApprovalStatus,
-    RuleRow,
-    RunEventRow,
-    RunRow,
-    RunStatus,
-    RunStepRow,
-    StepStatus,
-    utcnow,
+from ade_tasks.db.schema import ApprovalRow, RuleRow, RunEventRow, RunRow, RunStepRow
+from ade_tasks.errors import (
+    ConflictError,
+    IllegalTransitionError,
+    InvalidInputError,
+    NotFoundError,
 )
-from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.states import (
+    CANCEL,
+    CLAIM,
+    FAIL_AFTER_CLEANUP,
+    FAIL_LOST,
+    FINAL_STATUSES,
+    FINISH,
+    RESUME_LOST,
+    ApprovalStatus,
+    RunStatus,
+    StepStatus,
+)
 
 # The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
 RUNS = cast(Table, RunRow.__table__)
@@ -82,7 +90,7 @@ _INSERT_RUN = _sql(
 _CLAIM = _sql(
     "UPDATE runs SET status = 'running', worker = :worker, lease_expires_at = :lease_expires_at, "
     "started_at = coalesce(started_at, :started_at), attempt = attempt + 1 "
-    "WHERE id = :id AND (status = 'queued' OR (status = 'running' AND worker = :worker)) "
+    f"WHERE id = :id AND ({CLAIM.sql_sources()} OR (status = 'running' AND worker = :worker)) "
     "RETURNING id, rule_id, rule_version, trigger, attempt, "
     "(SELECT content_hash FROM rules WHERE rules.id = runs.rule_id) AS rule_hash, "
     "(SELECT trust_state FROM rules WHERE rules.id = runs.rule_id) AS rule_trust",
@@ -101,7 +109,7 @@ _RENEW = _sql(
 _FINISH = (
     "UPDATE runs SET status = :run_status, error = :run_error, finished_at = :run_finished_at, "
     "queue_status = :queue_status, confidence = :confidence, findings = :findings, "
-    "lease_expires_at = NULL WHERE id = :run_id AND worker = :worker AND status = 'running' "
+    f"lease_expires_at = NULL WHERE id = :run_id AND worker = :worker AND {FINISH.sql_sources()} "
     "RETURNING id"
 )
 _FINISH_TYPES = {
@@ -315,6 +323,7 @@ def finish_run(
     On PostgreSQL all of it is one statement; SQLite takes up to three, and a crash between them
     leaves a running run for the recovery sweep.
     """
+    FINISH.check(RunStatus.RUNNING, status)
     verdict = verdict or RunVerdict()
     params: dict[str, Any] = {
         "run_id": run_id,
@@ -455,12 +464,6 @@ def move_in_review_queue(session: Session, run_id: str, queue_status: str) -> Ru
 
 # --- the operator's view of one run: events, progress, cancel, retry ------------------------
 
-#: Statuses a run never leaves (but for `fail_after_cleanup`: succeeded -> failed).
-FINAL_STATUSES = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
-     RunStatus.SKIPPED}
-)  # fmt: skip
-CANCELLABLE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 CANCELLED_EVENT = "run.cancelled"
 RETRIED_EVENT = "run.retried"
 
@@ -631,7 +634,7 @@ def fail_after_cleanup(session: Session, run_id: str, error: str) -> bool:
     error. Either way the transcript records it. True when the run's status changed."""
     changed = session.execute(
         update(RUNS)
-        .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.SUCCEEDED)
+        .where(RUNS.c.id == run_id, RUNS.c.status.in_(FAIL_AFTER_CLEANUP.sources))
         .values(status=RunStatus.FAILED, error=error[:MAX_ERROR])
         .returning(RUNS.c.id)
     ).scalar_one_or_none()
@@ -643,18 +646,23 @@ def fail_after_cleanup(session: Session, run_id: str, error: str) -> bool:
 def cancel_run(
     session: Session, run_id: str, by: str, note: str | None = None
 ) -> tuple[RunRow, str]:
-    """Cancel a queued, waiting or running run; returns it and the status it had.
+    """Cancel a queued, waiting or running run; returns it and the status it had. The one
+    cancel of a single run: the API, the CLI and `ade-action runs.cancel` all come here.
 
     A queued run's message (if any) finds it cancelled and does nothing; a running run's
     worker sees it within half a second (`is_cancelled`) and kills everything the step's
-    command started (as for overlap `cancel-other`). Its running steps are marked failed
-    and its pending approvals cancelled. ConflictError when the run already finished.
+    command started (as for overlap `cancel-other`). Its running steps are marked failed,
+    its pending approvals cancelled and the transcript says who cancelled it.
+    IllegalTransitionError (a ConflictError) when the run already finished.
     """
     for _ in range(5):  # the run may move (queued -> running) between the read and the update
         row = get_run(session, run_id)
         was = row.status
         if was in FINAL_STATUSES:
-            raise ConflictError(f"run {run_id} already finished ({was}); nothing to cancel")
+            raise IllegalTransitionError(
+                f"run {run_id} already finished ({was}); nothing to cancel"
+            )
+        CANCEL.check(was, RunStatus.CANCELLED)
         now = utcnow()
         reason = f"cancelled by {by}" + (f": {note}" if note else "")
         done = session.execute(
@@ -667,19 +675,31 @@ def cancel_run(
         session.expire(row)
         if done is None:
             continue
-        session.execute(
-            update(STEPS)
-            .where(STEPS.c.run_id == run_id, STEPS.c.status == StepStatus.RUNNING)
-            .values(status=StepStatus.FAILED, finished_at=now, error=reason[:MAX_ERROR])
-        )
-        session.execute(
-            update(ApprovalRow)
-            .where(ApprovalRow.run_id == run_id, ApprovalRow.status == ApprovalStatus.PENDING)
-            .values(status=ApprovalStatus.CANCELLED, decided_by=by, decided_at=now, note=note)
-        )
-        append_event(session, run_id, CANCELLED_EVENT, {"by": by, "note": note, "was": was})
+        _settle_cancelled(session, {run_id: was}, by, note, now)
         return get_run(session, run_id), was
     raise ConflictError(f"run {run_id} kept changing status; try cancelling it again")
+
+
+def _settle_cancelled(
+    session: Session, was: dict[str, str], by: str, note: str | None, now: datetime
+) -> None:
+    """What every cancel leaves behind: the runs' running steps failed with the reason, their
+    pending approvals cancelled (no operator is asked about a cancelled run), and a
+    `run.cancelled` event saying who cancelled each and what it was."""
+    reason = (f"cancelled by {by}" + (f": {note}" if note else ""))[:MAX_ERROR]
+    run_ids = list(was)
+    session.execute(
+        update(STEPS)
+        .where(STEPS.c.run_id.in_(run_ids), STEPS.c.status == StepStatus.RUNNING)
+        .values(status=StepStatus.FAILED, finished_at=now, error=reason)
+    )
+    session.execute(
+        update(ApprovalRow)
+        .where(ApprovalRow.run_id.in_(run_ids), ApprovalRow.status == ApprovalStatus.PENDING)
+        .values(status=ApprovalStatus.CANCELLED, decided_by=by, decided_at=now, note=note)
+    )
+    for run_id, status in was.items():
+        append_event(session, run_id, CANCELLED_EVENT, {"by": by, "note": note, "was": status})
 
 
 def retry_source(session: Session, run_id: str) -> RunRow:
@@ -805,7 +825,7 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> Expire
     for run_id in expired:
         still_expired = (
             RunRow.id == run_id,
-            RunRow.status == RunStatus.RUNNING,
+            RunRow.status.in_(RESUME_LOST.sources & FAIL_LOST.sources),
             RunRow.lease_expires_at < now,
         )
         resumes = _worker_lost_resumes(session, run_id)
@@ -935,25 +955,34 @@ def has_buffered(session: Session, rule_id: str) -> bool:
     return found is not None
 
 
-def cancel_active(session: Session, rule_id: str, reason: str) -> list[str]:
-    """Cancel the rule's active and buffered runs; a running one's worker notices within half
-    a second (`is_cancelled`) and kills everything the step started."""
+def cancel_active(session: Session, rule_id: str, by: str, note: str) -> list[str]:
+    """Cancel the rule's active and buffered runs (overlap `cancel-other`), settled as any
+    cancel is; a running one's worker notices within half a second (`is_cancelled`) and kills
+    everything the step started."""
+    now = utcnow()
+    reason = f"cancelled by {by}: {note}"[:MAX_ERROR]
+    active = (RUNS.c.rule_id == rule_id, RUNS.c.status.in_(CANCEL.sources))
+    before = {
+        row.id: row.status
+        for row in session.execute(select(RUNS.c.id, RUNS.c.status).where(*active))
+    }
     result = session.execute(
         update(RUNS)
-        .where(
-            RUNS.c.rule_id == rule_id,
-            RUNS.c.status.in_((*ACTIVE, RunStatus.QUEUED)),
-        )
+        .where(*active)
         .values(
             status=RunStatus.CANCELLED,
             error=reason,
-            finished_at=utcnow(),
+            finished_at=now,
             lease_expires_at=None,
             buffered=False,
         )
         .returning(RUNS.c.id)
     )
-    return list(result.scalars())
+    # A run claimed between the two statements was queued when read and is running now.
+    was = {str(run_id): str(before.get(run_id, RunStatus.RUNNING)) for run_id in result.scalars()}
+    if was:
+        _settle_cancelled(session, was, by, note, now)
+    return list(was)
 
 
 def release_buffered(session: Session, rule_id: str, limit: int) -> list[RunRow]:

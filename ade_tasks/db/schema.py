@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -25,6 +24,39 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from ade_tasks.clock import utcnow as utcnow
+from ade_tasks.roles import Role as Role  # re-exported: api_tokens.role holds its values
+from ade_tasks.states import (  # re-exported: the tables hold their values
+    Answer as Answer,
+)
+from ade_tasks.states import (
+    ApprovalStatus as ApprovalStatus,
+)
+from ade_tasks.states import (
+    CleanupStatus as CleanupStatus,
+)
+from ade_tasks.states import (
+    IngressStatus as IngressStatus,
+)
+from ade_tasks.states import (
+    LaneStatus as LaneStatus,
+)
+from ade_tasks.states import (
+    OccurrenceOutcome as OccurrenceOutcome,
+)
+from ade_tasks.states import (
+    OneShotStatus as OneShotStatus,
+)
+from ade_tasks.states import (
+    QueueStatus as QueueStatus,
+)
+from ade_tasks.states import (
+    RunStatus as RunStatus,
+)
+from ade_tasks.states import (
+    StepStatus as StepStatus,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -56,35 +88,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def utcnow() -> datetime:
-    """Now, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-class RunStatus(StrEnum):
-    """Where a run is in its life (wire values)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-    SKIPPED = "skipped"
-
-
-class StepStatus(StrEnum):
-    """Where a step is in its life (wire values)."""
-
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    SKIPPED = "skipped"
-    WAITING = "waiting"  # an agent step parked on an operator's answer (never recorded)
 
 
 class Base(DeclarativeBase):
@@ -187,15 +190,6 @@ class RunEventRow(Base):
     data: Mapped[dict[str, Any]]
 
 
-class OccurrenceOutcome(StrEnum):
-    """What came of a claimed schedule occurrence (wire values)."""
-
-    CLAIMED = "claimed"
-    FIRED = "fired"
-    SKIPPED = "skipped"
-    MISSED = "missed"
-
-
 class ScheduleOccurrenceRow(Base):
     """One (rule, trigger, cron, UTC minute) slot, claimed by exactly one beat."""
 
@@ -218,17 +212,6 @@ class ScheduleOccurrenceRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(36))
     reason: Mapped[str | None] = mapped_column(Text)
     duplicate_claims: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class OneShotStatus(StrEnum):
-    """Where a scheduled (one-shot) run stands (wire values)."""
-
-    PENDING = "pending"
-    CLAIMED = "claimed"
-    FIRED = "fired"
-    SKIPPED = "skipped"
-    MISSED = "missed"
-    CANCELLED = "cancelled"
 
 
 class ScheduledRunRow(Base):
@@ -258,24 +241,6 @@ class ScheduledRunRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
 
 
-class QueueStatus(StrEnum):
-    """Where a finished run stands in the review queue (wire values)."""
-
-    PENDING_REVIEW = "pending-review"
-    ACTIONABLE_FINDINGS = "actionable-findings"
-    VERIFICATION_REQUIRED = "verification-required"
-    COMPLETED_CLEAN = "completed-clean"
-    IGNORED = "ignored"
-    ARCHIVED = "archived"
-
-
-class LaneStatus(StrEnum):
-    """A lane's life (wire values)."""
-
-    ACTIVE = "active"
-    DELETED = "deleted"
-
-
 class LaneRow(Base):
     """A git worktree on its own branch, created by a run for later steps and triggers."""
 
@@ -293,16 +258,6 @@ class LaneRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None]
-
-
-class CleanupStatus(StrEnum):
-    """A deferred lane deletion's life (wire values)."""
-
-    SCHEDULED = "scheduled"
-    EXECUTING = "executing"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 class ScheduledCleanupRow(Base):
@@ -327,29 +282,6 @@ class ScheduledCleanupRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
-
-
-class ApprovalStatus(StrEnum):
-    """A human decision's life (wire values)."""
-
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    CANCELLED = "cancelled"
-
-
-class Answer(StrEnum):
-    """What an operator answers a pending input (wire values).
-
-    `accept_for_session` also lets the rest of the agent session call the same tool without
-    asking; `decline` tells the agent no (a chain's gate: the run ends cancelled); `cancel`
-    ends the run.
-    """
-
-    ACCEPT = "accept"
-    ACCEPT_FOR_SESSION = "accept_for_session"
-    DECLINE = "decline"
-    CANCEL = "cancel"
 
 
 #: The agent tool whose pending input is a question for the operator (`ApprovalRow.kind`).
@@ -419,14 +351,6 @@ class TrustedHashRow(Base):
     source_file: Mapped[str | None] = mapped_column(String(1024))
 
 
-class IngressStatus(StrEnum):
-    """What became of an ingress event (wire values)."""
-
-    RECEIVED = "received"  # stored; waiting for the ingress worker
-    DISPATCHED = "dispatched"  # matched and dispatched (possibly to no rule)
-    FAILED = "failed"  # matching or dispatching raised; the error is on the event
-
-
 class IngressEventRow(Base):
     """A webhook delivery or local event, as received; the worker matches it to rules.
 
@@ -489,22 +413,6 @@ class HookRateRow(Base):
     hook_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     window: Mapped[datetime] = mapped_column(primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class Role(StrEnum):
-    """What an API token may do (wire values); each role may do what the ones below it may.
-
-    `viewer` reads everything but secrets; `operator` also triggers, cancels, retries, answers
-    inputs and moves runs in the review queue; `admin` also manages rules, trust and tokens.
-    """
-
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-    ADMIN = "admin"
-
-    @property
-    def rank(self) -> int:
-        return list(Role).index(self)
 
 
 class ApiTokenRow(Base):

@@ -39,11 +39,11 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost, retrying
-from ade_tasks.db.schema import IngressStatus, utcnow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
 from ade_tasks.events import emit, lane_matcher
@@ -51,6 +51,7 @@ from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.filters import trigger_matches
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.rules.models import WebhookTrigger
+from ade_tasks.states import IngressStatus
 
 log = logging.getLogger(__name__)
 

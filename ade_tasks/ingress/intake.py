@@ -11,13 +11,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory, autocommit
-from ade_tasks.db.schema import IngressStatus, utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.limits import loads_json
+from ade_tasks.states import IngressStatus
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ade_tasks.ade_actions import (
@@ -53,26 +53,24 @@ from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import (
-    ApprovalRow,
-    ApprovalStatus,
-    CleanupStatus,
     LaneRow,
     RuleRow,
     RunEventRow,
-    RunRow,
-    RunStatus,
     ScheduledCleanupRow,
-    StepStatus,
-    utcnow,
 )
-from ade_tasks.errors import AdeError, ConflictError, NotFoundError, PolicyViolationError
+from ade_tasks.errors import (
+    AdeError,
+    ConflictError,
+    IllegalTransitionError,
+    PolicyViolationError,
+)
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.models import AdeActionStep
-from ade_workers.actions import StepContext, StepOutcome
+from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.github import GithubClient
 from ade_workers.notify import send_notification
 
-CANCELLABLE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 #: The run event that records a notification as delivered by a step.
 NOTIFY_SENT = "ade-action.notify.sent"
 #: Lines of a listing shown in the step's output (the result holds all of them).
@@ -161,17 +159,24 @@ def _require_admin(call: Call) -> None:
 
 
 def runs_cancel(args: RunsCancelArgs, call: Call) -> StepOutcome:
-    """Cancel a queued, running or waiting run of any rule."""
+    """Cancel a queued, running or waiting run of any rule, as an operator's cancel does
+    (`ade_tasks.db.runs.cancel_run`: its steps, approvals and transcript settled alike)."""
     context = call.context
     if args.run_id == context.run_id:
         raise ConflictError(
             f"run {args.run_id} cannot cancel itself; to end a chain early, let a step fail "
             "or give the later steps a condition"
         )
-    by = f"rule {context.rule.id}"
-    reason = f"cancelled by {by} run {context.run_id}"
+    by = f"rule {context.rule.id} run {context.run_id}"
     with call.session() as session:
-        cancelled, status, rule_id = cancel_run(session, args.run_id, by=by, reason=reason)
+        try:
+            row, status = runs_db.cancel_run(session, args.run_id, by)
+        except IllegalTransitionError:
+            row = runs_db.get_run(session, args.run_id)
+            status, cancelled = row.status, False
+        else:
+            cancelled = True
+        rule_id = row.rule_id
     result = {"run_id": args.run_id, "rule_id": rule_id, "cancelled": cancelled, "status": status}
     if not cancelled:
         output = f"run {args.run_id} of rule {rule_id!r} had already ended ({status})"
@@ -180,41 +185,6 @@ def runs_cancel(args: RunsCancelArgs, call: Call) -> StepOutcome:
     if status == RunStatus.RUNNING:
         output += "; its worker stops it within about a second"
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
-
-
-def cancel_run(session: Session, run_id: str, *, by: str, reason: str) -> tuple[bool, str, str]:
-    """Cancel the run if it is queued, running or waiting: (cancelled?, its status before or
-    now, its rule id); NotFoundError for an unknown run. `by` decides its open approval."""
-    found = session.execute(
-        select(RunRow.status, RunRow.rule_id).where(RunRow.id == run_id)
-    ).first()
-    if found is None:
-        raise NotFoundError(f"run {run_id!r} does not exist; list runs with `ade-tasks runs list`")
-    status, rule_id = str(found.status), str(found.rule_id)
-    now = utcnow()
-    # Conditional: a run that ended meanwhile is left alone, one claimed meanwhile is cancelled.
-    done = session.execute(
-        update(RunRow)
-        .where(RunRow.id == run_id, RunRow.status.in_(CANCELLABLE))
-        .values(
-            status=RunStatus.CANCELLED,
-            error=reason,
-            finished_at=now,
-            lease_expires_at=None,
-            buffered=False,
-        )
-        .returning(RunRow.id)
-    ).scalar_one_or_none()
-    if done is None:
-        current = session.scalar(select(RunRow.status).where(RunRow.id == run_id))
-        return False, str(current or status), rule_id
-    # An open approval of a cancelled run would still ask an operator for a decision.
-    session.execute(
-        update(ApprovalRow)
-        .where(ApprovalRow.run_id == run_id, ApprovalRow.status == ApprovalStatus.PENDING)
-        .values(status=ApprovalStatus.REJECTED, decided_at=now, decided_by=by, note=reason)
-    )
-    return True, status, rule_id
 
 
 def rules_enable(args: RuleIdArgs, call: Call) -> StepOutcome:
@@ -229,21 +199,13 @@ def rules_disable(args: RuleIdArgs, call: Call) -> StepOutcome:
 
 def _set_enabled(rule_id: str, enabled: bool, call: Call) -> StepOutcome:
     with call.session() as session:
-        was = session.scalar(select(RuleRow.enabled).where(RuleRow.id == rule_id))
-        if was is None:
-            raise rules_db.rule_not_found(rule_id)
-        session.execute(
-            update(RuleRow)
-            .where(RuleRow.id == rule_id)
-            .values(enabled=enabled, updated_at=utcnow())
-        )
-    state = "enabled" if enabled else "disabled"
-    before = "enabled" if was else "disabled"
-    output = f"rule {rule_id!r} is {state}" + ("" if was == enabled else f" (was {before})")
+        _, changed = rules_db.set_enabled(session, rule_id, enabled)
+    state, before = ("enabled", "disabled") if enabled else ("disabled", "enabled")
+    output = f"rule {rule_id!r} is {state}" + (f" (was {before})" if changed else "")
     return StepOutcome(
         StepStatus.SUCCEEDED,
         output=output,
-        result={"rule_id": rule_id, "enabled": enabled, "changed": was != enabled},
+        result={"rule_id": rule_id, "enabled": enabled, "changed": changed},
     )
 
 
@@ -312,36 +274,22 @@ def _cleanup_item(row: ScheduledCleanupRow) -> dict[str, Any]:
 
 
 def cleanups_cancel(args: CleanupsCancelArgs, call: Call) -> StepOutcome:
-    """Cancel a deferred lane deletion that has not started; its lane stays."""
+    """Cancel a deferred lane deletion that has not started; its lane stays. Cancelling one
+    already cancelled succeeds and says so (a retried run does it again)."""
     cleanup_id = args.cleanup_id
     with call.session() as session:
-        # One conditional UPDATE: the sweep may claim the cleanup at the same moment.
-        done = session.execute(
-            update(ScheduledCleanupRow)
-            .where(
-                ScheduledCleanupRow.id == cleanup_id,
-                ScheduledCleanupRow.status == CleanupStatus.SCHEDULED,
+        try:
+            lanes_db.cancel_cleanup(session, cleanup_id)
+        except ConflictError:
+            status = session.scalar(
+                select(ScheduledCleanupRow.status).where(ScheduledCleanupRow.id == cleanup_id)
             )
-            .values(status=CleanupStatus.CANCELLED, finished_at=utcnow())
-            .returning(ScheduledCleanupRow.id)
-        ).scalar_one_or_none()
-        status = session.scalar(
-            select(ScheduledCleanupRow.status).where(ScheduledCleanupRow.id == cleanup_id)
-        )
-    if status is None:
-        raise NotFoundError(
-            f"scheduled cleanup {cleanup_id} does not exist; list them with an ade-action "
-            "cleanups.list step or `ade-tasks cleanups list`"
-        )
-    result = {"cleanup_id": cleanup_id, "cancelled": done is not None, "status": status}
-    if done is not None:
-        output = f"cancelled scheduled cleanup #{cleanup_id}; its lane stays"
-    elif status == CleanupStatus.CANCELLED:
-        output = f"scheduled cleanup #{cleanup_id} was already cancelled"
-    else:
-        raise ConflictError(
-            f"scheduled cleanup {cleanup_id} is {status}; only scheduled cleanups can be cancelled"
-        )
+            if status != CleanupStatus.CANCELLED:
+                raise
+            output, cancelled = f"scheduled cleanup #{cleanup_id} was already cancelled", False
+        else:
+            output, cancelled = f"cancelled scheduled cleanup #{cleanup_id}; its lane stays", True
+    result = {"cleanup_id": cleanup_id, "cancelled": cancelled, "status": CleanupStatus.CANCELLED}
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
 
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.lanes import LaneRef
-from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.events import emit_lane_event
 from ade_tasks.rules.models import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
+from ade_tasks.states import StepStatus
 from ade_workers import lanes
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 
 
 def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.db.schema import StepStatus
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
-from ade_workers.actions import StepContext, StepOutcome
+from ade_tasks.states import StepStatus
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.process import ProcessResult, run_process
 
 #: With agent users, a worktree holds directories an agent wrote into: git run by a command

@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.db.schema import StepStatus
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.junit import JunitError, summarize_reports
 from ade_tasks.paths import resolve_inside
-from ade_workers.actions import StepContext, StepOutcome
+from ade_tasks.states import StepStatus
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import command_outcome, start_command
 
 

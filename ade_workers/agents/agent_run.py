@@ -23,32 +23,28 @@ from typing import Any
 from ade_tasks.agents.policy import Policy, exposed_tools, narrow_for_taint
 from ade_tasks.agents.prompt import render_prompt
 from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.models import AgentSession, AgentSessionStep, Rule
 from ade_tasks.settings import Settings
+from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
-from ade_workers.actions import StepContext, StepOutcome
+from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.agent_user import AgentUser, AgentUsers
 from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
-from ade_workers.agents.providers.anthropic import AnthropicProvider
-from ade_workers.agents.providers.openai import OpenAIProvider
+from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools import ToolContext
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-}
 DEFAULT_SYSTEM = (
     "You are an automation agent of ADE Tasks working in a git worktree. Use only the tools "
     "you are given; paths are relative to the worktree. When you are done, call `report` once "
@@ -61,16 +57,6 @@ TOOL_APPROVAL_BASE = 10_000
 SESSION_STEP = "session"
 
 Record = Callable[[str, dict[str, Any]], None]
-
-
-def provider_for(session: AgentSession, settings: Settings) -> OpenAIProvider | AnthropicProvider:
-    """The HTTP provider a session names, with the endpoint and key from settings."""
-    configured = settings.provider(session.provider)
-    base_url = (configured.base_url if configured else None) or DEFAULT_BASE_URLS[session.provider]
-    key = configured.api_key.get_secret_value() if configured and configured.api_key else None
-    if session.provider == "anthropic":
-        return AnthropicProvider(base_url=base_url, api_key=key)
-    return OpenAIProvider(base_url=base_url, api_key=key)
 
 
 def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome:
@@ -137,7 +123,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
         else:
             # One HTTP client per session; closing it releases its connections.
-            with closing(provider_for(action, settings)) as provider:
+            with closing(http_provider(action.provider, settings)) as provider:
                 outcome = run_session(
                     provider,
                     model=action.model,

@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from ade_tasks.agents.policy import Policy
 from ade_tasks.rules.models import AgentSession
@@ -26,12 +25,12 @@ from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
+from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 
 CHECK_TIMEOUT = 60.0
 CHECK_PROMPT = "This is a connection check. Reply with the single word: ok"
 DEFAULT_MODELS = {"claude-code": "claude-haiku-4-5", "codex": "gpt-5-mini"}
-HTTP_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ def check_provider(
     started = time.monotonic()
     if name in DEFAULT_MODELS:
         ok, detail = _check_cli(name, settings, model or DEFAULT_MODELS[name], timeout)
-    elif name in HTTP_URLS:
+    elif name in HTTP_PROVIDERS:
         ok, detail = _check_http(name, settings, timeout)
     else:
         ok, detail = False, f"no check for provider {name!r}"
@@ -106,21 +105,7 @@ def _check_cli(name: str, settings: Settings, model: str, timeout: float) -> tup
 
 def _check_http(name: str, settings: Settings, timeout: float) -> tuple[bool, str]:
     provider = settings.provider(name)
-    key = provider.api_key.get_secret_value() if provider and provider.api_key else None
-    if not key:
+    if not (provider and provider.api_key and provider.api_key.get_secret_value()):
         return False, f"no key: set ADE_PROVIDERS__{name.upper()}__API_KEY"
-    base = (provider.base_url if provider else None) or HTTP_URLS[name]
-    if name == "anthropic" and not base.rstrip("/").endswith("/v1"):
-        base = base.rstrip("/") + "/v1"
-    headers = (
-        {"x-api-key": key, "anthropic-version": "2023-06-01"}
-        if name == "anthropic"
-        else {"authorization": f"Bearer {key}"}
-    )
-    try:
-        response = httpx.get(f"{base.rstrip('/')}/models", headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        return False, f"{base} could not be reached: {exc}"
-    if response.status_code == 200:
-        return True, f"{base} accepted the key"
-    return False, f"{base} answered {response.status_code}: {response.text[:300]}"
+    with closing(http_provider(name, settings)) as adapter:
+        return adapter.check_key(timeout)

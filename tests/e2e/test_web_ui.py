@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.db.schema import Role, utcnow
+from ade_tasks.clock import utcnow
+from ade_tasks.roles import Role
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, own_redis_db, require
 from tests.integration.test_web_pages import SECRET, add_run, token, write_web_rules

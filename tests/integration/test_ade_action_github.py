@@ -17,12 +17,13 @@ import pytest
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, StepStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
-from ade_workers.actions import StepContext, registry
+from ade_tasks.states import RunStatus, StepStatus
 from ade_workers.actions.ade_action import ade_action
+from ade_workers.actions.base import StepContext
+from ade_workers.actions.registry import registry
 from ade_workers.chain import ChainState, prepare, template_context
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule

@@ -14,15 +14,17 @@ import pytest
 from pydantic import SecretStr
 
 from ade_tasks.approvals import answer_input, decide_run, expire_inputs
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import Answer, ApprovalRow, QueueStatus, RunStatus, utcnow
+from ade_tasks.db.schema import ApprovalRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError
 from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_tasks.states import Answer, QueueStatus, RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite

@@ -20,9 +20,9 @@ from pydantic import SecretStr
 
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings
+from ade_tasks.states import RunStatus
 from ade_workers.agents.tools import ToolContext, run_tool
 from ade_workers.process import run_process
 from ade_workers.runner import RunnerConfig, execute_run

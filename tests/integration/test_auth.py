@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import ApiTokenRow, Role, RunRow
+from ade_tasks.db.schema import ApiTokenRow, RunRow
+from ade_tasks.roles import Role
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 

@@ -13,12 +13,13 @@ import pytest
 from pydantic import SecretStr
 
 from ade_tasks.approvals import decide_run
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_tasks.states import RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer

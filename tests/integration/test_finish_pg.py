@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit, create_db_engine, create_session_factory
-from ade_tasks.db.schema import RunStatus, StepStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.states import RunStatus, StepStatus
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 

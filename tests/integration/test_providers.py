@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
+from ade_tasks.errors import NotFoundError
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.settings import Settings
+from ade_workers.agents.provider_check import check_provider
 from ade_workers.agents.providers import (
     ProviderError,
     ProviderUnavailableError,
@@ -28,6 +31,7 @@ from ade_workers.agents.providers import (
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.anthropic import to_wire as anthropic_wire
 from ade_workers.agents.providers.openai import OpenAIProvider
+from ade_workers.agents.providers.registry import http_provider
 from tests.fake_llm import Reply, ScriptedModelServer, fixture_text, load_fixture
 
 KEY = "sk-test-9f8e7d6c5b4a-SECRET"
@@ -398,3 +402,32 @@ def test_401_is_not_retried_and_hides_the_key(server: ScriptedModelServer, case:
     assert case.error_envelope()["error"]["message"][:40] in caught.value.message
     assert KEY not in caught.value.message
     assert KEY not in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "models_path", "key_header"),
+    [("openai", "/models", "authorization"), ("anthropic", "/v1/models", "x-api-key")],
+)
+def test_the_key_check_lists_the_models_with_the_key_and_says_what_failed(
+    name: str, models_path: str, key_header: str
+) -> None:
+    with ScriptedModelServer() as server:
+        settings = Settings(providers={name: {"base_url": server.url, "api_key": KEY}})
+        server.script(Reply(body={"data": []}), Reply(status=401, raw=f'{{"echo": "{KEY}"}}'))
+        accepted = check_provider(name, settings)
+        refused = check_provider(name, settings)
+    assert (accepted.ok, accepted.detail) == (True, f"{server.url}{models_path} accepted the key")
+    assert [r.path for r in server.requests] == [models_path, models_path]
+    assert KEY in server.requests[0].headers[key_header]
+    assert not refused.ok
+    assert refused.detail.startswith(f"{server.url}{models_path} answered 401: ")
+    assert KEY not in refused.detail  # an API echoing the key back never shows it
+
+
+def test_a_provider_without_a_key_is_not_called_and_an_unknown_one_names_the_known() -> None:
+    assert check_provider("openai", Settings()).detail == (
+        "no key: set ADE_PROVIDERS__OPENAI__API_KEY"
+    )
+    with pytest.raises(NotFoundError, match=r"'mistral' is not an HTTP provider .* \(anthropic, "
+                       r"openai\); check the rule's execution.provider"):  # fmt: skip
+        http_provider("mistral", Settings())

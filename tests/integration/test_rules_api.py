@@ -14,7 +14,8 @@ from sqlalchemy import func, select
 
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db import usage as usage_db
-from ade_tasks.db.schema import Role, RuleRow, RuleVersionRow
+from ade_tasks.db.schema import RuleRow, RuleVersionRow
+from ade_tasks.roles import Role
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.runs import StepRecord
-from ade_tasks.db.schema import StepStatus, utcnow
 from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.states import StepStatus
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.integration.test_run_path import add_rule, finished, run_row

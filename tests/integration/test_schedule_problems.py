@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow, utcnow
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster

@@ -14,9 +14,11 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import Role, RunRow, RunStepRow, ScheduleOccurrenceRow, utcnow
+from ade_tasks.db.schema import RunRow, RunStepRow, ScheduleOccurrenceRow
+from ade_tasks.roles import Role
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.support import redis_db_url, wait_until

@@ -13,15 +13,10 @@ from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import (
-    CleanupStatus,
-    RuleRow,
-    RunStatus,
-    RunStepRow,
-    ScheduledCleanupRow,
-)
+from ade_tasks.db.schema import RuleRow, RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
+from ade_tasks.states import CleanupStatus, RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
 
@@ -105,7 +100,12 @@ def test_runs_cancel_cancels_a_waiting_run_and_closes_its_approval(
     assert cancelled.finished_at is not None and cancelled.lease_expires_at is None
     with session_factory() as session:
         (approval,) = approvals_db.approvals_of(session, waiting)
-    assert (approval.status, approval.decided_by) == ("rejected", "rule ops")
+    # settled as an operator's cancel is (one cancel): the approval cancelled, the event written
+    assert (approval.status, approval.decided_by) == ("cancelled", f"rule ops run {ops_run}")
+    with session_factory() as session:
+        events = runs_db.events_of(session, waiting, "run.cancelled")
+    assert events == [("run.cancelled", {"by": f"rule ops run {ops_run}", "note": None,
+                                         "was": "waiting"})]  # fmt: skip
     with pytest.raises(ConflictError, match="not waiting for an approval"):
         decide_run(session_factory, InMemorySender(), waiting, approve=True, by="alice")
     assert not (project / "deployed").exists()
@@ -222,8 +222,8 @@ def test_cleanups_cancel_of_an_unknown_cleanup_fails_clearly(
     assert status == RunStatus.FAILED
     assert run_row(session_factory, run_id).error == (
         "step 'cancel' (#1) failed: step 'cancel': ade-action 'cleanups.cancel': scheduled "
-        "cleanup 999 does not exist; list them with an ade-action cleanups.list step or "
-        "`ade-tasks cleanups list`"
+        "cleanup 999 does not exist; list them with `ade-tasks cleanups list` (or an "
+        "ade-action cleanups.list step)"
     )
 
 

@@ -7,8 +7,9 @@ import pytest
 from ade_api.auth import _credentials, required_role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import ApiTokenRow, Role
+from ade_tasks.db.schema import ApiTokenRow
 from ade_tasks.errors import ConflictError
+from ade_tasks.roles import Role
 
 V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 

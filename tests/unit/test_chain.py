@@ -13,8 +13,9 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import LaneRow, QueueStatus, RunRow, RunStatus
+from ade_tasks.db.schema import LaneRow, RunRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.states import QueueStatus, RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.git_project import SECRET
 from tests.unit.conftest import add_rule

@@ -20,3 +20,22 @@ def test_a_cli_module_imports_first(module: str) -> None:
         [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
     )
     assert imported.returncode == 0, imported.stderr
+
+
+def test_the_cli_starts_without_the_database_or_agent_layers() -> None:
+    # Every command pays for what `ade_api.cli` imports; SQLAlchemy and the agent sessions were
+    # half of it. Commands that need them import them when they run.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ade_api.cli; "
+            "print(sorted(m for m in ('sqlalchemy', 'ade_workers.agents.provider_check', "
+            "'celery') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.states import RunStatus
 from ade_workers import runner
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.support import pid_alive, wait_until

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import DispatchResult, InMemorySender, TriggerEvent, dispatch, dispatch_many
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
 from ade_tasks.recovery import recover
+from ade_tasks.states import RunStatus
 from tests.unit.conftest import add_rule
 
 RULE = """

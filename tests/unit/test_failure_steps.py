@@ -11,9 +11,9 @@ import pytest
 from ade_tasks.conditions import parse_condition
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.loader import load_rules_dir
+from ade_tasks.states import RunStatus
 from ade_tasks.templating import TemplateContext
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule

@@ -10,21 +10,17 @@ import pytest
 from sqlalchemy import update
 
 from ade_tasks.approvals import decide_run
+from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import (
-    CleanupStatus,
-    QueueStatus,
-    RunStatus,
-    ScheduledCleanupRow,
-    utcnow,
-)
+from ade_tasks.db.schema import ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
 from ade_tasks.review import confidence, review
+from ade_tasks.states import CleanupStatus, QueueStatus, RunStatus
 from ade_workers.cleanups import sweep_cleanups
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.git_project import git

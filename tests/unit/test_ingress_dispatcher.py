@@ -14,10 +14,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import IngressEventRow, IngressStatus, RuleRow, RunRow, utcnow
+from ade_tasks.db.schema import IngressEventRow, RuleRow, RunRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.dispatcher import (
@@ -28,6 +29,7 @@ from ade_tasks.ingress.dispatcher import (
 from ade_tasks.ingress.github import normalize
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
+from ade_tasks.states import IngressStatus
 from ade_workers.celery_app import create_celery_app
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule

@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import CleanupStatus, RunStatus, utcnow
 from ade_tasks.rules.models import DeleteLaneAction, Rule
+from ade_tasks.states import CleanupStatus, RunStatus
 from ade_workers.cleanups import sweep_cleanups
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.git_project import git

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ade_api.deps import Services
 from ade_api.intake import EventIntake
 from ade_api.routes import metrics as metrics_route
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.metrics import RUN_DURATION_BUCKETS, cluster_facts
 from ade_tasks.db.schema import (
@@ -26,7 +27,6 @@ from ade_tasks.db.schema import (
     RunRow,
     ScheduleOccurrenceRow,
     UsageRow,
-    utcnow,
 )
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.settings import Settings

@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from ade_api.cli import main
+from ade_tasks.clock import utcnow
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunRow, ScheduledRunRow, utcnow
+from ade_tasks.db.schema import RunRow, ScheduledRunRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import ConflictError
 from ade_tasks.rules.loader import load_rules_dir

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
-from ade_workers.actions import registry
+from ade_tasks.states import RunStatus
+from ade_workers.actions.registry import registry
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
 

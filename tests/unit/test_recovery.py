@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus, utcnow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.recovery import recover
+from ade_tasks.states import RunStatus
 from tests.unit.conftest import add_rule
 
 AGENT_RULE = """

@@ -9,10 +9,10 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import QueueStatus, RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.review import review
 from ade_tasks.rules.loader import load_rules_dir
+from ade_tasks.states import QueueStatus, RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule
 from tests.unit.conftest import add_rule

@@ -13,11 +13,12 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, RunStatus, RunStepRow
+from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, RunStepRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 from ade_tasks.rules.models import Rule
 from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.states import RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule
 

@@ -10,10 +10,10 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings, Settings
-from ade_workers.actions import registry
+from ade_tasks.states import RunStatus
+from ade_workers.actions.registry import registry
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.unit.conftest import add_rule
 
@@ -233,3 +233,20 @@ def test_a_rule_edited_into_a_cli_agent_rule_whose_cli_is_missing_fails_clearly(
         run = runs_db.get_run(session, run_id)
     assert run.status == RunStatus.FAILED
     assert f"claude-code is not installed: `{missing}` not found" in (run.error or "")
+
+
+def test_a_step_whose_action_this_worker_lacks_fails_naming_what_it_knows(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
+) -> None:
+    # a worker older than the rule's action type (here: one without run-tests)
+    older = replace(config, executors={"run-command": config.executors["run-command"]})
+    run_id = run_rule(session_factory, rules_dir, older, """
+execution: {kind: built-in, actions: [{type: run-tests, command: "true"}]}
+""")  # fmt: skip
+    with session_factory() as session:
+        run = runs_db.get_run(session, run_id)
+    assert run.status == RunStatus.FAILED
+    assert run.error is not None and (
+        "action type 'run-tests' is not available on this worker (it knows run-command); "
+        "update the workers" in run.error
+    )

@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import OccurrenceOutcome, RuleRow, ScheduleOccurrenceRow, utcnow
+from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.loader import content_hash
 from ade_tasks.rules.models import Rule
 from ade_tasks.scheduler import Scheduler
 from ade_tasks.scheduling import ScheduleError, ScheduleSpec, rule_schedules
+from ade_tasks.states import OccurrenceOutcome
 from tests.scheduler_support import FakeClock, write_minutely_rules
 
 ACTIONS = {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]}

@@ -10,10 +10,10 @@ import pytest
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RunStatus
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import AdmissionError, NotFoundError
 from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.states import RunStatus
 from ade_workers.runner import RunnerConfig, execute_run
 from tests.conftest import write_rule
 

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, ClassVar, Protocol, TypedDict
 
 import httpx
 
@@ -84,6 +84,15 @@ class ModelProvider(Protocol):
     ) -> ModelTurn:
         """The model's next turn; `deadline` is a `time.monotonic()` instant."""
         ...
+
+
+class HttpModelProvider(ModelProvider, Protocol):
+    """A model provider over HTTP (`HttpProvider`'s adapters): closed after its session, and
+    able to check its key."""
+
+    def close(self) -> None: ...
+
+    def check_key(self, timeout: float) -> tuple[bool, str]: ...
 
 
 class ProviderError(AdeError):
@@ -160,6 +169,23 @@ class ProviderHttp:
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
+
+    def probe(self, path: str, timeout: float) -> tuple[bool, str]:
+        """GET `path` once: (answered 200?, what happened in words)."""
+        where = f"{self.where}{path}"
+        try:
+            response = self._http.get(path, timeout=timeout)
+        except httpx.HTTPError as exc:
+            return (
+                False,
+                f"{where} could not be reached: {type(exc).__name__}: {self._scrub(str(exc))}",
+            )
+        if response.status_code == 200:
+            return True, f"{where} accepted the key"
+        return (
+            False,
+            f"{where} answered {response.status_code}: {self._scrub(excerpt(response.text))}",
+        )
 
     def call(
         self,
@@ -259,7 +285,11 @@ class ProviderHttp:
 
 class HttpProvider:
     """What the HTTP adapters share: a named endpoint, its key as the adapter's auth headers,
-    and one pooled client that `close` releases."""
+    and one pooled client that `close` releases. Each adapter says where its API lives by
+    default and where it lists models (what `ade-tasks providers --check` asks)."""
+
+    DEFAULT_BASE_URL: ClassVar[str]
+    MODELS_PATH: ClassVar[str]
 
     def __init__(
         self,
@@ -292,6 +322,10 @@ class HttpProvider:
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
+
+    def check_key(self, timeout: float) -> tuple[bool, str]:
+        """List the models with this key: (accepted?, what happened in words)."""
+        return self._http.probe(self.MODELS_PATH, timeout)
 
 
 def _error_message(response: httpx.Response) -> str:

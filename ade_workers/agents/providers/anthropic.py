@@ -32,6 +32,9 @@ PATH = "/v1/messages"
 class AnthropicProvider(HttpProvider):
     """A `ModelProvider` for the Anthropic Messages API."""
 
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    MODELS_PATH = "/v1/models"
+
     def __init__(
         self,
         *,

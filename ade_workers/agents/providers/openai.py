@@ -33,6 +33,9 @@ PATH = "/chat/completions"
 class OpenAIProvider(HttpProvider):
     """A `ModelProvider` for any Chat Completions endpoint."""
 
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    MODELS_PATH = "/models"
+
     def __init__(
         self,
         *,

@@ -1,0 +1,68 @@
+"""What every action executor shares: the context of the step it runs, the outcome it returns,
+and the protocol it implements (`ade_workers.actions.registry` maps action types to them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.lanes import LaneRef
+from ade_tasks.dispatch import TaskSender
+from ade_tasks.rules.models import Rule
+from ade_tasks.secrets import Masker
+from ade_tasks.settings import Settings
+from ade_tasks.states import StepStatus
+from ade_tasks.templating import TemplateContext
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What an executor may know about the run it serves."""
+
+    run_id: str
+    rule: Rule
+    trigger: Mapping[str, Any]
+    step_index: int
+    project_root: Path
+    env_allowlist: tuple[str, ...]
+    base_env: Mapping[str, str]
+    time_left: Callable[[], float]
+    should_stop: Callable[[], bool]
+    kill_grace: float = 3.0
+    step_id: str = ""
+    #: Where the step runs: its lane's worktree, or the project root.
+    cwd_root: Path = Path()
+    lane: LaneRef | None = None
+    masker: Masker = field(default_factory=Masker.none)
+    #: Transactions for what an executor records (lanes, cleanups, events it dispatches).
+    sessions: SessionFactory | None = None
+    settings: Settings | None = None
+    #: Dispatches the lane events a step emits to the rules they trigger.
+    sender: TaskSender | None = None
+    #: What `{{...}}` may refer to at this step (an agent step renders its prompt with it).
+    template: TemplateContext | None = None
+
+    @property
+    def root(self) -> Path:
+        """The directory relative paths of the step resolve against."""
+        return self.cwd_root if self.cwd_root != Path() else self.project_root
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How a step ended, as recorded in `run_steps`."""
+
+    status: StepStatus
+    exit_code: int | None = None
+    output: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+class ActionExecutor(Protocol):
+    """Runs one action of a built-in rule."""
+
+    def __call__(self, action: Any, context: StepContext) -> StepOutcome: ...

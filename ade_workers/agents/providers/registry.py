@@ -1,0 +1,48 @@
+"""The LLM APIs the engine drives itself (`execution.provider` of an agent session), by name.
+
+Adding one: its adapter module here (an `HttpProvider` with `complete`, `DEFAULT_BASE_URL`
+and `MODELS_PATH`), its name in `AgentSession.provider` (`ade_tasks/rules/models.py`), and one
+entry in `HTTP_PROVIDERS`. The CLI agents (claude-code, codex) are registered apart, in
+`ade_workers/agents/cli_session.py`'s `CLI_DRIVERS`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ade_tasks.errors import NotFoundError
+from ade_tasks.settings import Settings
+from ade_workers.agents.providers import HttpModelProvider
+from ade_workers.agents.providers.anthropic import AnthropicProvider
+from ade_workers.agents.providers.openai import OpenAIProvider
+
+
+class HttpAdapter(Protocol):
+    """An adapter class: its defaults, and built from a base URL and a key."""
+
+    DEFAULT_BASE_URL: str
+    MODELS_PATH: str
+
+    def __call__(self, *, base_url: str, api_key: str | None) -> HttpModelProvider: ...
+
+
+HTTP_PROVIDERS: dict[str, HttpAdapter] = {
+    "openai": OpenAIProvider,
+    "anthropic": AnthropicProvider,
+}
+
+
+def http_provider(name: str, settings: Settings) -> HttpModelProvider:
+    """The adapter of provider `name`, with its base URL and key from settings (the adapter's
+    default URL when none is set); NotFoundError naming the known providers otherwise."""
+    adapter = HTTP_PROVIDERS.get(name)
+    if adapter is None:
+        known = ", ".join(sorted(HTTP_PROVIDERS))
+        raise NotFoundError(
+            f"provider {name!r} is not an HTTP provider this worker knows ({known}); "
+            "check the rule's execution.provider"
+        )
+    configured = settings.provider(name)
+    base_url = (configured.base_url if configured else None) or adapter.DEFAULT_BASE_URL
+    key = configured.api_key.get_secret_value() if configured and configured.api_key else None
+    return adapter(base_url=base_url, api_key=key)

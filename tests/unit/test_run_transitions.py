@@ -1,0 +1,130 @@
+"""The one table of run status moves (`ade_tasks.states`): what each move may leave and reach,
+its refusals, and the cancel that every entry point shares (an operator's, an `ade-action
+runs.cancel` step's (tests/unit/test_ade_action_steps.py) and overlap `cancel-other`'s)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db import runs as runs_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.runs import StepRecord
+from ade_tasks.db.schema import ApprovalRow
+from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.errors import ConflictError, IllegalTransitionError
+from ade_tasks.states import (
+    CANCEL,
+    FAIL_AFTER_CLEANUP,
+    FINAL_STATUSES,
+    FINISH,
+    RUN_TRANSITIONS,
+    ApprovalStatus,
+    Move,
+    RunStatus,
+    StepStatus,
+)
+from tests.unit.conftest import add_rule
+
+S = RunStatus
+
+
+def test_the_table_says_where_each_status_may_go() -> None:
+    assert RUN_TRANSITIONS == {
+        S.QUEUED: {S.RUNNING, S.CANCELLED},
+        S.RUNNING: {S.WAITING, S.QUEUED, S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.CANCELLED,
+                    S.SKIPPED},
+        S.WAITING: {S.QUEUED, S.CANCELLED},
+        S.SUCCEEDED: {S.FAILED},
+        S.FAILED: set(), S.CANCELLED: set(), S.TIMED_OUT: set(), S.SKIPPED: set(),
+    }  # fmt: skip
+    assert FINAL_STATUSES == {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMED_OUT, S.SKIPPED}
+
+
+@pytest.mark.parametrize(
+    ("move", "was", "to"),
+    [
+        (FINISH, S.QUEUED, S.SUCCEEDED),  # a run finishes only from running
+        (FINISH, S.RUNNING, S.QUEUED),  # and not back into the queue
+        (CANCEL, S.SUCCEEDED, S.CANCELLED),
+        (FAIL_AFTER_CLEANUP, S.CANCELLED, S.FAILED),  # a cancelled run keeps its outcome
+    ],
+)
+def test_an_illegal_move_is_refused_with_what_the_move_allows(
+    move: Move, was: RunStatus, to: RunStatus
+) -> None:
+    with pytest.raises(IllegalTransitionError, match=f"from {was} to {to}: .* moves a run from"):
+        move.check(was, to)
+
+
+def _rule(session_factory: SessionFactory, rules_dir: Path, guardrails: str = "{}") -> None:
+    add_rule(session_factory, rules_dir, "busy", (
+        "id: busy\ntriggers: [{type: manual}]\n"
+        "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
+        f"guardrails: {guardrails}\n"
+    ))  # fmt: skip
+
+
+def _running_with_a_step_and_an_approval(session_factory: SessionFactory) -> str:
+    run_id = dispatch(session_factory, InMemorySender(), "busy", TriggerEvent.manual()).run.id
+    with session_factory.begin() as session:
+        assert runs_db.claim_run(session, run_id, "w", utcnow() + timedelta(minutes=1))
+        runs_db.announce_step(
+            session, StepRecord(run_id, 0, "one", "run-command", utcnow(), StepStatus.RUNNING)
+        )
+        session.add(ApprovalRow(run_id=run_id, step_index=1, reason="gate", status="pending"))
+    return run_id
+
+
+def _settled(session_factory: SessionFactory, run_id: str) -> tuple[str, str, str, list[str]]:
+    with session_factory() as session:
+        run = runs_db.get_run(session, run_id)
+        (step,) = runs_db.list_steps(session, run_id)
+        approval = session.query(ApprovalRow).filter_by(run_id=run_id).one()
+        events = [kind for kind, _ in runs_db.events_of(session, run_id, "run.cancelled")]
+        return run.status, step.status, approval.status, events
+
+
+def test_finishing_a_run_into_the_queue_is_refused_before_any_write(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    _rule(session_factory, rules_dir)
+    run_id = _running_with_a_step_and_an_approval(session_factory)
+    with session_factory.begin() as session, pytest.raises(IllegalTransitionError):
+        runs_db.finish_run(session, run_id, "w", RunStatus.QUEUED)
+    with session_factory() as session:
+        assert runs_db.get_run(session, run_id).status == RunStatus.RUNNING
+
+
+def test_an_operators_cancel_settles_steps_approvals_and_the_transcript(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    _rule(session_factory, rules_dir)
+    run_id = _running_with_a_step_and_an_approval(session_factory)
+    with session_factory.begin() as session:
+        _, was = runs_db.cancel_run(session, run_id, "alice", "wrong branch")
+    assert was == RunStatus.RUNNING
+    settled = (RunStatus.CANCELLED, StepStatus.FAILED, ApprovalStatus.CANCELLED, ["run.cancelled"])
+    assert _settled(session_factory, run_id) == settled
+    # a second cancel is refused as the illegal move it is, still a ConflictError (409)
+    with session_factory.begin() as session, pytest.raises(ConflictError, match="already finished"):
+        runs_db.cancel_run(session, run_id, "alice")
+
+
+def test_cancel_other_settles_the_run_it_cancels_as_an_operators_cancel_does(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    _rule(session_factory, rules_dir, "{overlap: cancel-other, max_concurrent: 1}")
+    old = _running_with_a_step_and_an_approval(session_factory)
+    dispatch(session_factory, InMemorySender(), "busy", TriggerEvent.manual())
+    settled = (RunStatus.CANCELLED, StepStatus.FAILED, ApprovalStatus.CANCELLED, ["run.cancelled"])
+    assert _settled(session_factory, old) == settled
+    with session_factory() as session:
+        (event,) = runs_db.events_of(session, old, "run.cancelled")
+        error = runs_db.get_run(session, old).error
+    assert event[1] == {"by": "a newer trigger", "note": "the rule's overlap policy is "
+                        "cancel-other", "was": "running"}  # fmt: skip
+    assert error == "cancelled by a newer trigger: the rule's overlap policy is cancel-other"
