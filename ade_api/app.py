@@ -39,7 +39,11 @@ from ade_api.routes import (
     webhooks,
 )
 from ade_api.schemas import Problem
+from ade_api.web import controls as web_controls
+from ade_api.web import pages as web_pages
 from ade_api.web import routes as web_routes
+from ade_api.web import rules as web_rules
+from ade_api.web import run_form as web_run_form
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
@@ -66,7 +70,7 @@ async def _internal_error(request: Request, _exc: Exception) -> Response:
     """Whatever no other handler took (Starlette's last resort, after which it still logs the
     traceback): a 500 problem+json, or the web page's error page, never plain text."""
     if request.url.path.startswith("/ui") and not request.url.path.startswith("/ui/static/"):
-        return web_routes.error_page(request, AdeError(INTERNAL))
+        return web_pages.error_page(request, AdeError(INTERNAL))
     return problem(500, "Internal Error", INTERNAL)
 
 
@@ -161,6 +165,9 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(usage.router)
     app.include_router(web_routes.router)
+    app.include_router(web_rules.router)
+    app.include_router(web_run_form.router)
+    app.include_router(web_controls.router)
     # Innermost (added first): marks a request that got past every middleware (ade_api.db_faults).
     app.add_middleware(RoutesReached)
     # A call without a good enough token reaches no route (see ade_api.auth).

@@ -32,7 +32,7 @@ from starlette.requests import Request
 
 from ade_api.auth import SAFE_METHODS, ASGIApp, Message, Receive, Scope, Send
 from ade_api.problems import RETRY_AFTER_SECONDS, problem
-from ade_api.web.routes import error_page
+from ade_api.web.pages import error_page
 from ade_tasks.db.retry import ATTEMPTS, BACKOFF, is_connection_lost
 from ade_tasks.errors import DatabaseUnavailableError
 

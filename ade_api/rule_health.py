@@ -114,3 +114,16 @@ def refuse_unready(row: RuleRow, state: LiveState, *, force: bool) -> None:
         f"rule {row.id!r} cannot fire: {'; '.join(health.errors)}. Fix that and enable it "
         f"again, or enable it anyway with ?force=true (`ade-tasks rules enable {row.id} --force`)"
     )
+
+
+def set_enabled(
+    session: Session, settings: Settings, rule_id: str, enabled: bool, *, force: bool
+) -> tuple[RuleRow, LiveState]:
+    """Enable or disable a rule (the API's and the web page's buttons); enabling one that
+    cannot fire is refused with its setup errors unless `force`. Returns the row and the live
+    state it was judged by."""
+    state = live_state(session, settings)
+    if enabled:
+        refuse_unready(rules_db.get_rule(session, rule_id), state, force=force)
+    row, _ = rules_db.set_enabled(session, rule_id, enabled)
+    return row, state

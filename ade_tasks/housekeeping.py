@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow
@@ -59,7 +60,9 @@ def register(factory: JobFactory) -> JobFactory:
 def standard_jobs(
     session_factory: SessionFactory, sender: TaskSender, settings: Settings
 ) -> list[Job]:
-    """The recovery sweep, retention pruning every hour, and every registered job."""
+    """The recovery sweep, retention pruning every hour (schedule occurrences, ingress events,
+    settled scheduled runs, and runs when `run_retention_days` is set), and every registered
+    job."""
 
     def sweep(_now: datetime) -> object:
         return recover(
@@ -73,6 +76,8 @@ def standard_jobs(
             pruned = {
                 "occurrences": occ_db.prune(session, now),
                 "ingress_events": ingress_db.prune(session, now),
+                # settled only: a pending or claimed run is still to fire, however old
+                "scheduled_runs": once_db.prune(session, now),
             }
             if settings.run_retention_days:
                 cutoff = now - timedelta(days=settings.run_retention_days)

@@ -26,14 +26,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import one_shots as once_db
+from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.errors import AdeError, TransientError
+from ade_tasks.errors import AdeError, AdmissionError, TransientError
+from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.models import ScheduleTrigger
 from ade_tasks.scheduling import grace, span
 from ade_tasks.states import OneShotStatus
@@ -61,6 +66,37 @@ class TriggerOnce:
     def key(self) -> str:
         """Unique per rule, trigger and resolved time: storing it twice stores it once."""
         return f"trigger:{self.rule_id}:{self.trigger_index}:{self.run_at:%Y-%m-%dT%H:%M:%S.%fZ}"
+
+
+def schedule_manual_run(
+    session: Session,
+    rule_id: str,
+    run_at: datetime,
+    *,
+    inputs: dict[str, Any],
+    requested_by: str,
+    catchup_window: timedelta | None = None,
+    key: str | None = None,
+) -> tuple[ScheduledRunRow, bool]:
+    """Store an operator's scheduled manual run after the checks a run now would meet (the
+    rule exists and is trusted, the inputs fit), so a mistake is refused now, not when it
+    fires. The API, the CLI (through the API) and the web page all schedule through here.
+    Returns the row and whether this call created it (a `key` seen before: the earlier one)."""
+    snapshot = rules_db.rule_snapshots(session, [rule_id]).get(rule_id)
+    if snapshot is None:
+        raise rules_db.rule_not_found(rule_id)
+    untrusted = snapshot.untrusted_reason()
+    if untrusted:
+        raise AdmissionError(untrusted)
+    return once_db.schedule_manual(
+        session,
+        rule_id,
+        run_at,
+        inputs=resolve_inputs(snapshot.rule, inputs),
+        requested_by=requested_by,
+        catchup_window=catchup_window,
+        key=key,
+    )
 
 
 class OneShotFirer:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ade_api.auth import actor, forcing_admin
 from ade_api.deps import Services, ServicesDep, SessionDep
-from ade_api.rule_health import live_state, refuse_unready, rule_out
+from ade_api.rule_health import live_state, rule_out, set_enabled
 from ade_api.schemas import (
     By,
     FireTime,
@@ -33,11 +33,10 @@ from ade_api.schemas import (
 )
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
-from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
-from ade_tasks.errors import AdmissionError, RuleProblem
-from ade_tasks.rules.inputs import resolve_inputs
+from ade_tasks.errors import RuleProblem
+from ade_tasks.one_shots import schedule_manual_run
 from ade_tasks.rules.loader import parse_rule, parse_yaml
 from ade_tasks.rules.models import Rule
 from ade_tasks.scheduling import rule_schedules
@@ -326,10 +325,7 @@ def delete_rule(
 
 def _set_enabled(rule_id: str, enabled: bool, services: ServicesDep, force: bool = True) -> RuleOut:
     with services.session_factory.begin() as session:
-        state = live_state(session, services.settings)
-        if enabled:
-            refuse_unready(rules_db.get_rule(session, rule_id), state, force=force)
-        row, _ = rules_db.set_enabled(session, rule_id, enabled)
+        row, state = set_enabled(session, services.settings, rule_id, enabled, force=force)
         return rule_out(row, state)
 
 
@@ -495,21 +491,13 @@ def schedule_run(
     run_at: datetime,
     idempotency_key: str | None,
 ) -> ScheduledRunOut:
-    """Store a scheduled manual run after the checks a run now would meet (the rule exists and
-    is trusted, the inputs fit), so a mistake is refused now, not when it fires."""
+    """Store a scheduled manual run (`ade_tasks.one_shots.schedule_manual_run`)."""
     with services.session_factory.begin() as session:
-        snapshot = rules_db.rule_snapshots(session, [rule_id]).get(rule_id)
-        if snapshot is None:
-            raise rules_db.rule_not_found(rule_id)
-        untrusted = snapshot.untrusted_reason()
-        if untrusted:
-            raise AdmissionError(untrusted)
-        inputs = resolve_inputs(snapshot.rule, body.inputs)
-        row, _created = once_db.schedule_manual(
+        row, _created = schedule_manual_run(
             session,
             rule_id,
             run_at,
-            inputs=inputs,
+            inputs=body.inputs,
             requested_by=actor(request, body.requested_by),
             catchup_window=body.catchup_window,
             key=idempotency_key,

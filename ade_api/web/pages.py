@@ -1,22 +1,34 @@
 """Rendering the web page's Jinja2 templates (`templates/*.html`): one environment with
 autoescape on for every template and undefined names as errors, the filters the templates use,
-and the security headers every page carries."""
+the security headers and the kill-switch banner every page carries; and what every page's
+route does with its request (its services, its posted form, a read session, the redirect after
+a POST, the error page)."""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.templating import Jinja2Templates
 
 from ade_api.auth import Principal
+from ade_api.deps import Services
+from ade_api.problems import retry_after, status_of
 from ade_api.web.charts import duration_text
+from ade_tasks.dispatch import AUTOMATIONS_DISABLED
+from ade_tasks.errors import AdeError
 from ade_tasks.roles import Role
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 SECURITY_HEADERS = {
@@ -69,6 +81,19 @@ def can_act(request: Request) -> bool:
     return principal is not None and principal.role.rank >= Role.OPERATOR.rank
 
 
+def is_admin(request: Request) -> bool:
+    """Is the caller an admin (who may force a run past the kill switch, or enable a rule)?"""
+    principal = principal_of(request)
+    return principal is not None and principal.role.rank >= Role.ADMIN.rank
+
+
+def automations_disabled(request: Request) -> bool:
+    """Is the cluster's kill switch (ADE_DISABLE_AUTOMATIONS) on, as this API process runs?"""
+    app = request.scope.get("app")  # none for a page answered outside the app (db_faults)
+    services: Services | None = getattr(app.state, "services", None) if app else None
+    return services is not None and services.settings.disable_automations
+
+
 def render(
     request: Request,
     template: str,
@@ -87,9 +112,54 @@ def render(
             "principal": principal_of(request),
             "can_act": can_act(request),
             "live": live,
+            # the banner of every page while the kill switch is on, with what to do about it
+            "kill_switch": AUTOMATIONS_DISABLED if automations_disabled(request) else "",
             **context,
         },
         status_code=status_code,
         headers=SECURITY_HEADERS,
     )
     return response
+
+
+# --- what every route does with its request -----------------------------------------------------
+
+
+def services_of(request: Request) -> Services:
+    """The API process's services (settings, sessions, sender)."""
+    services: Services = request.app.state.services
+    return services
+
+
+def read(request: Request, work: Callable[[Any], T]) -> T:
+    """Run `work(session)` in a read-only session."""
+    with services_of(request).session_factory() as session:
+        return work(session)
+
+
+async def posted_form(request: Request) -> dict[str, str]:
+    """The posted urlencoded form (the last value of a repeated field wins)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return dict(parse_qsl(body, keep_blank_values=True))
+
+
+def back_to(form: Mapping[str, str], default: str) -> str:
+    """Where to return after a POST: a `/ui/` path the form named, else `default`."""
+    target = form.get("back", "")
+    ok = target.startswith("/ui/") and "//" not in target and "\\" not in target
+    return target if ok else default
+
+
+def redirect(url: str) -> RedirectResponse:
+    """The 303 after a POST (or to a page's canonical address)."""
+    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+def error_page(request: Request, exc: AdeError) -> HTMLResponse:
+    """The page for an ADE error: its status (404, 409, 422, 503 ...) and its message."""
+    code, title = status_of(exc) or (500, "Error")
+    if code == 500:
+        log.error("web page: unhandled ADE error: %s", exc)
+    page = render(request, "error.html", title, status_code=code, message=exc.message)
+    page.headers.update(retry_after(code))  # a 503 (database, broker): when to try again
+    return page

@@ -3,9 +3,10 @@
 Pages: the runs list (filters, live status, each run's duration beside a sparkline of its
 rule's recent durations), a run (a Gantt timeline of its steps, live while it runs; each step's
 output and JUnit counts; transcript, findings, pending inputs with their answer buttons,
-review-queue moves), the review queue, the rules, a rule (runs per day by outcome and p50/p95
-duration over the last 30 days, next fire times, recent occurrences with what came of them)
-and the "Run now" form of a rule with a manual trigger, generated from its typed inputs.
+review-queue moves) and the review queue here; the rules and a rule's page in
+`ade_api.web.rules`, the "Run now" form (now, at a time or after a delay) in
+`ade_api.web.run_form`, and the controls (scheduled runs, pause and resume, enable and
+disable) in `ade_api.web.controls`.
 
 Python builds data here; the Jinja2 templates in `templates/` build the markup, with autoescape
 on for all of them (`ade_api.web.pages`), and the charts are inline SVG drawn on the server
@@ -31,38 +32,39 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from functools import partial
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode
-from zoneinfo import ZoneInfo
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import COOKIE, actor
-from ade_api.deps import Services
-from ade_api.problems import retry_after, status_of
 from ade_api.web import charts
-from ade_api.web.pages import can_act, render
+from ade_api.web.pages import (
+    back_to,
+    error_page,
+    posted_form,
+    read,
+    redirect,
+    render,
+    services_of,
+)
+from ade_api.web.rule_rows import stored_rule
 from ade_tasks.approvals import answer_input
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import history
-from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import ApprovalRow, RuleRow, RunRow, RunStepRow
-from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
-from ade_tasks.rules.models import InputSpec, ManualTrigger, Rule, ScheduleTrigger
-from ade_tasks.scheduling import rule_schedules
 from ade_tasks.states import Answer, QueueStatus, RunStatus
 
 log = logging.getLogger(__name__)
@@ -73,8 +75,6 @@ STATIC = Path(__file__).parent / "static"
 _ASSETS = {"style.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
 PAGE_SIZE = 50
 MAX_EVENTS = 500
-NEXT_FIRES = 5
-OCCURRENCES = 10
 SPARK_RUNS = 20
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
 OPEN_REVIEW = (
@@ -95,48 +95,6 @@ T = TypeVar("T")
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _services(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
-
-
-def _error_page(request: Request, exc: AdeError) -> HTMLResponse:
-    code, title = status_of(exc) or (500, "Error")
-    if code == 500:
-        log.error("web page: unhandled ADE error: %s", exc)
-    page = render(request, "error.html", title, status_code=code, message=exc.message)
-    page.headers.update(retry_after(code))  # a 503 (database, broker): when to try again
-    return page
-
-
-def error_page(request: Request, exc: AdeError) -> HTMLResponse:
-    """The page for an error met outside a page's own handling (ade_api.db_faults)."""
-    return _error_page(request, exc)
-
-
-def _redirect(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
-
-
-def _read(request: Request, work: Callable[[Any], T]) -> T:
-    """Run `work(session)` in a read-only session."""
-    with _services(request).session_factory() as session:
-        return work(session)
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The posted urlencoded form (the last value of a repeated field wins)."""
-    body = (await request.body()).decode("utf-8", errors="replace")
-    return dict(parse_qsl(body, keep_blank_values=True))
-
-
-def _back(form: Mapping[str, str], default: str) -> str:
-    """Where to return after a POST: a `/ui/` path the form named, else `default`."""
-    target = form.get("back", "")
-    ok = target.startswith("/ui/") and "//" not in target and "\\" not in target
-    return target if ok else default
 
 
 def _check_run_id(run_id: str) -> None:
@@ -192,7 +150,7 @@ def static_asset(name: str) -> Response:
 @router.get("")
 @router.get("/")
 def home() -> RedirectResponse:
-    return _redirect("/ui/runs")
+    return redirect("/ui/runs")
 
 
 def _login_form(request: Request, problem: str = "", status_code: int = 200) -> HTMLResponse:
@@ -207,15 +165,15 @@ def login_page(request: Request) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request) -> Response:
     """Verify the token and keep it in the `ade_token` cookie."""
-    token = (await _form(request)).get("token", "").strip()
+    token = (await posted_form(request)).get("token", "").strip()
 
     def check() -> bool:
-        with _services(request).session_factory.begin() as session:
+        with services_of(request).session_factory.begin() as session:
             return tokens_db.authenticate(session, token) is not None
 
     if not token or not await run_in_threadpool(check):
         return _login_form(request, "That token is unknown or revoked.", status_code=401)
-    response = _redirect("/ui/runs")
+    response = redirect("/ui/runs")
     response.set_cookie(
         COOKIE,
         token,
@@ -230,7 +188,7 @@ async def login(request: Request) -> Response:
 @router.get("/logout")
 def logout() -> RedirectResponse:
     """Forget the cookie (a GET is harmless here: SameSite=Strict keeps other sites out)."""
-    response = _redirect("/ui/login")
+    response = redirect("/ui/login")
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
 
@@ -247,7 +205,7 @@ class RunLine:
     spark: charts.Sparkline | None
 
 
-def _run_lines(session: Any, rows: Sequence[RunRow]) -> list[RunLine]:
+def run_lines(session: Any, rows: Sequence[RunRow]) -> list[RunLine]:
     """The runs with their durations and one sparkline query for all their rules."""
     recent = history.recent_durations(session, [r.rule_id for r in rows], SPARK_RUNS)
     now = utcnow()
@@ -281,11 +239,11 @@ def runs_page(
                 session, filters, limit=PAGE_SIZE, cursor=cursor or None
             )
             rule_ids = [r.id for r in rules_db.list_rules(session)]
-            return _run_lines(session, rows), next_cursor, rule_ids
+            return run_lines(session, rows), next_cursor, rule_ids
 
-        lines, next_cursor, rule_ids = _read(request, load)
+        lines, next_cursor, rule_ids = read(request, load)
     except AdeError as exc:
-        return _error_page(request, exc)
+        return error_page(request, exc)
     given = (("rule", rule), ("status", status), ("queue_status", queue_status))
     query = {k: v for k, v in given if v}
     active = any(line.row.status in ACTIVE for line in lines) and not cursor
@@ -328,7 +286,7 @@ def _planned_steps(
     what is still to come. Only from the rule version the run runs (else nothing is known)."""
     if rule_row is None or rule_row.version != run.rule_version:
         return []
-    rule = _load(rule_row)
+    rule = stored_rule(rule_row)
     if rule is None:
         return []
     seen = {step.index for step in steps}
@@ -361,13 +319,13 @@ def run_page(request: Request, run_id: str) -> Response:
     inputs, findings, transcript."""
     try:
         if not _is_uuid(run_id):  # a short id, copied from a table or the CLI
-            full = _read(request, lambda session: _full_run_id(session, run_id))
+            full = read(request, lambda session: _full_run_id(session, run_id))
             if full is not None:
-                return _redirect(f"/ui/runs/{full}")
+                return redirect(f"/ui/runs/{full}")
         _check_run_id(run_id)
-        view = _read(request, lambda session: _RunView(session, run_id))
+        view = read(request, lambda session: _RunView(session, run_id))
     except AdeError as exc:
-        return _error_page(request, exc)
+        return error_page(request, exc)
     run, now = view.run, utcnow()
     active = run.status in ACTIVE
     inputs = (run.trigger or {}).get("inputs") if run.trigger_type == "manual" else None
@@ -398,8 +356,8 @@ def run_page(request: Request, run_id: str) -> Response:
 @router.post("/inputs/{input_id}/answer")
 async def answer_pending_input(request: Request, input_id: int) -> Response:
     """An operator's answer to a pending input; back to its run."""
-    form = await _form(request)
-    services = _services(request)
+    form = await posted_form(request)
+    services = services_of(request)
     try:
         try:
             answer = Answer(form.get("answer", ""))
@@ -411,14 +369,14 @@ async def answer_pending_input(request: Request, input_id: int) -> Response:
             by=actor(request, None), note=form.get("note") or None,
         )  # fmt: skip
     except AdeError as exc:
-        return _error_page(request, exc)
-    return _redirect(f"/ui/runs/{run.id}")
+        return error_page(request, exc)
+    return redirect(f"/ui/runs/{run.id}")
 
 
 @router.post("/runs/{run_id}/review")
 async def move_run(request: Request, run_id: str) -> Response:
     """Move a finished run in the review queue (ignore, archive, approve)."""
-    form = await _form(request)
+    form = await posted_form(request)
     action = form.get("action", "")
 
     def move() -> None:
@@ -427,14 +385,14 @@ async def move_run(request: Request, run_id: str) -> Response:
         if target is None:
             known = ", ".join(QUEUE_ACTIONS)
             raise InvalidInputError(f"review action {action!r} is unknown; use one of {known}")
-        with _services(request).session_factory.begin() as session:
+        with services_of(request).session_factory.begin() as session:
             runs_db.move_in_review_queue(session, run_id, target)
 
     try:
         await run_in_threadpool(move)
     except AdeError as exc:
-        return _error_page(request, exc)
-    return _redirect(_back(form, f"/ui/runs/{run_id}"))
+        return error_page(request, exc)
+    return redirect(back_to(form, f"/ui/runs/{run_id}"))
 
 
 @router.get("/review")
@@ -453,227 +411,15 @@ def review_page(request: Request, queue_status: str = "") -> HTMLResponse:
                 rows, _ = runs_db.list_runs(
                     session, runs_db.RunFilter(queue_status=value), limit=PAGE_SIZE
                 )
-                found.append((value, _run_lines(session, rows)))
+                found.append((value, run_lines(session, rows)))
             return found
 
-        sections = _read(request, load)
+        sections = read(request, load)
     except AdeError as exc:
-        return _error_page(request, exc)
+        return error_page(request, exc)
     back = "/ui/review" + (f"?{urlencode({'queue_status': queue_status})}" if queue_status else "")
     return render(
         request, "review.html", "Review queue",
         sections=sections, back=back, actions=list(QUEUE_ACTIONS),
         queue_statuses=[q.value for q in QueueStatus],
     )  # fmt: skip
-
-
-# --- rules --------------------------------------------------------------------------------------
-
-
-def _load(row: RuleRow) -> Rule | None:
-    try:
-        return rules_db.load_rule(row)
-    except Exception:  # a stored document this version cannot read: show the row, not a 500
-        log.exception("web page: could not load rule %s", row.id)
-        return None
-
-
-def has_manual_trigger(rule: Rule) -> bool:
-    """May an operator start the rule by hand? Only with a `manual` trigger: a rule triggered
-    by a webhook expects that event's variables (`trigger.number`, ...) and would fail."""
-    return any(isinstance(trigger, ManualTrigger) for trigger in rule.triggers)
-
-
-def _next_fires(rule: Rule, count: int) -> list[tuple[ScheduleTrigger, list[datetime], str]]:
-    """The next fire times of each schedule trigger in its zone, or the trigger's problem, as
-    GET /rules/{id}/schedule computes them (a trigger that cannot fire shows why, not a 500)."""
-    found = []
-    for schedule in rule_schedules(rule, utcnow(), count):
-        zone = ZoneInfo(schedule.trigger.timezone) if schedule.times else None
-        times = [t.astimezone(zone) for t in schedule.times]
-        found.append((schedule.trigger, times, schedule.problem or ""))
-    return found
-
-
-def _trigger_types(rule: Rule) -> str:
-    return ", ".join(str(getattr(t, "type", "?")) for t in rule.triggers)
-
-
-@dataclass(frozen=True)
-class RuleLine:
-    """A row of the rules table."""
-
-    row: RuleRow
-    rule: Rule | None
-    manual: bool
-    triggers: str
-    upcoming: datetime | None
-    problems: list[str]
-    last: Any
-
-
-def _rule_line(row: RuleRow, last: Sequence[Any]) -> RuleLine:
-    rule = _load(row)
-    fires = _next_fires(rule, 1) if rule else []
-    return RuleLine(
-        row=row,
-        rule=rule,
-        manual=rule is not None and has_manual_trigger(rule),
-        triggers=_trigger_types(rule) if rule else "unreadable document",
-        upcoming=min((times[0] for _, times, _ in fires if times), default=None),
-        problems=[problem for _, _, problem in fires if problem],
-        last=last[0] if last else None,
-    )
-
-
-@router.get("/rules")
-def rules_page(request: Request) -> HTMLResponse:
-    """Every rule: enabled, triggers, the next fire time, the last occurrence."""
-
-    def load(session: Any) -> list[RuleLine]:
-        return [
-            _rule_line(row, occ_db.list_for_rule(session, row.id, 1))
-            for row in rules_db.list_rules(session)
-        ]
-
-    return render(request, "rules.html", "Rules", rules=_read(request, load))
-
-
-@router.get("/rules/{rule_id}")
-def rule_page(request: Request, rule_id: str) -> HTMLResponse:
-    """One rule: triggers, inputs, runs per day by outcome and p50/p95 durations over the last
-    30 days, next fire times, recent occurrences with their runs' status, recent runs."""
-    now = utcnow()
-    first_day = (now - history.WINDOW + timedelta(days=1)).date()
-    since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
-
-    def load(session: Any) -> dict[str, Any]:
-        row = rules_db.get_rule(session, rule_id)
-        runs, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id=rule_id), limit=10)
-        return {
-            "row": row,
-            "occurrences": history.occurrence_outcomes(session, rule_id, OCCURRENCES),
-            "lines": _run_lines(session, runs),
-            "days": history.daily_outcomes(session, rule_id, since),
-            "stats": history.duration_stats(session, rule_id, since),
-        }
-
-    try:
-        found = _read(request, load)
-    except AdeError as exc:
-        return _error_page(request, exc)
-    row, stats = found["row"], found["stats"]
-    rule = _load(row)
-    inputs = ""
-    if rule is not None and rule.inputs:
-        inputs = ", ".join(f"{n} ({rule.inputs[n].type})" for n in sorted(rule.inputs))
-    return render(
-        request, "rule.html", f"Rule {row.id}",
-        row=row, rule=rule, inputs=inputs,
-        triggers=_trigger_types(rule) if rule else "",
-        manual=rule is not None and has_manual_trigger(rule),
-        window_days=history.WINDOW.days, stats=stats,
-        outcomes=charts.outcomes_chart(found["days"], first_day, now.date()),
-        durations=charts.durations_chart(stats.days, first_day, now.date()),
-        fires=_next_fires(rule, NEXT_FIRES) if rule else [],
-        occurrences=found["occurrences"], lines=found["lines"],
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class InputField:
-    """A typed input as its form field needs it (`value`: the default as the field shows it)."""
-
-    type: str
-    description: str
-    required: bool
-    default: Any
-    options: list[str]
-    value: str
-    checked: bool
-
-
-def _input_field(spec: InputSpec) -> InputField:
-    default: str | bool | float = "" if spec.default is None else spec.default
-    if isinstance(default, float) and default.is_integer():
-        default = int(default)  # a YAML `1` arrives as 1.0
-    return InputField(
-        type=spec.type,
-        description=spec.description,
-        required=spec.required,
-        default=spec.default,
-        options=list(spec.options),
-        value=str(default),
-        checked=default is True or str(default).lower() == "true",
-    )
-
-
-def _no_manual_trigger(rule: Rule) -> InvalidInputError:
-    return InvalidInputError(
-        f"rule {rule.id!r} has no manual trigger, so it cannot be run by hand (its triggers: "
-        f"{_trigger_types(rule)}); add `- type: manual` to its triggers to allow it"
-    )
-
-
-@router.get("/rules/{rule_id}/run")
-def run_form(request: Request, rule_id: str) -> HTMLResponse:
-    """The "Run now" form, one field per typed input of the rule."""
-    try:
-        row = _read(request, lambda session: rules_db.get_rule(session, rule_id))
-        rule = _load(row)
-        if rule is None:
-            raise InvalidInputError(f"rule {rule_id!r} cannot be read; see the API's log")
-        if not has_manual_trigger(rule):
-            raise _no_manual_trigger(rule)
-    except AdeError as exc:
-        return _error_page(request, exc)
-    if not can_act(request):
-        message = "Starting a run needs an operator token."
-        return render(
-            request, "notice.html", f"Run {rule.id}", status_code=403, message=message, back=""
-        )
-    fields = [(name, _input_field(rule.inputs[name])) for name in sorted(rule.inputs)]
-    key = uuid.uuid4().hex  # a double submit of this form starts one run, not two
-    return render(request, "run_form.html", f"Run {rule.id}", rule=rule, fields=fields, key=key)
-
-
-def _posted_inputs(form: Mapping[str, str]) -> dict[str, Any]:
-    """The form's inputs: `in.<name>` fields (empty ones left to the rule's defaults) and the
-    free-form `extra` lines of a rule that declares none."""
-    inputs: dict[str, Any] = {
-        key[3:]: value for key, value in form.items() if key.startswith("in.") and value != ""
-    }
-    for line in form.get("extra", "").splitlines():
-        if not line.strip():
-            continue
-        name, sep, value = line.partition("=")
-        if not sep or not name.strip():
-            raise InvalidInputError(f"input line {line!r} is not name=value")
-        inputs[name.strip()] = value.strip()
-    return inputs
-
-
-@router.post("/rules/{rule_id}/runs")
-async def start_run(request: Request, rule_id: str) -> Response:
-    """Start a manual run like `POST /api/v1/rules/{id}/runs`, then show it."""
-    form = await _form(request)
-    services = _services(request)
-    try:
-        inputs = _posted_inputs(form)
-        rule = _read(request, lambda session: _load(rules_db.get_rule(session, rule_id)))
-        if rule is not None and not has_manual_trigger(rule):
-            raise _no_manual_trigger(rule)
-        key = form.get("key") or None
-        own = f"ui:{key[:64]}" if key else f"request:{uuid.uuid4().hex}"
-        trigger = TriggerEvent.manual(inputs, key=own, by=actor(request, None))
-        result = await run_in_threadpool(
-            partial(
-                dispatch_retrying,
-                own_key=not key,
-                automations_disabled=services.settings.disable_automations,
-            ),
-            services.session_factory, services.sender, rule_id, trigger,
-        )  # fmt: skip
-    except AdeError as exc:
-        return _error_page(request, exc)
-    return _redirect(f"/ui/runs/{result.run.id}")

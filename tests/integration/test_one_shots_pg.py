@@ -184,3 +184,34 @@ def test_a_scheduled_manual_run_is_listed_cancelled_once_and_never_fires(
     assert "is cancelled, so it can no longer be cancelled" in again.json()["detail"]
     with cluster.session_factory() as session:
         assert session.scalar(select(func.count()).select_from(RunRow)) == 0
+
+
+def test_the_hourly_prune_job_deletes_settled_scheduled_runs_past_retention_and_keeps_pending(
+    database_url: str,
+) -> None:
+    from ade_tasks.housekeeping import Housekeeping, standard_jobs
+    from ade_tasks.settings import Settings
+
+    # Given scheduled runs due 40 days ago (fired, cancelled, still pending) and a fired one due
+    # yesterday, on PostgreSQL
+    engine = create_db_engine(database_url)
+    session_factory = create_session_factory(engine)
+    now = utcnow()
+    old, recent = now - once_db.RETENTION - timedelta(days=5), now - timedelta(days=1)
+    rows = {"old-fired": ("fired", old), "old-cancelled": ("cancelled", old),
+            "old-pending": ("pending", old), "recent-fired": ("fired", recent)}  # fmt: skip
+    with session_factory.begin() as session:
+        for key, (status, run_at) in rows.items():
+            session.add(
+                ScheduledRunRow(id=key, key=f"manual:{key}", rule_id="r", trigger_index=None,
+                                run_at=run_at, inputs={}, requested_by="t", status=status)
+            )  # fmt: skip
+    # When a beat's housekeeping runs its standard jobs (the prune slot of this hour is won)
+    jobs = standard_jobs(session_factory, InMemorySender(), Settings(database_url=database_url))
+    results = Housekeeping(session_factory, "beat-prune", jobs).tick(now)
+    # Then the settled ones past the retention are gone; the pending and the recent one stay
+    with session_factory() as session:
+        left = set(session.scalars(select(ScheduledRunRow.id)))
+    engine.dispose()
+    assert results["prune"] == {"occurrences": 0, "ingress_events": 0, "scheduled_runs": 2}
+    assert left == {"old-pending", "recent-fired"}
