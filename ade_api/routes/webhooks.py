@@ -136,16 +136,7 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
             error=str(exc),
         )
         return problem(400, "Bad Request", f"{exc}; the delivery was recorded as failed")
-    event_id = await services.intake.store(
-        intake.event_row(
-            source=intake.GITHUB,
-            delivery_id=delivery,
-            event=event,
-            event_key=event.event_key,
-            payload=event.to_payload(),
-            digest=intake.body_hash(body),
-        )
-    )
+    event_id = await services.intake.store(intake.github_row(event, delivery, body))
     return _accepted(event_id, event.trigger_type)
 
 
@@ -189,18 +180,7 @@ async def custom_webhook(
         await _log(services, hook_id, hook, request, body, 202, f"ignored: {why}", None)
         return JSONResponse({"ignored": why}, status_code=202)
     sender_id = delivery_id(hook, request.headers)  # duplicate
-    payload = {"hook": hook_id, "delivery_id": sender_id, "body": document}
-    event_id = await services.intake.store(
-        intake.event_row(
-            source=f"webhook:{hook_id}",
-            delivery_id=sender_id,
-            event=None,
-            event_key=f"webhook.{hook_id}",
-            payload=payload,
-            digest=None,
-            trigger_type="webhook",
-        )
-    )
+    event_id = await services.intake.store(intake.hook_row(hook_id, sender_id, document))
     outcome = "accepted" if event_id else "duplicate"
     await _log(services, hook_id, hook, request, body, 202 if event_id else 200, outcome, event_id)
     return _accepted(event_id, "webhook")
