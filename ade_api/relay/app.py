@@ -6,7 +6,8 @@
 - `/relay/v1/wake`: after the upgrade the relay sends `{"type": "hello", "newest": N}`, then
   `{"type": "wake", "cursor": N}` whenever events up to N were stored; the drain reads the
   events themselves with `GET /relay/v1/events`.
-- `GET /healthz`: `{"status": "ok"}` without a token (for load balancers).
+- `GET /healthz`: `{"status": "ok", "listeners": N}` without a token (for load balancers;
+  N is how many drains listen for wake-ups).
 
 A request without `Authorization: Bearer <ADE_RELAY__TOKEN>` is answered 401 (the WebSocket
 too, before the upgrade). The token is compared in constant time. Pruning
@@ -98,9 +99,9 @@ def create_relay_app(settings: Settings) -> FastAPI:
         )
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        """Liveness, without a token."""
-        return {"status": "ok"}
+    def healthz() -> dict[str, str | int]:
+        """Liveness, without a token, and how many drains listen for wake-ups now."""
+        return {"status": "ok", "listeners": services.hub.listeners}
 
     @app.get("/relay/v1/events", dependencies=[Depends(require_token)])
     def events(
