@@ -44,7 +44,7 @@ def relay_serve(settings: Settings, host: str | None, port: int | None) -> None:
         app,
         host=host or settings.relay.host,
         port=port or settings.relay.port,
-        ws="websockets",
+        ws="websockets-sansio",
         access_log=settings.api_access_log,
         log_level="info",
     )

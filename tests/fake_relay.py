@@ -48,7 +48,11 @@ class FakeRelay:
         self._wakeups: list[asyncio.Queue[int]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         config = uvicorn.Config(
-            self._app(), host="127.0.0.1", port=self.port, ws="websockets", log_level="warning"
+            self._app(),
+            host="127.0.0.1",
+            port=self.port,
+            ws="websockets-sansio",
+            log_level="warning",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
