@@ -7,9 +7,15 @@ whole schema and a relay holds nothing that outlives `ADE_RELAY__RETENTION_DAYS`
 
 The cursor is the row's id. It only grows, pruning included: SQLite's AUTOINCREMENT never
 reuses an id, PostgreSQL's sequence never goes back, so a drain that stored cursor N never
-sees an event at or before N again. A delivery is kept with its sender's delivery id, so the
-cluster deduplicates it against the same delivery sent to the cluster directly; a delivery id
-seen before from the same source (GitHub's "Redeliver") is stored once.
+sees an event at or before N again. Ids must also become visible in order, or a drain could
+read id 6, move its cursor there, and never see id 5 committed a moment later: SQLite has one
+writer at a time anyway, and on PostgreSQL each insert takes a transaction-level advisory lock
+(`INSERT_LOCK`) first, so deliveries commit one after the other in id order. A relay stores
+one row per delivery; that serialization costs it nothing it would notice.
+
+A delivery is kept with its sender's delivery id, so the cluster deduplicates it against the
+same delivery sent to the cluster directly; a delivery id seen before from the same source
+(GitHub's "Redeliver") is stored once.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -40,6 +47,8 @@ PAGE_LIMIT = 100
 #: ... and at most about this many body bytes (always at least one event), so a page of large
 #: deliveries (GitHub's may be 25 MB each) stays a size a drain can hold.
 PAGE_BYTES = 8 * 1024 * 1024
+#: The PostgreSQL advisory lock that orders the relay's inserts (see the module docstring).
+INSERT_LOCK = 0x5245_4C41  # "RELA"
 #: Every this many stored events, events older than the retention are dropped.
 PRUNE_EVERY = 100
 
@@ -92,12 +101,15 @@ def store(
         .values(source=source, delivery_id=delivery_id, event=event, body=body, received_at=now)
         .returning(relay_events.c.id)
     )
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": INSERT_LOCK})
     try:
         with session.begin_nested():
             cursor = session.execute(statement).scalar_one()
     except IntegrityError:
         return None
     return int(cursor)
+
 
 def events_after(
     session: Session, after: int, limit: int = PAGE_LIMIT, max_bytes: int = PAGE_BYTES

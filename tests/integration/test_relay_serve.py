@@ -156,3 +156,26 @@ def test_the_relay_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     assert code and child.proc.returncode != 0
     assert "ADE_RELAY__TOKEN is not set" in child.output()
     child.stop()
+
+
+def test_a_relay_on_postgresql_keeps_and_serves_deliveries(
+    tmp_path: Path, database_url: str
+) -> None:
+    # given a relay whose own database is PostgreSQL (ADE_RELAY__DATABASE_URL)
+    relay = start_relay(tmp_path, {"ADE_RELAY__DATABASE_URL": database_url})
+    try:
+        # when two deliveries arrive, one of them twice
+        answers = [
+            relay.deliver("pull_request", PR, delivery="pg-1").status_code,
+            relay.deliver("issues", ISSUE, delivery="pg-2").status_code,
+            relay.deliver("issues", ISSUE, delivery="pg-2").status_code,
+        ]
+
+        # then they are kept once each, in order, byte for byte
+        assert answers == [202, 202, 200]
+        events = relay.events()
+        assert [(e["cursor"], e["delivery_id"]) for e in events] == [(1, "pg-1"), (2, "pg-2")]
+        assert base64.b64decode(str(events[1]["body"])) == ISSUE
+    finally:
+        relay.client.close()
+        relay.child.stop()
