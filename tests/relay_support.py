@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from tests.integration.test_webhooks import SECRET, deliver
 from tests.support import BIN, Child, child_env, free_port, wait_until
 
-SECRET = "It's a Secret to Everybody"
 TOKEN = "relay-token-for-tests-0123456789"
-
-
-def sign(body: bytes, secret: str = SECRET) -> str:
-    """GitHub's X-Hub-Signature-256 of `body`."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 @dataclass
@@ -34,14 +26,7 @@ class RelayProcess:
         self, event: str, body: bytes, *, delivery: str | None = None, **headers: str
     ) -> httpx.Response:
         """POST a GitHub delivery signed with SECRET (headers may override the signature)."""
-        sent = {
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-            "X-Hub-Signature-256": sign(body),
-            "Content-Type": "application/json",
-            **headers,
-        }
-        return httpx.post(f"{self.url}/api/v1/webhooks/github", content=body, headers=sent)
+        return deliver(self.client, event, body, delivery=delivery, **headers)
 
     def events(self, after: int = 0, limit: int = 100) -> list[dict[str, object]]:
         """The relay's events after `after`, as the drain reads them."""

@@ -22,12 +22,19 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ade_api.relay.wake import WakeHub
-from ade_api.routes.webhooks import ERRORS, TITLES, BodyError, problem, read_body
+from ade_api.routes.webhooks import (
+    ERRORS,
+    TITLES,
+    BodyError,
+    problem,
+    read_body,
+    verified_github_delivery,
+)
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import utcnow
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.hooks import delivery_id
-from ade_tasks.ingress.signatures import SignatureError, verify_github, verify_hook
+from ade_tasks.ingress.signatures import SignatureError, verify_hook
 from ade_tasks.relay import store
 from ade_tasks.settings import Settings
 
@@ -53,30 +60,10 @@ def services_of(request: Request) -> RelayServices:
 async def github_delivery(request: Request) -> JSONResponse:
     """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET and kept for the drain."""
     services = services_of(request)
-    settings = services.settings
-    try:
-        body = await read_body(
-            request, settings.github.max_body_bytes, settings.ingress_read_timeout
-        )
-    except BodyError as exc:
-        return problem(exc.status, TITLES[exc.status], exc.detail)
-    secret = settings.github.webhook_secret
-    try:
-        verify_github(
-            secret.get_secret_value().encode() if secret else b"",
-            body,
-            request.headers.get("x-hub-signature-256"),
-            legacy_sha1=request.headers.get("x-hub-signature"),
-        )
-    except SignatureError as exc:
-        return problem(401, "Unauthorized", exc.message)
-    event_name = request.headers.get("x-github-event", "")
-    delivery = request.headers.get("x-github-delivery", "")
-    if not event_name or not delivery:
-        return problem(400, "Bad Request", "X-GitHub-Event and X-GitHub-Delivery are required")
-    if event_name == "ping":
-        return JSONResponse({"pong": True, "delivery": delivery}, status_code=200)
-    return await _keep(services, intake.GITHUB, delivery, event_name, body)
+    delivered = await verified_github_delivery(request, services.settings)
+    if isinstance(delivered, JSONResponse):
+        return delivered
+    return await _keep(services, intake.GITHUB, delivered.delivery, delivered.event, delivered.body)
 
 
 @router.post("/{hook_id}", status_code=202, responses=ERRORS)

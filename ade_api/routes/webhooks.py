@@ -15,6 +15,7 @@ signature does not verify is answered 401 and leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from ade_tasks.ingress.signatures import (
     verify_github,
     verify_token,
 )
+from ade_tasks.settings import Settings
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 PROBLEM = "application/problem+json"
@@ -97,11 +99,21 @@ TITLES = {
 }
 
 
-@router.post("/github", status_code=202, responses=ERRORS)
-async def github_webhook(request: Request, services: ServicesDep) -> JSONResponse:
-    """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET, deduplicated by
-    X-GitHub-Delivery and by body hash, stored, and handed to the ingress workers."""
-    settings = services.settings
+@dataclass(frozen=True)
+class GithubDelivery:
+    """A GitHub delivery whose signature verified: its raw body, event name and id."""
+
+    body: bytes
+    event: str
+    delivery: str
+
+
+async def verified_github_delivery(
+    request: Request, settings: Settings
+) -> GithubDelivery | JSONResponse:
+    """Read a GitHub delivery under ADE_GITHUB__MAX_BODY_BYTES and verify it against
+    ADE_GITHUB__WEBHOOK_SECRET: the delivery, or the answer to give instead (the refusal, or
+    the pong to a `ping`). The cluster's route and the relay's share it."""
     try:
         body = await read_body(
             request, settings.github.max_body_bytes, settings.ingress_read_timeout
@@ -124,6 +136,17 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
         return problem(400, "Bad Request", "X-GitHub-Event and X-GitHub-Delivery are required")
     if event_name == "ping":
         return JSONResponse({"pong": True, "delivery": delivery}, status_code=200)
+    return GithubDelivery(body, event_name, delivery)
+
+
+@router.post("/github", status_code=202, responses=ERRORS)
+async def github_webhook(request: Request, services: ServicesDep) -> JSONResponse:
+    """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET, deduplicated by
+    X-GitHub-Delivery and by body hash, stored, and handed to the ingress workers."""
+    delivered = await verified_github_delivery(request, services.settings)
+    if isinstance(delivered, JSONResponse):
+        return delivered
+    body, event_name, delivery = delivered.body, delivered.event, delivered.delivery
     try:
         payload = intake.parse_json(body)
         event = normalize(event_name, delivery, payload)

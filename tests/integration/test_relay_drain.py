@@ -23,8 +23,8 @@ from tests import fake_relay
 from tests.fake_relay import FakeRelay
 from tests.fixtures import GITHUB_FIXTURES
 from tests.integration.conftest import Cluster
-from tests.integration.test_webhooks import HELLO, rules_for
-from tests.relay_support import SECRET, TOKEN, RelayProcess, sign, start_relay
+from tests.integration.test_webhooks import HELLO, SECRET, rules_for, sign
+from tests.relay_support import TOKEN, RelayProcess, start_relay
 from tests.support import Child, wait_until
 
 PR = (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()

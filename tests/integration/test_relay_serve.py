@@ -17,7 +17,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.fixtures import GITHUB_FIXTURES
-from tests.relay_support import TOKEN, RelayProcess, sign, start_relay
+from tests.integration.test_webhooks import sign
+from tests.relay_support import TOKEN, RelayProcess, start_relay
 from tests.support import BIN, Child, child_env, free_port, wait_until
 
 PR = (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()
