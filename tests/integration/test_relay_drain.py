@@ -8,6 +8,7 @@ non-advancing cursor stops the drain (log, heartbeat, rule health, metric) witho
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from sqlalchemy import select
 
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.schema import IngressEventRow, RunRow
+from ade_tasks.relay.client import HttpRelayClient, RelayRefusedError, RelayUnavailableError
 from ade_tasks.relay.drain import cursor_source
 from tests import fake_relay
 from tests.fake_relay import FakeRelay
@@ -25,7 +27,7 @@ from tests.fixtures import GITHUB_FIXTURES
 from tests.integration.conftest import Cluster
 from tests.integration.test_webhooks import HELLO, SECRET, rules_for, sign
 from tests.relay_support import TOKEN, RelayProcess, start_relay
-from tests.support import Child, wait_until
+from tests.support import Child, free_port, wait_until
 
 PR = (GITHUB_FIXTURES / "pull_request/opened.payload.json").read_bytes()
 ISSUE = (GITHUB_FIXTURES / "issues/opened.payload.json").read_bytes()
@@ -262,3 +264,49 @@ def test_of_two_beats_one_drains_at_a_time_and_the_other_takes_over(
     assert all(len(agents) == 1 for agents in by_slot.values()), by_slot
     assert len({asked.agent for asked in fake.asked}) == 2
     assert fake.asked[-1].agent != drainer
+
+
+def test_relayed_custom_hook_deliveries_run_their_rule_and_an_unconfigured_hook_is_poison(
+    cluster: Cluster, fake: FakeRelay
+) -> None:
+    # given a cluster configuring hook `deploys` (not `builds`), and a relay holding a delivery
+    # to each, one whose body is not JSON, and one the rule's filters leave out
+    rules_for(cluster, {"deploy-done": '{type: webhook, hook: deploys, filters: {type: "done"}}'})
+    cluster.env["ADE_HOOKS__DEPLOYS"] = json.dumps({"scheme": "token", "tokens": ["t0ken"]})
+    fake.add("webhook:deploys", "dep-1", None, b'{"type": "done"}')
+    fake.add("webhook:builds", "bld-1", None, b'{"type": "done"}')
+    fake.add("webhook:deploys", "dep-2", None, b"not json")
+    fake.add("webhook:deploys", "dep-3", None, b'{"type": "started"}')
+    cluster.worker()
+
+    # when a beat drains the relay
+    draining_beat(cluster, fake.url, fake_relay.TOKEN)
+
+    # then the configured hook's matching delivery runs, the other two are recorded
+    wait_until(lambda: cursor(cluster, fake.url) == "4", 30, "the drain to pass all four")
+    wait_until(lambda: runs(cluster), 30, "the hook's run")
+    with cluster.session_factory() as session:
+        rule_runs = session.execute(select(RunRow.rule_id, RunRow.trigger)).all()
+    assert [(rule_id, trigger["delivery_id"]) for rule_id, trigger in rule_runs] == [
+        ("deploy-done", "dep-1")
+    ]
+    failed = {e.delivery_id: e.error for e in events(cluster) if e.status == "failed"}
+    assert set(failed) == {"bld-1", "dep-2"}
+    assert "custom hook 'builds' is not configured on this cluster" in str(failed["bld-1"])
+    assert "not valid JSON" in str(failed["dep-2"])
+    log = cluster.api().get("/api/v1/webhooks/deploys/deliveries").json()
+    outcomes = sorted(entry["outcome"].split(" (via")[0].split(":")[0] for entry in log)
+    assert outcomes == ["accepted", "accepted", "refused"]  # dep-3: stored, matching no rule
+
+
+def test_the_drains_client_tells_a_refused_token_a_failing_and_an_absent_relay_apart(
+    fake: FakeRelay,
+) -> None:
+    wrong = HttpRelayClient(fake.url, "not-the-token")
+    with pytest.raises(RelayRefusedError, match="set ADE_RELAY__TOKEN on the beats"):
+        wrong.events(0)
+    fake.fail_next = 1
+    with pytest.raises(RelayUnavailableError, match="answered 500"):
+        HttpRelayClient(fake.url, fake_relay.TOKEN).events(0)
+    with pytest.raises(RelayUnavailableError, match="could not be reached"):
+        HttpRelayClient(f"http://127.0.0.1:{free_port()}", "t", timeout=2).events(0)
