@@ -28,7 +28,7 @@ from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
 from ade_tasks.ingress.hooks import HookConfig
-from ade_tasks.relay.deliveries import Outcome, PoisonEventError, accept
+from ade_tasks.relay.deliveries import PoisonEventError, accept
 from ade_tasks.relay.store import PAGE_LIMIT
 from ade_tasks.relay.wire import RelayPage
 
@@ -111,6 +111,3 @@ def check_advancing(page: RelayPage, after: int, url: str) -> None:
                 "that no proxy or cache in front of it ignores the `after` parameter"
             )
         previous = relayed.cursor
-
-
-__all__ = ["DrainReport", "NonAdvancingCursorError", "Outcome", "RelayClient", "drain"]
