@@ -519,6 +519,7 @@ import ade_api.cli_events  # noqa: E402, F401
 import ade_api.cli_history as _history_commands  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
 import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
+import ade_api.cli_relay as _relay_commands  # noqa: E402, F401
 import ade_api.cli_rules as _rule_commands  # noqa: E402, F401
 import ade_api.cli_runs as _run_commands  # noqa: E402, F401
 from ade_api import cli_admin, cli_operations  # noqa: E402, F401

@@ -9,8 +9,10 @@ will fire it, or the setup error in words:
 - `manual`: always ready; path `manual run (API, CLI)`.
 - `webhook`: ready when `ADE_HOOKS__<hook>` is configured; path `POST /api/v1/webhooks/<hook>`.
 - `github.*` (and `lane.merged`, a merged pull request): ready when ADE_GITHUB__WEBHOOK_SECRET
-  is set (path `GitHub webhook`), or a live poller polls the trigger's repository and polling
-  can see the event type (path `poller <id>`).
+  is set (path `GitHub webhook`), or a relay drain's heartbeat is within its slot and its last
+  drain succeeded (path `relay <url>`; every event type comes through a relay), or a live
+  poller polls the trigger's repository and polling can see the event type (path `poller <id>`).
+  A relay drain that is alive but failing is reported with its error.
 - `git.*`, `file.changed`: always ready: local events (`ade-tasks emit`, its git hooks,
   `ade-tasks watch`) need no set-up the engine could see.
 - `lane.created`, `lane.deleted`: always ready: the engine's own runs make these events.
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ade_tasks.db.heartbeats import BEAT, POLLER, Heartbeat
+from ade_tasks.db.heartbeats import BEAT, POLLER, RELAY_DRAIN, Heartbeat
 from ade_tasks.ingress.poller import POLLED_TYPES
 from ade_tasks.rules.models import (
     FileTrigger,
@@ -213,7 +215,15 @@ def _webhook(trigger: WebhookTrigger, state: LiveState) -> tuple[str | None, str
 def _github(trigger: GithubTrigger, state: LiveState) -> tuple[str | None, str | None]:
     if state.github_secret:
         return "GitHub webhook (POST /api/v1/webhooks/github)", None
+    drains = state.alive(RELAY_DRAIN)
+    if drains and drains[0].error is None:
+        return f"relay {drains[0].relay} (drained by beat {_beat_of(drains[0])})", None
     pollers = state.alive(POLLER)
+    if drains and not pollers:
+        return None, (
+            f"{GITHUB_UNSIGNED}, and the drain of relay {drains[0].relay} is failing: "
+            f"{drains[0].error}"
+        )
     if not pollers:
         return None, GITHUB_REFUSED
     if trigger.type not in POLLED_TYPES:
@@ -234,6 +244,10 @@ def _github(trigger: GithubTrigger, state: LiveState) -> tuple[str | None, str |
         f"`repo` on the trigger, or run `ade-tasks poll github --repos "
         f"{trigger.repo or 'OWNER/NAME'}`"
     )
+
+
+def _beat_of(drain: Heartbeat) -> str:
+    return drain.process_id.removesuffix("/relay")
 
 
 def _local(trigger: GitTrigger | FileTrigger, _state: LiveState) -> tuple[str | None, str | None]:

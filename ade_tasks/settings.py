@@ -7,7 +7,7 @@ Defaults give the embedded mode (SQLite under ./.ade/, Celery's in-memory broker
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -62,6 +62,46 @@ class GithubSettings(BaseModel):
     # Repositories `ade-tasks poll github` watches (a JSON list: '["acme/api"]'); empty: the
     # `repo` filters of enabled github.* triggers.
     poll_repos: list[str] = []
+
+
+class RelaySettings(BaseModel):
+    """The relay, for clusters GitHub cannot reach (docs/webhooks.md, "Relay").
+
+    `ade-tasks relay serve` (the public side) reads `token`, `database_url`, `host`, `port` and
+    `retention_days`; the cluster's beats (the private side) read `url`, `token` and
+    `drain_slot_seconds` and drain the relay while `url` is set.
+    """
+
+    url: str = ""  # the relay's base URL (https://relay.example.com); empty: no drain
+    token: SecretStr | None = None  # the bearer token both sides share
+    # The relay's own database (not the cluster's); empty: SQLite at <ADE_DATA_DIR>/relay.db.
+    database_url: str = ""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8788, ge=1, le=65535)
+    # Verified deliveries are kept this long, drained or not, as the cluster keeps its
+    # ingress_events: a cluster offline for longer misses the older ones.
+    retention_days: int = Field(default=7, ge=1)
+    # One beat at a time drains the relay for a slot of this many seconds, listening for its
+    # wake-ups meanwhile; each slot starts with a safety poll.
+    drain_slot_seconds: float = Field(default=30.0, ge=1)
+
+    @field_validator("token")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and "CHANGE_ME" in value.get_secret_value():
+            raise ValueError(
+                "ADE_RELAY__TOKEN still holds the CHANGE_ME placeholder from "
+                "config/.env.example; set the real token or unset it"
+            )
+        return value
+
+    def retention(self) -> timedelta:
+        """How long the relay keeps a delivery."""
+        return timedelta(days=self.retention_days)
+
+    def effective_database_url(self, data_dir: Path) -> str:
+        """The relay's database: `database_url`, else SQLite at `<data_dir>/relay.db`."""
+        return self.database_url or f"sqlite:///{(data_dir / 'relay.db').resolve()}"
 
 
 class ProviderSettings(BaseModel):
@@ -123,6 +163,7 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=20, ge=1, le=200)
 
     github: GithubSettings = Field(default_factory=GithubSettings)
+    relay: RelaySettings = Field(default_factory=RelaySettings)
     # Custom webhooks `POST /api/v1/webhooks/{hook}`: ADE_HOOKS__<hook>='{"scheme": ...}'.
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # A webhook body must arrive within this many seconds (a slow-drip upload is cut off).

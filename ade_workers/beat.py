@@ -33,6 +33,7 @@ from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
 from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
 from ade_workers.celery_app import CelerySender
+from ade_workers.relay_drain import relay_jobs
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             automations_disabled=settings.disable_automations,
         )
         jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
+        # Only beats drain the relay (a worker's housekeeping has no slot thread to spare).
+        jobs += relay_jobs(runtime.session_factory, sender, runtime.settings, self.beat_id)
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         self._session_factory = runtime.session_factory
         self._last_heartbeat: float | None = None

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from ade_api.deps import Services, ServicesDep
 from ade_api.rule_health import health_of, live_state
+from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.metrics import ClusterFacts, cluster_facts
 from ade_tasks.db.retry import retrying
@@ -87,6 +88,17 @@ class ClusterCollector(Collector):
         except Exception as exc:  # the database went away after the facts: leave it out
             log.warning("metrics: rule health not read: %s", type(exc).__name__)
             return
+        drains = {
+            (h.relay or "", h.process_id): int(h.error is None)
+            for h in state.alive(heartbeats_db.RELAY_DRAIN)
+        }
+        yield _gauge(
+            "ade_relay_drain_ok",
+            "Per live relay drain (a beat that drained within its slot): 1 when its last drain "
+            "succeeded, 0 when it failed (relay down, token refused, non-advancing cursor).",
+            ["relay", "drainer"],
+            drains,
+        )
         yield _gauge(
             "ade_rule_ready",
             "1 when the rule can fire (its health is ready: every trigger has a path that fires "

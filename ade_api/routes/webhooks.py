@@ -15,6 +15,7 @@ signature does not verify is answered 401 and leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from ade_tasks.ingress.signatures import (
     verify_github,
     verify_token,
 )
+from ade_tasks.settings import Settings
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 PROBLEM = "application/problem+json"
@@ -97,11 +99,21 @@ TITLES = {
 }
 
 
-@router.post("/github", status_code=202, responses=ERRORS)
-async def github_webhook(request: Request, services: ServicesDep) -> JSONResponse:
-    """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET, deduplicated by
-    X-GitHub-Delivery and by body hash, stored, and handed to the ingress workers."""
-    settings = services.settings
+@dataclass(frozen=True)
+class GithubDelivery:
+    """A GitHub delivery whose signature verified: its raw body, event name and id."""
+
+    body: bytes
+    event: str
+    delivery: str
+
+
+async def verified_github_delivery(
+    request: Request, settings: Settings
+) -> GithubDelivery | JSONResponse:
+    """Read a GitHub delivery under ADE_GITHUB__MAX_BODY_BYTES and verify it against
+    ADE_GITHUB__WEBHOOK_SECRET: the delivery, or the answer to give instead (the refusal, or
+    the pong to a `ping`). The cluster's route and the relay's share it."""
     try:
         body = await read_body(
             request, settings.github.max_body_bytes, settings.ingress_read_timeout
@@ -124,6 +136,17 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
         return problem(400, "Bad Request", "X-GitHub-Event and X-GitHub-Delivery are required")
     if event_name == "ping":
         return JSONResponse({"pong": True, "delivery": delivery}, status_code=200)
+    return GithubDelivery(body, event_name, delivery)
+
+
+@router.post("/github", status_code=202, responses=ERRORS)
+async def github_webhook(request: Request, services: ServicesDep) -> JSONResponse:
+    """A GitHub delivery: verified against ADE_GITHUB__WEBHOOK_SECRET, deduplicated by
+    X-GitHub-Delivery and by body hash, stored, and handed to the ingress workers."""
+    delivered = await verified_github_delivery(request, services.settings)
+    if isinstance(delivered, JSONResponse):
+        return delivered
+    body, event_name, delivery = delivered.body, delivered.event, delivered.delivery
     try:
         payload = intake.parse_json(body)
         event = normalize(event_name, delivery, payload)
@@ -136,16 +159,7 @@ async def github_webhook(request: Request, services: ServicesDep) -> JSONRespons
             error=str(exc),
         )
         return problem(400, "Bad Request", f"{exc}; the delivery was recorded as failed")
-    event_id = await services.intake.store(
-        intake.event_row(
-            source=intake.GITHUB,
-            delivery_id=delivery,
-            event=event,
-            event_key=event.event_key,
-            payload=event.to_payload(),
-            digest=intake.body_hash(body),
-        )
-    )
+    event_id = await services.intake.store(intake.github_row(event, delivery, body))
     return _accepted(event_id, event.trigger_type)
 
 
@@ -189,18 +203,7 @@ async def custom_webhook(
         await _log(services, hook_id, hook, request, body, 202, f"ignored: {why}", None)
         return JSONResponse({"ignored": why}, status_code=202)
     sender_id = delivery_id(hook, request.headers)  # duplicate
-    payload = {"hook": hook_id, "delivery_id": sender_id, "body": document}
-    event_id = await services.intake.store(
-        intake.event_row(
-            source=f"webhook:{hook_id}",
-            delivery_id=sender_id,
-            event=None,
-            event_key=f"webhook.{hook_id}",
-            payload=payload,
-            digest=None,
-            trigger_type="webhook",
-        )
-    )
+    event_id = await services.intake.store(intake.hook_row(hook_id, sender_id, document))
     outcome = "accepted" if event_id else "duplicate"
     await _log(services, hook_id, hook, request, body, 202 if event_id else 200, outcome, event_id)
     return _accepted(event_id, "webhook")

@@ -1,4 +1,4 @@
-"""Query functions for heartbeats: beats and GitHub pollers saying they are alive.
+"""Query functions for heartbeats: beats, GitHub pollers and relay drains saying they are alive.
 
 A heartbeat is one row per process, written in place, so a cluster holds as many rows as it runs
 such processes. Each write also drops the rows of processes not seen for `FORGET_AFTER`, so a
@@ -21,20 +21,23 @@ FORGET_AFTER = timedelta(days=1)
 #: A heartbeat late by more than this beyond its own interval means its process is gone (a
 #: busy database or a long tick delays one a little; a dead process never writes again).
 GRACE = timedelta(seconds=15)
-BEAT, POLLER = "beat", "poller"
+BEAT, POLLER, RELAY_DRAIN = "beat", "poller", "relay-drain"
 
 
 @dataclass(frozen=True)
 class Heartbeat:
     """A process's newest sign of life: which process, of what kind, when, and how soon the
     next one is due. A poller's `repos` are those it polls; None: the `repo` filters of the
-    enabled github.* triggers (read again every cycle)."""
+    enabled github.* triggers (read again every cycle). A relay drain's `relay` is the relay it
+    drains and `error` why its last drain failed (None: it drained the relay to its end)."""
 
     process_id: str
     kind: str
     seen_at: datetime
     every: float
     repos: tuple[str, ...] | None = None
+    relay: str | None = None
+    error: str | None = None
 
     def alive(self, now: datetime) -> bool:
         """Did the process write its heartbeat within its interval (and a grace) of `now`?"""
@@ -78,6 +81,8 @@ def recent(session: Session) -> Sequence[Heartbeat]:
             seen_at=row.seen_at,
             every=row.every_seconds,
             repos=tuple(row.detail["repos"]) if row.detail.get("repos") is not None else None,
+            relay=row.detail.get("relay"),
+            error=row.detail.get("error"),
         )
         for row in rows
     ]

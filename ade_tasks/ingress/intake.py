@@ -23,6 +23,7 @@ from ade_tasks.states import IngressStatus
 log = logging.getLogger(__name__)
 
 GITHUB = "github"
+HOOK_PREFIX = "webhook:"  # a custom hook's deliveries come from source webhook:<hook>
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,32 @@ def event_row(
         summary=event.summary if event else event_key,
         body_hash=digest,
         payload=payload,
+    )
+
+
+def github_row(event: NormalizedEvent, delivery_id: str, body: bytes) -> dict[str, Any]:
+    """The `ingress_events` row of a verified GitHub delivery (direct or relayed alike, so the
+    two deduplicate against each other by delivery id and body hash)."""
+    return event_row(
+        source=GITHUB,
+        delivery_id=delivery_id,
+        event=event,
+        event_key=event.event_key,
+        payload=event.to_payload(),
+        digest=body_hash(body),
+    )
+
+
+def hook_row(hook_id: str, delivery_id: str | None, document: Any) -> dict[str, Any]:
+    """The `ingress_events` row of an authentic custom-hook delivery whose filters passed."""
+    return event_row(
+        source=f"{HOOK_PREFIX}{hook_id}",
+        delivery_id=delivery_id,
+        event=None,
+        event_key=f"webhook.{hook_id}",
+        payload={"hook": hook_id, "delivery_id": delivery_id, "body": document},
+        digest=None,
+        trigger_type="webhook",
     )
 
 
