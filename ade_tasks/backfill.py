@@ -294,7 +294,9 @@ def _claim_and_fire(
     claimed_by = f"backfill by {request.by}"
     with session_factory.begin() as session:
         before = occ_db.rows_of(session, request.rule_id, keys)
-        new = set(occ_db.claim(session, keys, claimed_by))
+        # Only slots without a record are inserted, so the beats' `duplicate_claims` keeps
+        # counting races, not backfills reading a range again.
+        new = set(occ_db.claim(session, [key for key in keys if key not in before], claimed_by))
         again = set(
             occ_db.reclaim(
                 session,
