@@ -27,6 +27,7 @@ from ade_api.intake import EventIntake
 from ade_api.problems import status_of
 from ade_api.routes import (
     admin,
+    backfill,
     health,
     ingress,
     metrics,
@@ -157,6 +158,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(pauses.router)
+    app.include_router(backfill.router)
     app.include_router(runs.router)
     app.include_router(scheduled.router)
     app.include_router(operations.router)

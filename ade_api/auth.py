@@ -41,9 +41,10 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json
 # (or its hook token) is its authentication.
 _WEBHOOK_DELIVERY = re.compile(r"^/api/v1/webhooks/[^/]+/?$")
 _ADMIN_ONLY = ("/api/v1/tokens", "/api/v1/audit")
-# Operators may start a rule's manual runs and pause or resume it (an on-call operator stops a
-# misbehaving schedule without an admin); every other rule write needs an admin.
-_MANUAL_RUN = re.compile(r"^/api/v1/rules/[^/]+/(runs|pause|resume)/?$")
+# Operators may start a rule's manual runs, pause or resume it (an on-call operator stops a
+# misbehaving schedule without an admin) and backfill its missed slots (runs the rule would
+# have made anyway); every other rule write needs an admin.
+_MANUAL_RUN = re.compile(r"^/api/v1/rules/[^/]+/(runs|pause|resume|backfill)/?$")
 #: Pages of the web UI that work without a token (the login form and its assets).
 UI_OPEN = ("/ui/login", "/ui/static/")
 

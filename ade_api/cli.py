@@ -515,6 +515,7 @@ def dev(settings: Settings, port: int | None) -> None:
 
 # Operator commands (approvals, review queue, lanes, cleanups) live in their own module and
 # attach themselves to the groups above.
+import ade_api.cli_backfill as _backfill_commands  # noqa: E402, F401
 import ade_api.cli_events  # noqa: E402, F401
 import ade_api.cli_history as _history_commands  # noqa: E402, F401
 import ade_api.cli_poll as _poll_commands  # noqa: E402, F401

@@ -360,7 +360,7 @@ class Scheduler:
         """Dispatch the occurrences as one batch, then record what came of them in one
         transaction (a crash in between leaves claims that are re-fired, and their idempotency
         keys find the runs)."""
-        requests = [(key.rule_id, _schedule_event(key)) for key in keys]
+        requests = [(key.rule_id, schedule_event(key)) for key in keys]
         results = dispatch_many(
             self._session_factory,
             self._sender,
@@ -400,30 +400,42 @@ def _transient(exc: Exception) -> bool:
     return isinstance(exc, DBAPIError | TransientError)
 
 
-def _schedule_event(key: OccurrenceKey) -> TriggerEvent:
-    """The trigger of one occurrence; the occurrence is its idempotency key."""
+def schedule_event(
+    key: OccurrenceKey, *, summary: str = "", extra: dict[str, object] | None = None
+) -> TriggerEvent:
+    """The trigger of one occurrence; the occurrence is its idempotency key, so a beat and a
+    backfill (`ade_tasks.backfill`) firing the same slot find the same run. `extra` adds
+    payload fields (who backfilled it)."""
     return TriggerEvent(
         type="schedule",
-        summary=f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
+        summary=summary or f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
         payload={
             "trigger_index": key.trigger_index,
             "cron": key.cron,
             "slot": key.slot.isoformat(),
+            **(extra or {}),
         },
         idempotency_key=key.idempotency_key,
     )
 
 
-def _outcome(
-    key: OccurrenceKey, result: DispatchResult | AdeError, report: TickReport
-) -> occ_db.Outcome:
+def occurrence_outcome(key: OccurrenceKey, result: DispatchResult | AdeError) -> occ_db.Outcome:
     """What came of one occurrence's dispatch, as its row records it."""
     if isinstance(result, AdeError):  # not admitted: the rule is gone, disabled or edited
-        report.skipped[key] = result.message
         return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, result.message)
     run = result.run
     if run.status == RunStatus.SKIPPED:  # the overlap policy (or a guardrail) said no
-        report.skipped[key] = run.error or ""
         return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, run.id, run.error)
-    report.fired[key] = run.id
     return occ_db.Outcome(key, OccurrenceOutcome.FIRED, run.id, None)
+
+
+def _outcome(
+    key: OccurrenceKey, result: DispatchResult | AdeError, report: TickReport
+) -> occ_db.Outcome:
+    """`occurrence_outcome`, noted in this tick's report."""
+    outcome = occurrence_outcome(key, result)
+    if outcome.outcome == OccurrenceOutcome.FIRED:
+        report.fired[key] = outcome.run_id or ""
+    else:
+        report.skipped[key] = outcome.reason or ""
+    return outcome

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -197,6 +197,78 @@ def last_slots(
         slot = session.execute(newest, params).scalar_one_or_none()
         if slot is not None:
             found[(rule_id, trigger_index, cron)] = slot
+    return found
+
+
+def reclaim(
+    session: Session,
+    keys: Sequence[OccurrenceKey],
+    claimed_by: str,
+    *,
+    skipped_without_run: bool = False,
+) -> list[OccurrenceKey]:
+    """Claim again the occurrences recorded `missed` (and, with `skipped_without_run`, those
+    `skipped` before any run was created: a pause, the kill switch, a disabled rule); returns
+    the ones this call won, sorted.
+
+    Each is one conditional UPDATE, so of two callers racing for a slot the second waits on
+    the first's row lock, finds the outcome no longer matches and wins nothing.
+    """
+    reclaimable = OCCURRENCES.c.outcome == OccurrenceOutcome.MISSED.value
+    if skipped_without_run:
+        reclaimable = reclaimable | (
+            (OCCURRENCES.c.outcome == OccurrenceOutcome.SKIPPED.value)
+            & OCCURRENCES.c.run_id.is_(None)
+        )
+    statement = (
+        update(OCCURRENCES)
+        .where(
+            OCCURRENCES.c.rule_id == bindparam("k_rule_id"),
+            OCCURRENCES.c.trigger_index == bindparam("k_trigger_index"),
+            OCCURRENCES.c.cron == bindparam("k_cron"),
+            OCCURRENCES.c.slot == bindparam("k_slot"),
+            reclaimable,
+        )
+        .values(
+            outcome=OccurrenceOutcome.CLAIMED.value,
+            claimed_by=claimed_by[:255],
+            claimed_at=utcnow(),
+            run_id=None,
+            reason=None,
+        )
+    )
+    won = []
+    for key in sorted(set(keys)):  # one order for every caller: no deadlocks
+        params = {
+            "k_rule_id": key.rule_id,
+            "k_trigger_index": key.trigger_index,
+            "k_cron": key.cron,
+            "k_slot": key.slot,
+        }
+        if getattr(session.execute(statement, params), "rowcount", 0) == 1:
+            won.append(key)
+    return won
+
+
+def rows_of(
+    session: Session, rule_id: str, keys: Sequence[OccurrenceKey]
+) -> dict[OccurrenceKey, ScheduleOccurrenceRow]:
+    """The stored occurrences of one rule among `keys` (one range read over their slots)."""
+    if not keys:
+        return {}
+    wanted = set(keys)
+    rows = session.scalars(
+        select(ScheduleOccurrenceRow).where(
+            ScheduleOccurrenceRow.rule_id == rule_id,
+            ScheduleOccurrenceRow.slot >= min(k.slot for k in keys),
+            ScheduleOccurrenceRow.slot <= max(k.slot for k in keys),
+        )
+    ).all()
+    found = {}
+    for row in rows:
+        key = OccurrenceKey(row.rule_id, row.trigger_index, row.cron, row.slot)
+        if key in wanted:
+            found[key] = row
     return found
 
 

@@ -27,6 +27,7 @@ V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
         ("GET", "/api/v1/runs", V),
         ("GET", "/api/v1/rules/hello", V),
         ("POST", "/api/v1/rules/hello/runs", OP),
+        ("POST", "/api/v1/rules/hello/backfill", OP),
         ("POST", "/api/v1/runs/abc/cancel", OP),
         ("POST", "/api/v1/inputs/3/answer", OP),
         ("POST", "/api/v1/ingress/events", OP),
