@@ -9,6 +9,9 @@ Each part of a tick fails on its own: Celery's entries, the rules' schedules and
 jobs (each job in its own boundary too), so a database error while firing schedules, or one rule
 the scheduler cannot evaluate, never stops the recovery sweep, retention or lane cleanups.
 
+A beat also polls GitHub in a thread of its own, claimed per repository across the beats
+(`ade_workers.beat_poller`; `ADE_GITHUB__POLL` turns it on or off).
+
 Every `HEARTBEAT_SECONDS` a beat also writes its heartbeat (`ade_tasks.db.heartbeats`, real
 time even on a simulated clock), which is how rule health knows a schedule will fire.
 """
@@ -31,7 +34,10 @@ from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db.schema import utcnow
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
-from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+from ade_workers import (
+    beat_poller,
+    cleanups,  # noqa: F401  (registers the lane-cleanup sweep)
+)
 from ade_workers.celery_app import CelerySender
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,9 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         self._session_factory = runtime.session_factory
         self._last_heartbeat: float | None = None
+        self.poller = beat_poller.start_if_enabled(
+            runtime.session_factory, sender, settings, self.beat_id
+        )
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:

@@ -220,6 +220,8 @@ class GithubPoller:
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, datetime] = {}
         self._last_heartbeat: datetime | None = None
+        self._targets_slot: datetime | None = None
+        self._targets_cache: tuple[list[str], str | None] = ([], None)
 
     @property
     def process_id(self) -> str:
@@ -271,12 +273,15 @@ class GithubPoller:
     def cycle(self) -> CycleReport:
         """Claim the current slot of every repository not yet offered in it (and not backing
         off), and poll the ones won. A repository's failure is recorded on its report."""
-        repos, idle = self._targets()
+        now = self.clock()
+        slot = self.claims.slot(now)
+        if self._targets_slot != slot:
+            # Once per slot, not per tick: a cluster of 10,000 rules is not re-read every second.
+            self._targets_cache, self._targets_slot = self._targets(), slot
+        repos, idle = self._targets_cache
         if idle is not None:
             return self._idle_report(idle)
         self._prepare(repos)
-        now = self.clock()
-        slot = self.claims.slot(now)
         due = [
             repo
             for repo in self.claims.untried(repos, slot)
