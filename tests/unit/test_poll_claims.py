@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow
+from ade_tasks.db.schema import IngressEventRow, OccurrenceOutcome, ScheduleOccurrenceRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.ingress.poll_claims import POLL_CLAIMS
@@ -315,7 +315,5 @@ def test_labels_and_title_edits_become_labeled_and_edited_deliveries_once(
     second = again.cycle()
     assert (second.repos[0].stored, second.repos[0].duplicates) == (0, 3)
     with watched() as session:
-        from ade_tasks.db.schema import IngressEventRow
-
-        summaries = session.scalars(select(IngressEventRow.summary).order_by(IngressEventRow.id))
-        assert list(summaries)[0] == f'Issue #1 labeled "triage" by dora in {REPO}: Item 1'
+        summary = session.scalars(select(IngressEventRow.summary).order_by(IngressEventRow.id))
+        assert summary.first() == f'Issue #1 labeled "triage" by dora in {REPO}: Item 1'

@@ -20,10 +20,10 @@ from ade_tasks.errors import InvalidInputError, TransientError
 from ade_tasks.ingress.poll_claims import PollBackoff
 from ade_tasks.ingress.poll_cursors import (
     CURSOR_FILE,
-    source_of,
     format_cursors,
     parse_cursors,
     parse_time,
+    source_of,
 )
 from ade_tasks.ingress.poll_inference import comment_delivery, issue_deliveries
 from ade_tasks.ingress.poller import NO_REPOS, NO_RULES, GithubPoller
