@@ -75,9 +75,9 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         self._session_factory = runtime.session_factory
         self._last_heartbeat: float | None = None
-        self.poller = beat_poller.start_if_enabled(
-            runtime.session_factory, sender, settings, self.beat_id
-        )
+        self._sender = sender
+        self.poller: beat_poller.BeatPoller | None = None
+        self._poller_checked = False
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -85,7 +85,18 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         _guarded("firing the rules' schedules", self._fire_schedules)
         _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
         _guarded("the heartbeat", self._heartbeat)
+        if not self._poller_checked:
+            # On the first tick, not in __init__: Celery builds more than one scheduler per beat
+            # process, and only the one that ticks may poll (else one beat would poll twice).
+            self._poller_checked = True
+            self.poller = _guarded("starting GitHub polling", self._start_poller)
         return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
+
+    def _start_poller(self) -> beat_poller.BeatPoller | None:
+        settings = self.app.ade_runtime.settings
+        return beat_poller.start_if_enabled(
+            self._session_factory, self._sender, settings, self.beat_id
+        )
 
     def _fire_schedules(self) -> None:
         report = self._schedules.tick()
