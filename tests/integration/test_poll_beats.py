@@ -42,6 +42,7 @@ def polling(cluster: Cluster, github: ScriptedServer) -> Cluster:
         ADE_GITHUB__API_URL=github.url,
         ADE_GITHUB__TOKEN=TOKEN,
         ADE_GITHUB__POLL_INTERVAL_SECONDS=str(INTERVAL),
+        ADE_GITHUB__POLL="auto",  # the default: on, as no webhook secret is set
     )
     for rule_id, kind in RULES.items():
         write_rule(
