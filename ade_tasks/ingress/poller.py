@@ -236,11 +236,15 @@ class GithubPoller:
         A failing cycle (the database down, a bad legacy cursor file) is logged and retried on
         the next tick; a failing repository backs off on its own (see "Backoff" above).
         """
+        reported: str | None = None
         while True:
             try:
                 self.cycle()
+                reported = None
             except AdeError as exc:
-                log.error("GitHub polling: %s", exc.message)
+                if exc.message != reported:  # once per spell, not every tick
+                    log.error("GitHub polling: %s", exc.message)
+                reported = exc.message
             except Exception:
                 # A long-running poller outlives a database restart or a bug in one cycle.
                 log.exception("GitHub polling failed; trying again in %.0fs", self.tick)

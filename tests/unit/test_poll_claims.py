@@ -317,3 +317,19 @@ def test_labels_and_title_edits_become_labeled_and_edited_deliveries_once(
     with watched() as session:
         summary = session.scalars(select(IngressEventRow.summary).order_by(IngressEventRow.id))
         assert summary.first() == f'Issue #1 labeled "triage" by dora in {REPO}: Item 1'
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def test_poll_github_defaults_to_30_seconds_and_refuses_less_than_10() -> None:
+    from click.testing import CliRunner
+
+    from ade_api import cli
+
+    shown = CliRunner().invoke(cli.main, ["poll", "github", "--help"])
+    refused = CliRunner().invoke(cli.main, ["poll", "github", "--interval", "5"])
+
+    assert shown.exit_code == 0 and "[default: 30.0; x>=10]" in shown.output
+    assert refused.exit_code == 2
+    assert "5.0 is not in the range x>=10" in refused.output
