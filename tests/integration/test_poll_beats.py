@@ -20,7 +20,7 @@ from ade_tasks.ingress.poll_claims import POLL_CLAIMS
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
 from tests.integration.conftest import Cluster
-from tests.support import Child, wait_until
+from tests.support import BIN, Child, wait_until
 
 REPO = "acme/widgets"
 TOKEN = "ghp_beats_token"
@@ -198,3 +198,28 @@ def test_the_cursor_outlives_every_beat(polling: Cluster, github: ScriptedServer
     assert listings(github)[before] == saved.split("=", 1)[1]
     time.sleep(2 * INTERVAL)
     assert len(deliveries(polling)) == 1
+
+
+def test_the_standalone_poller_and_a_beat_share_the_claims(
+    polling: Cluster, github: ScriptedServer
+) -> None:
+    # Given a beat and a standalone `ade-tasks poll github` (its floor is 10 s, the beat's 2 s)
+    polling.beat()
+    argv = [str(BIN / "ade-tasks"), "poll", "github", "--interval", "10"]
+    standalone = Child(argv, polling.env, polling.tmp / "poll.log", polling.tmp)
+    polling.children.append(standalone)
+
+    # When changes arrive while both run
+    pr = github.seed_pull(REPO, "Widgets", created_at=stamp(1))
+    wait_until(lambda: len(deliveries(polling)) == 1, 30, "the PR to be stored")
+    github.label(REPO, pr["number"], "ready", at=stamp(0))
+    wait_until(lambda: len(deliveries(polling)) == 2, 30, "the label to be stored")
+    time.sleep(2 * INTERVAL)
+
+    # Then each change is stored once and ran its rule once; the standalone poller is alive
+    assert len(set(deliveries(polling))) == len(deliveries(polling)) == 2
+    assert runs_by_rule(polling) == {"opened": 1, "pr": 1}
+    assert "Traceback" not in standalone.output()
+    with polling.session_factory() as session:
+        owners = {h.process_id for h in heartbeats_db.recent(session) if h.kind == "poller"}
+    assert len(owners) == 2  # the beat's and the standalone's: both offer every slot

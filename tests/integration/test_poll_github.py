@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -272,3 +272,23 @@ def test_poll_github_refuses_bad_cursor_text_naming_the_row_and_the_fix(
     assert f"ingress_cursors row 'github-poll:{REPO}' holds 'last tuesday'" in done.stderr
     assert f"ade-tasks poll github --once --since {REPO}=" in done.stderr
     assert issue_listings(github) == []
+
+
+def test_issue_events_are_walked_newest_first_only_back_to_since(
+    github: ScriptedServer, client: GithubClient
+) -> None:
+    # Given 250 label events over 250 minutes, the newest 120 after `since`
+    bug = github.seed_issue(REPO, "Busy", created_at="2024-05-01T00:00:00Z")
+    base = datetime(2024, 5, 2, tzinfo=UTC)
+    for minute in range(250):
+        at = (base + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        github.label(REPO, bug["number"], f"l{minute}", at=at)
+    since = base + timedelta(minutes=130)
+
+    # When the events since then are listed
+    found = client.list_issue_events(REPO, since)
+
+    # Then exactly those came back, newest first, from the two pages that reach back to since
+    assert [e["label"]["name"] for e in found] == [f"l{m}" for m in range(249, 129, -1)]
+    pages = github.requests_to("GET", f"/repos/{REPO}/issues/events")
+    assert [r.query.get("page") for r in pages] == [None, ["2"]]
