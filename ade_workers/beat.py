@@ -92,6 +92,11 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             self.poller = _guarded("starting GitHub polling", self._start_poller)
         return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
 
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.stop()
+        super().close()
+
     def _start_poller(self) -> beat_poller.BeatPoller | None:
         settings = self.app.ade_runtime.settings
         return beat_poller.start_if_enabled(

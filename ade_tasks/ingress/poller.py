@@ -223,18 +223,13 @@ class GithubPoller:
         self._targets_slot: datetime | None = None
         self._targets_cache: tuple[list[str], str | None] = ([], None)
 
-    @property
-    def process_id(self) -> str:
-        """The id this poller's heartbeat carries."""
-        return self.owner
-
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, *, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Offer every repository's slots until `should_stop()` (asked after each tick).
 
         A failing cycle (the database down, a bad legacy cursor file) is logged and retried on
-        the next tick; a failing repository backs off on its own (see "Backoff" above).
+        the next tick; a failing repository backs off (see "Claims and backoff" above).
         """
         reported: str | None = None
         while True:
