@@ -3,7 +3,8 @@
 Time is cut into slots of the poll interval; each slot of each repository is claimed in
 `schedule_occurrences` under the pseudo rule `__github_poll__` (the repository, in lower case,
 in the `cron` column), exactly as the beats claim housekeeping slots, so one process per slot
-polls. A process that dies leaves the next slot to the others: failover within one interval.
+polls. A process that dies leaves the next slot to the others: failover within one interval
+(plus the tick, about a second, at which pollers offer slots).
 Backoff is held the same way: a failed poll claims (as skipped) the slots its wait covers, so
 no process polls that repository before the wait is over.
 """
