@@ -6,7 +6,6 @@ and labels and title edits fire rules."""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +14,12 @@ from sqlalchemy import func, select
 
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db import heartbeats as heartbeats_db
-from ade_tasks.db.schema import IngressEventRow, RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import (
+    IngressCursorRow,
+    IngressEventRow,
+    RunRow,
+    ScheduleOccurrenceRow,
+)
 from ade_tasks.ingress.poll_claims import POLL_CLAIMS
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
@@ -89,6 +93,23 @@ def poll_claims(cluster: Cluster, after: datetime | None = None) -> list[Schedul
         return list(session.scalars(query.order_by(ScheduleOccurrenceRow.slot)))
 
 
+def more_polls(cluster: Cluster, count: int) -> None:
+    """Wait until `count` more slots have been claimed and polled (or time runs out)."""
+    now = datetime.now(UTC)
+    claims = wait_until(
+        lambda: (found := poll_claims(cluster, after=now)) and len(found) >= count and found,
+        count * INTERVAL + 10,
+        f"{count} more polls",
+    )
+
+    def committed() -> bool:  # every poll rewrites the cursor, with or without changes
+        with cluster.session_factory() as session:
+            row = session.get(IngressCursorRow, f"github-poll:{REPO}")
+            return row is not None and row.updated_at >= claims[-1].claimed_at
+
+    wait_until(committed, 10, "the last of those polls to commit")
+
+
 def pid_of(owner: str) -> int:
     # "poller:<host>:<pid>:<hex>" (the beat's id behind the poller's prefix)
     return int(owner.split(":")[-2])
@@ -120,7 +141,7 @@ def test_three_beats_poll_a_repository_once_per_interval_and_store_each_change_o
         30,
         "each change to run its rule",
     )
-    time.sleep(3 * INTERVAL)  # three more slots: room for a second storage, if there were one
+    more_polls(polling, 3)  # room for a second storage, if there were one
 
     # Then each change was stored once and ran its rule once
     stored = deliveries(polling)
@@ -173,7 +194,7 @@ def test_a_sigkilled_polling_beat_is_replaced_within_one_interval_and_nothing_re
     )
     assert (taken.claimed_at - killed_at).total_seconds() <= INTERVAL + 1.5  # a tick's slack
     wait_until(lambda: len(deliveries(polling)) == 2, 10, "the label to be stored")
-    time.sleep(2 * INTERVAL)
+    more_polls(polling, 2)
     stored = deliveries(polling)
     assert len(stored) == len(set(stored)) == 2
     assert all(pid_of(c.claimed_by) == survivor for c in poll_claims(polling, after=taken.slot))
@@ -196,7 +217,7 @@ def test_the_cursor_outlives_every_beat(polling: Cluster, github: ScriptedServer
 
     # Then it resumed at the saved cursor and stored nothing again
     assert listings(github)[before] == saved.split("=", 1)[1]
-    time.sleep(2 * INTERVAL)
+    more_polls(polling, 2)
     assert len(deliveries(polling)) == 1
 
 
@@ -214,7 +235,7 @@ def test_the_standalone_poller_and_a_beat_share_the_claims(
     wait_until(lambda: len(deliveries(polling)) == 1, 30, "the PR to be stored")
     github.label(REPO, pr["number"], "ready", at=stamp(0))
     wait_until(lambda: len(deliveries(polling)) == 2, 30, "the label to be stored")
-    time.sleep(2 * INTERVAL)
+    more_polls(polling, 2)
 
     # Then each change is stored once and ran its rule once; the standalone poller is alive
     assert len(set(deliveries(polling))) == len(deliveries(polling)) == 2
