@@ -59,9 +59,25 @@ class GithubSettings(BaseModel):
             )
         return value
 
-    # Repositories `ade-tasks poll github` watches (a JSON list: '["acme/api"]'); empty: the
-    # `repo` filters of enabled github.* triggers.
+    # Repositories polling watches (a JSON list: '["acme/api"]'); empty: the `repo` filters of
+    # enabled github.* triggers.
     poll_repos: list[str] = []
+    # Whether the beats poll GitHub (claimed work, one poll per repository and interval):
+    # `auto` polls when ADE_GITHUB__POLL_REPOS is set (the operator named what to poll) or no
+    # webhook secret is set (every delivery would be refused, so polling is the only way in);
+    # a cluster with the secret set receives webhooks and does not also poll, which would run
+    # each rule twice. `on` / `off` decide outright.
+    poll: Literal["auto", "on", "off"] = "auto"
+    # Seconds between polls of a repository. Under 10 s spends GitHub's rate limit fast (5,000
+    # requests an hour per token, at least 3 a poll per repository): meant for tests.
+    poll_interval_seconds: float = Field(default=30.0, ge=1)
+
+    @property
+    def polls_in_beats(self) -> bool:
+        """Whether the beats poll GitHub (see `poll`)."""
+        if self.poll != "auto":
+            return self.poll == "on"
+        return bool(self.poll_repos) or self.webhook_secret is None
 
 
 class RelaySettings(BaseModel):

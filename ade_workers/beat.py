@@ -9,6 +9,9 @@ Each part of a tick fails on its own: Celery's entries, the rules' schedules and
 jobs (each job in its own boundary too), so a database error while firing schedules, or one rule
 the scheduler cannot evaluate, never stops the recovery sweep, retention or lane cleanups.
 
+A beat also polls GitHub in a thread of its own, claimed per repository across the beats
+(`ade_workers.beat_poller`; `ADE_GITHUB__POLL` turns it on or off).
+
 Every `HEARTBEAT_SECONDS` a beat also writes its heartbeat (`ade_tasks.db.heartbeats`, real
 time even on a simulated clock), which is how rule health knows a schedule will fire.
 """
@@ -31,7 +34,10 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.scheduler import Scheduler, simulated_clock
-from ade_workers import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+from ade_workers import (
+    beat_poller,
+    cleanups,  # noqa: F401  (registers the lane-cleanup sweep)
+)
 from ade_workers.celery_app import CelerySender
 from ade_workers.relay_drain import relay_jobs
 
@@ -72,6 +78,9 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         self._session_factory = runtime.session_factory
         self._last_heartbeat: float | None = None
+        self._sender = sender
+        self.poller: beat_poller.BeatPoller | None = None
+        self._poller_checked = False
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -79,7 +88,23 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         _guarded("firing the rules' schedules", self._fire_schedules)
         _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
         _guarded("the heartbeat", self._heartbeat)
+        if not self._poller_checked:
+            # On the first tick, not in __init__: Celery builds more than one scheduler per beat
+            # process, and only the one that ticks may poll (else one beat would poll twice).
+            self._poller_checked = True
+            self.poller = _guarded("starting GitHub polling", self._start_poller)
         return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
+
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.stop()
+        super().close()
+
+    def _start_poller(self) -> beat_poller.BeatPoller | None:
+        settings = self.app.ade_runtime.settings
+        return beat_poller.start_if_enabled(
+            self._session_factory, self._sender, settings, self.beat_id
+        )
 
     def _fire_schedules(self) -> None:
         report = self._schedules.tick()

@@ -289,6 +289,32 @@ class GithubClient:
             deadline,
         )
 
+    def list_issue_events(
+        self,
+        repo: str,
+        since: datetime,
+        *,
+        limit: int = _MAX_ITEMS,
+        deadline: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Issue events of `repo` (labeled, renamed, closed, ...) created at or after `since`,
+        newest first, as GitHub lists them (it has no `since` for them: the walk stops at the
+        first page reaching back past it); at most `limit`."""
+        path = f"/repos/{_check_repo(repo)}/issues/events"
+        count = _check_limit(limit)
+
+        def attempt() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            query = {"per_page": min(count, 100)}
+            for page in self._pages(path, deadline, query):
+                items = [item for item in page if isinstance(item, dict)]
+                found.extend(item for item in items if _at_or_after(item, since))
+                if len(found) >= count or any(not _at_or_after(i, since) for i in items):
+                    break
+            return found[:count]
+
+        return self._retrying(f"list the issue events of {repo}", attempt, deadline)
+
     def get_pull(self, repo: str, number: int, *, deadline: float | None = None) -> dict[str, Any]:
         """Pull request `number` of `repo` with its head, base and merge state."""
         path = f"/repos/{_check_repo(repo)}/pulls/{_check_number(number)}"
@@ -474,6 +500,16 @@ def _check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_ITEMS:
         raise InvalidInputError(f"a listing limit must be an int from 1 to {_MAX_ITEMS}: {limit!r}")
     return limit
+
+
+def _at_or_after(item: Mapping[str, Any], since: datetime) -> bool:
+    created = item.get("created_at")
+    try:
+        when = datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        when = None
+    # An event without a readable time is kept: the poller decides what to make of it.
+    return when is None or when.tzinfo is None or when >= since
 
 
 def _since(when: datetime) -> str:

@@ -79,6 +79,8 @@ class ScriptedServer:
         self.pulls: dict[str, list[dict[str, Any]]] = {}
         # Issues and pull requests as GET /issues lists them (a PR also has an entry in `pulls`).
         self.issues: dict[str, list[dict[str, Any]]] = {}
+        # GET /issues/events: what happened to issues and PRs (labeled, renamed), newest last.
+        self.issue_events: dict[str, list[dict[str, Any]]] = {}
         self._next_id = 1000
         self._closing = threading.Event()
         self._httpd = _Httpd(("127.0.0.1", 0), _Handler)
@@ -271,6 +273,45 @@ class ScriptedServer:
                 self._touch(repo, number, updated_at or created_at)
             return dict(comment)
 
+    def label(self, repo: str, number: int, label: str, *, at: str, actor: str = "octocat") -> None:
+        """Add `label` to issue or PR `number` at `at`, as GitHub records it (an issue event,
+        the label on the item, its updated_at moved)."""
+        with self.lock:
+            for item in [self._find_issue(repo, number), self._find_pull(repo, number)]:
+                if item is not None:
+                    item["labels"] = [*item["labels"], {"id": self._new_id(), "name": label}]
+            self._record_event(repo, number, "labeled", at, actor, label={"name": label})
+            self._touch(repo, number, at)
+
+    def rename(
+        self, repo: str, number: int, title: str, *, at: str, actor: str = "octocat"
+    ) -> None:
+        """Change the title of issue or PR `number` at `at` (a `renamed` issue event)."""
+        with self.lock:
+            old = ""
+            for item in [self._find_issue(repo, number), self._find_pull(repo, number)]:
+                if item is not None:
+                    old, item["title"] = item["title"], title
+            self._record_event(
+                repo, number, "renamed", at, actor, rename={"from": old, "to": title}
+            )
+            self._touch(repo, number, at)
+
+    def _record_event(
+        self, repo: str, number: int, kind: str, at: str, actor: str, **detail: Any
+    ) -> None:
+        issue = self._find_issue(repo, number)
+        self.issue_events.setdefault(repo, []).append(
+            {
+                "id": self._new_id(),
+                "event": kind,
+                "actor": {"login": actor, "id": 3, "type": "User"},
+                "created_at": at,
+                "issue": dict(issue) if issue is not None else {"number": number},
+                **detail,
+            }
+        )
+
     def close_issue(self, repo: str, number: int, at: str, *, merged: bool = False) -> None:
         """Close issue or PR `number` at `at` (a PR merged when `merged`)."""
         with self.lock:
@@ -343,6 +384,10 @@ class ScriptedServer:
                 return self._list_issues(repo, request)
             case ["issues", "comments"] if method == "GET":
                 return self._list_repo_comments(repo, request)
+            case ["issues", "events"] if method == "GET":
+                # Newest first, and no `since`: GitHub lists every event it keeps.
+                events = sorted(self.issue_events.get(repo, []), key=lambda e: -e["id"])
+                return _paginate(self, request, events)
             case ["pulls", num] if method == "GET" and num.isdigit():
                 pull = self._find_pull(repo, int(num))
                 return (200, {}, dict(pull)) if pull is not None else _error(404, "Not Found")

@@ -108,6 +108,24 @@ def store_event(session_factory: SessionFactory, sender: TaskSender, row: dict[s
     return Intake(event_id, _send(sender, event_id))
 
 
+def hand_over(session_factory: SessionFactory, sender: TaskSender, event_ids: list[int]) -> bool:
+    """Send events stored by the caller's own transaction (the poller stores a poll's events
+    with its cursor) to the ingress workers, pruning when one of them calls for it. False when
+    the broker is down (the recovery sweep sends them)."""
+    if not event_ids:
+        return True
+    if any(ingress_db.prune_due(event_id) for event_id in event_ids):
+        prune_events(session_factory)
+    try:
+        sender.send_ingress(*event_ids)
+    except BrokerUnavailableError as exc:
+        log.warning(
+            "ingress events %s stored but not sent (%s); the sweep sends them", event_ids, exc
+        )
+        return False
+    return True
+
+
 def prune_events(session_factory: SessionFactory) -> int:
     """Apply the retention bounds of `ingress_events` now; how many events were dropped."""
     with session_factory.begin() as session:

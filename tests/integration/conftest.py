@@ -223,6 +223,8 @@ def cluster(database_url: str, redis_url: str, project: Path, tmp_path: Path) ->
         "ADE_REQUEUE_AFTER_SECONDS": "2",
         "ADE_RECOVERY_INTERVAL_SECONDS": "1",
         "ADE_KILL_GRACE_SECONDS": "1",
+        # Beats poll GitHub only in the tests about polling (they opt in), never github.com.
+        "ADE_GITHUB__POLL": "off",
     }
     settings = Settings(
         database_url=database_url,

@@ -6,16 +6,18 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.dispatch import InMemorySender
-from ade_tasks.ingress.poller import CURSOR_FILE, GithubPoller
+from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX
+from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.retry import RetryPolicy
 from ade_workers.github import GithubClient
 from tests.fake_http import RecordedRequest, ScriptedServer
@@ -78,16 +80,16 @@ def issue_listings(github: ScriptedServer) -> list[RecordedRequest]:
 
 
 def poller(
-    session_factory: SessionFactory, client: GithubClient, tmp_path: Path, sleeps: list[float]
+    session_factory: SessionFactory, client: GithubClient, sleeps: list[float]
 ) -> GithubPoller:
     return GithubPoller(
-        session_factory,
-        InMemorySender(),
-        client,
-        tmp_path / "data" / CURSOR_FILE,
-        since={REPO: SINCE},
-        sleep=sleeps.append,
+        session_factory, InMemorySender(), client, since={REPO: SINCE}, sleep=sleeps.append
     )
+
+
+def cursor(session_factory: SessionFactory) -> str | None:
+    with session_factory() as session:
+        return cursors_db.read(session, f"github-poll:{REPO}")
 
 
 def test_a_polled_pr_and_its_comment_become_ingress_events(
@@ -97,7 +99,7 @@ def test_a_polled_pr_and_its_comment_become_ingress_events(
     sleeps: list[float] = []
 
     # When one cycle polls
-    report = poller(session_factory, client, tmp_path, sleeps).run(once=True)
+    report = poller(session_factory, client, sleeps).poll_once()
 
     # Then both are stored as the webhook would have had them, with source `poll`
     assert report is not None and report.stored == 2
@@ -149,7 +151,7 @@ def test_a_403_with_retry_after_is_waited_out_before_polling_again(
     sleeps: list[float] = []
 
     # When one cycle is asked for
-    report = poller(session_factory, client, tmp_path, sleeps).run(once=True)
+    report = poller(session_factory, client, sleeps).poll_once()
 
     # Then the poller waited the 42 s GitHub asked for (not the 30 s backoff), then polled
     assert sleeps == [42.0]
@@ -168,7 +170,7 @@ def test_an_exhausted_rate_limit_is_waited_out_until_its_reset(
     )
     sleeps: list[float] = []
 
-    poller(session_factory, client, tmp_path, sleeps).run(once=True)
+    poller(session_factory, client, sleeps).poll_once()
 
     assert len(sleeps) == 1 and 590 <= sleeps[0] <= 600
 
@@ -195,18 +197,98 @@ def test_poll_github_once_writes_the_cursor_and_a_second_run_stores_nothing_new(
         text=True,
         timeout=60,
     )
-    cursor = (tmp_path / "data" / CURSOR_FILE).read_text()
+    saved = cursor(session_factory)
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
-    # Then the first stored both events and saved the cursor; the second resumed there
+    # Then the first stored both events and saved the cursor in the database; the second
+    # either found this interval polled already or resumed at the cursor
     assert first.returncode == 0, first.stderr
     assert f"{REPO}: 2 new event(s)" in first.stdout
-    assert cursor == f"{REPO}={COMMENTED}\n"
+    assert saved == f"{REPO}={COMMENTED}"
     assert second.returncode == 0, second.stderr
-    assert f"{REPO}: 0 new event(s)" in second.stdout
+    since = [r.query["since"] for r in issue_listings(github)]
+    if "polled in this interval by poller:" in second.stdout:
+        assert since == [["2024-05-01T00:00:00Z"]]
+    else:  # the 30 s slot ended between the two runs
+        assert f"{REPO}: 0 new event(s)" in second.stdout
+        assert since == [["2024-05-01T00:00:00Z"], [COMMENTED]]
     assert [trigger for _, trigger, _ in events(session_factory)] == [
         "github.pr_opened",
         "github.pr_commented",
     ]
-    since = [r.query["since"] for r in issue_listings(github)]
-    assert since == [["2024-05-01T00:00:00Z"], [COMMENTED]]
+    assert not (tmp_path / "data" / CURSOR_FILE).exists()
+
+
+def cli_env(tmp_path: Path, github: ScriptedServer) -> dict[str, str]:
+    return child_env(
+        {
+            "ADE_DATABASE_URL": f"sqlite:///{tmp_path / 'ade.db'}",
+            "ADE_DATA_DIR": str(tmp_path / "data"),
+            "ADE_GITHUB__API_URL": github.url,
+            "ADE_GITHUB__TOKEN": TOKEN,
+        }
+    )
+
+
+def test_poll_github_imports_the_legacy_cursor_file_once_and_renames_it(
+    session_factory: SessionFactory, github: ScriptedServer, tmp_path: Path
+) -> None:
+    # Given the file the standalone poller kept before cursors moved to the database
+    legacy = tmp_path / "data" / CURSOR_FILE
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(f"{REPO}=2024-05-01T00:00:00Z\n")
+    command = [str(BIN / "ade-tasks"), "poll", "github", "--once"]
+
+    # When an operator polls once
+    done = subprocess.run(
+        command, env=cli_env(tmp_path, github), capture_output=True, text=True, timeout=60
+    )
+
+    # Then polling resumed at the file's cursor, which now lives in the database
+    assert done.returncode == 0, done.stderr
+    assert f"{REPO}: 2 new event(s)" in done.stdout
+    assert [r.query["since"] for r in issue_listings(github)] == [["2024-05-01T00:00:00Z"]]
+    assert cursor(session_factory) == f"{REPO}={COMMENTED}"
+    assert not legacy.exists()
+    assert legacy.with_name(CURSOR_FILE + IMPORTED_SUFFIX).read_text() == (
+        f"{REPO}=2024-05-01T00:00:00Z\n"
+    )
+
+
+def test_poll_github_refuses_bad_cursor_text_naming_the_row_and_the_fix(
+    session_factory: SessionFactory, github: ScriptedServer, tmp_path: Path
+) -> None:
+    with session_factory.begin() as session:
+        cursors_db.write(
+            session, f"github-poll:{REPO}", "last tuesday", by="hand", now=datetime.now(UTC)
+        )
+    command = [str(BIN / "ade-tasks"), "poll", "github", "--once"]
+
+    done = subprocess.run(
+        command, env=cli_env(tmp_path, github), capture_output=True, text=True, timeout=60
+    )
+
+    assert done.returncode == 1
+    assert f"ingress_cursors row 'github-poll:{REPO}' holds 'last tuesday'" in done.stderr
+    assert f"ade-tasks poll github --once --since {REPO}=" in done.stderr
+    assert issue_listings(github) == []
+
+
+def test_issue_events_are_walked_newest_first_only_back_to_since(
+    github: ScriptedServer, client: GithubClient
+) -> None:
+    # Given 250 label events over 250 minutes, the newest 120 after `since`
+    bug = github.seed_issue(REPO, "Busy", created_at="2024-05-01T00:00:00Z")
+    base = datetime(2024, 5, 2, tzinfo=UTC)
+    for minute in range(250):
+        at = (base + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        github.label(REPO, bug["number"], f"l{minute}", at=at)
+    since = base + timedelta(minutes=130)
+
+    # When the events since then are listed
+    found = client.list_issue_events(REPO, since)
+
+    # Then exactly those came back, newest first, from the two pages that reach back to since
+    assert [e["label"]["name"] for e in found] == [f"l{m}" for m in range(249, 129, -1)]
+    pages = github.requests_to("GET", f"/repos/{REPO}/issues/events")
+    assert [r.query.get("page") for r in pages] == [None, ["2"]]

@@ -12,23 +12,21 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import InvalidInputError, TransientError
-from ade_tasks.ingress.poller import (
+from ade_tasks.ingress.poll_claims import PollBackoff
+from ade_tasks.ingress.poll_cursors import (
     CURSOR_FILE,
-    NO_REPOS,
-    NO_RULES,
-    GithubPoller,
-    PollBackoff,
-    comment_delivery,
     format_cursors,
-    issue_deliveries,
-    load_cursors,
     parse_cursors,
     parse_time,
+    source_of,
 )
+from ade_tasks.ingress.poll_inference import comment_delivery, issue_deliveries
+from ade_tasks.ingress.poller import NO_REPOS, NO_RULES, GithubPoller
 from tests.unit.conftest import add_rule
 
 REPO = "acme/widgets"
@@ -111,6 +109,7 @@ class FakeGithub:
         self.issues: list[dict[str, Any]] = []
         self.comments: list[dict[str, Any]] = []
         self.pulls: dict[int, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []  # issue events, oldest first
         self.calls: list[tuple[str, str, Any]] = []
         self.failures: list[Exception] = []
 
@@ -132,6 +131,13 @@ class FakeGithub:
     ) -> Sequence[Mapping[str, Any]]:
         self._answer("list_issue_comments", repo, since)
         return self._since(self.comments, since)[:limit]
+
+    def list_issue_events(
+        self, repo: str, since: datetime, *, limit: int
+    ) -> Sequence[Mapping[str, Any]]:
+        self._answer("list_issue_events", repo, since)
+        found = [e for e in reversed(self.events) if parse_time(e["created_at"]) >= since]
+        return found[:limit]
 
     def get_pull(self, repo: str, number: int) -> Mapping[str, Any]:
         self._answer("get_pull", repo, number)
@@ -172,7 +178,17 @@ def make_poller(
 ) -> GithubPoller:
     options.setdefault("since", {REPO: SINCE})
     options.setdefault("clock", lambda: datetime(2024, 5, 2, tzinfo=UTC))
-    return GithubPoller(session_factory, sender, github, cursor_file, **options)
+    return GithubPoller(session_factory, sender, github, legacy_file=cursor_file, **options)
+
+
+def cursor_of(session_factory: SessionFactory, repo: str = REPO) -> str | None:
+    with session_factory() as session:
+        return cursors_db.read(session, source_of(repo))
+
+
+def later(minutes: int) -> Any:
+    """A clock `minutes` after the default one: a later slot, as the next cycle would see."""
+    return lambda: datetime(2024, 5, 2, 0, minutes, tzinfo=UTC)
 
 
 def stored(session_factory: SessionFactory) -> list[tuple[str, str | None]]:
@@ -217,15 +233,29 @@ def test_a_bad_cursor_is_refused_naming_the_part(text: str, says: str) -> None:
         parse_cursors(text)
 
 
-def test_a_corrupt_cursor_file_names_the_file_and_the_way_out(cursor_file: Path) -> None:
+def test_a_corrupt_legacy_cursor_file_names_the_file_and_the_way_out(
+    session_factory: SessionFactory,
+    sender: InMemorySender,
+    rules_dir: Path,
+    github: FakeGithub,
+    cursor_file: Path,
+) -> None:
+    # Given the old poller's file, damaged
+    add_rule(
+        session_factory, rules_dir, "r", rule("r", f"{{type: github.pr_opened, repo: {REPO}}}")
+    )
     cursor_file.parent.mkdir(parents=True)
     cursor_file.write_text("acme/widgets=last tuesday\n")
 
+    # When a poller starts
     with pytest.raises(InvalidInputError) as caught:
-        load_cursors(cursor_file)
+        make_poller(session_factory, sender, github, cursor_file, since={}).cycle()
 
+    # Then it names the file and what to do, asks GitHub nothing and leaves the file alone
     assert str(cursor_file) in caught.value.message
-    assert "--since" in caught.value.message
+    assert "fix or delete the file" in caught.value.message
+    assert "is not an ISO 8601 time" in caught.value.message
+    assert github.calls == [] and cursor_file.exists()
 
 
 # --- action inference ---------------------------------------------------------------------------
@@ -348,34 +378,6 @@ def test_backoff_waits_at_least_what_the_server_asked_within_reason() -> None:
     assert backoff.delay_for(1, retry_after=10**9) == backoff.server_maximum
 
 
-def test_the_loop_backs_off_on_failures_and_resets_after_a_success(
-    session_factory: SessionFactory,
-    sender: InMemorySender,
-    rules_dir: Path,
-    github: FakeGithub,
-    cursor_file: Path,
-) -> None:
-    # Given a github.* rule and a GitHub that fails three times, answers once, then fails again
-    add_rule(
-        session_factory, rules_dir, "r", rule("r", f"{{type: github.pr_opened, repo: {REPO}}}")
-    )
-    github.failures = [Unavailable(), Unavailable(), Unavailable(retry_after=300)]
-    sleeps = Sleeps()
-
-    def sleep(seconds: float) -> None:
-        sleeps(seconds)
-        if len(sleeps) == 4:  # the interval after the success: the next cycle fails again
-            github.failures = [Unavailable()]
-
-    poller = make_poller(session_factory, sender, github, cursor_file, sleep=sleep, interval=60)
-
-    # When the loop runs until it has waited five times
-    poller.run(should_stop=lambda: len(sleeps) >= 5)
-
-    # Then it waited 30, 60, then the server's 300 s, the interval, and 30 s again (reset)
-    assert sleeps == [30, 60, 300, 60, 30]
-
-
 # --- the cycle ----------------------------------------------------------------------------------
 
 
@@ -407,7 +409,7 @@ def test_no_request_at_all_while_no_enabled_rule_has_a_github_trigger(
     assert stored(session_factory) == []
     assert [r.idle for r in reports] == [NO_RULES] * 3
     assert [r.getMessage() for r in caplog.records].count(NO_RULES) == 1
-    assert not cursor_file.exists()
+    assert cursor_of(session_factory) is None
 
 
 def test_a_cycle_stores_each_change_once_and_saves_the_cursor(
@@ -429,8 +431,8 @@ def test_a_cycle_stores_each_change_once_and_saves_the_cursor(
 
     # When a cycle runs, then a restarted poller sees the same window again (--since)
     first = make_poller(session_factory, sender, github, cursor_file).cycle()
-    saved = cursor_file.read_text()
-    second = make_poller(session_factory, sender, github, cursor_file).cycle()
+    saved = cursor_of(session_factory)
+    second = make_poller(session_factory, sender, github, cursor_file, clock=later(1)).cycle()
 
     # Then each change was stored once, in the order it happened
     assert stored(session_factory) == [
@@ -439,8 +441,8 @@ def test_a_cycle_stores_each_change_once_and_saves_the_cursor(
     ]
     assert (first.stored, second.stored, second.repos[0].duplicates) == (2, 0, 2)
     assert len(sender.ingress) == 2
-    # And the cursor is the newest updated_at seen, in the file a restart reads
-    assert saved == f"{REPO}={T2}\n"
+    # And the cursor is the newest updated_at seen, in the database a restart reads
+    assert saved == f"{REPO}={T2}"
 
 
 def test_a_later_window_does_not_report_an_earlier_change_again(
@@ -462,7 +464,8 @@ def test_a_later_window_does_not_report_an_earlier_change_again(
     github.comments.append(comment(77, 10, created=T3))
     opened["updated_at"] = T3
 
-    # When the next cycle starts at the first one's cursor
+    # When the next cycle (in the next slot) starts at the first one's cursor
+    poller.clock = later(1)
     poller.cycle()
 
     # Then the PR is listed again but only the comment is new
@@ -490,9 +493,11 @@ def test_a_restarted_poller_resumes_at_the_saved_cursor_unless_since_overrides(
     make_poller(session_factory, sender, github, cursor_file).cycle()
     github.calls.clear()
 
-    make_poller(session_factory, sender, github, cursor_file, since={}).cycle()
+    make_poller(session_factory, sender, github, cursor_file, since={}, clock=later(1)).cycle()
     earlier = datetime(2024, 4, 1, tzinfo=UTC)
-    make_poller(session_factory, sender, github, cursor_file, since={REPO: earlier}).cycle()
+    make_poller(
+        session_factory, sender, github, cursor_file, since={REPO: earlier}, clock=later(2)
+    ).cycle()
 
     since = [call[2] for call in github.calls if call[0] == "list_issues"]
     assert since == [parse_time(T3), earlier]
@@ -515,7 +520,7 @@ def test_a_new_repository_starts_at_the_current_time(
 
     assert github.calls[0] == ("list_issues", REPO, now.replace(microsecond=0))
     assert stored(session_factory) == []
-    assert cursor_file.read_text() == f"{REPO}=2024-06-01T12:00:00Z\n"
+    assert cursor_of(session_factory) == f"{REPO}=2024-06-01T12:00:00Z"
 
 
 def test_a_comment_newer_than_the_issue_listing_waits_for_the_next_cycle(
@@ -536,6 +541,7 @@ def test_a_comment_newer_than_the_issue_listing_waits_for_the_next_cycle(
     # When a cycle runs, and another once GitHub lists the issue as commented on
     first = poller.cycle()
     github.issues.append(issue(2, created=BEFORE, updated=T3))
+    poller.clock = later(1)
     poller.cycle()
 
     # Then the comment is stored by the second cycle, with its issue
@@ -583,10 +589,10 @@ def test_once_gives_up_after_its_retries_with_the_last_error(
     poller = make_poller(session_factory, sender, github, cursor_file, sleep=sleeps)
 
     with pytest.raises(Unavailable):
-        poller.run(once=True)
+        poller.poll_once()
 
     assert sleeps == [30, 60, 120]
-    assert not cursor_file.exists()
+    assert cursor_of(session_factory) == f"{REPO}=2024-05-01T10:00:00Z"  # --since's, unmoved
 
 
 def test_github_triggers_without_a_repo_filter_poll_nothing_unless_repos_are_given(
@@ -605,4 +611,5 @@ def test_github_triggers_without_a_repo_filter_poll_nothing_unless_repos_are_giv
     assert [call[:2] for call in github.calls] == [
         ("list_issues", REPO),
         ("list_issue_comments", REPO),
+        ("list_issue_events", REPO),
     ]

@@ -76,3 +76,32 @@ def test_a_negative_model_price_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     )
     with pytest.raises(ValidationError, match="input_usd_per_mtok"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("env", "polls"),
+    [
+        ({}, True),  # no secret: webhooks are refused, polling is the only way in
+        ({"ADE_GITHUB__WEBHOOK_SECRET": "s3cret"}, False),  # webhooks arrive: no double runs
+        ({"ADE_GITHUB__WEBHOOK_SECRET": "s3cret", "ADE_GITHUB__POLL_REPOS": '["a/b"]'}, True),
+        ({"ADE_GITHUB__POLL": "off"}, False),
+        ({"ADE_GITHUB__WEBHOOK_SECRET": "s3cret", "ADE_GITHUB__POLL": "on"}, True),
+    ],
+)
+def test_beats_poll_github_unless_webhooks_arrive(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], polls: bool
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    github = Settings().github
+
+    assert github.polls_in_beats is polls
+    assert github.poll_interval_seconds == 30
+
+
+def test_a_poll_interval_below_a_second_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADE_GITHUB__POLL_INTERVAL_SECONDS", "0.5")
+
+    with pytest.raises(ValidationError, match="poll_interval_seconds"):
+        Settings()
