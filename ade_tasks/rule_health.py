@@ -42,7 +42,7 @@ from ade_tasks.rules.models import (
     ScheduleTrigger,
     WebhookTrigger,
 )
-from ade_tasks.scheduling import rule_schedules
+from ade_tasks.rules.schedules import rule_schedules
 
 GITHUB_UNSIGNED = "GitHub deliveries are refused: ADE_GITHUB__WEBHOOK_SECRET is not set"
 GITHUB_REFUSED = f"{GITHUB_UNSIGNED}; set it or run `ade-tasks poll github`"

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from ade_tasks.errors import AdeError, InvalidInputError
-from ade_tasks.rules.models import CRON_ALIASES, Rule, ScheduleTrigger, parse_duration
+from ade_tasks.rules.base import CRON_ALIASES, parse_duration
 
 CRON_HORIZON_YEARS = 5
 #: How late a slot (or a one-shot run) may fire and still count as on time.
@@ -155,31 +155,6 @@ def check_fires(cron: str, timezone: str = "UTC", now: datetime | None = None) -
             f"cron {cron!r} ({timezone}) never fires within {CRON_HORIZON_YEARS} years "
             f"(next: {first:%Y-%m-%d})"
         )
-
-
-@dataclass(frozen=True)
-class TriggerSchedule:
-    """The next fire times of one schedule trigger, or why it has none."""
-
-    index: int
-    trigger: ScheduleTrigger
-    times: list[datetime]
-    problem: str | None = None
-
-
-def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedule]:
-    """The next `count` UTC fire times of each schedule trigger of a rule, each trigger
-    evaluated on its own: one that cannot fire carries its problem and no times."""
-    found = []
-    for index, trigger in enumerate(rule.triggers):
-        if not isinstance(trigger, ScheduleTrigger) or trigger.cron is None:
-            continue  # one-shot triggers are listed as scheduled runs, not previewed here
-        spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
-        try:
-            found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
-        except ScheduleError as exc:
-            found.append(TriggerSchedule(index, trigger, [], f"triggers.{index}: {exc.message}"))
-    return found
 
 
 # --- one-shot times (`ade_tasks.one_shots` fires them) -------------------------------------

@@ -39,7 +39,7 @@ from ade_tasks.errors import RuleProblem
 from ade_tasks.one_shots import schedule_manual_run
 from ade_tasks.rules.loader import parse_rule, parse_yaml
 from ade_tasks.rules.models import Rule
-from ade_tasks.scheduling import rule_schedules
+from ade_tasks.rules.schedules import rule_schedules
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.agents.tool_names import canonical_tool, matching_pattern
 from ade_tasks.rules.models import ToolPalette, ToolPolicy
 
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
@@ -132,29 +133,6 @@ def pattern_problem(pattern: str) -> str | None:
         return "a tool pattern is a tool name, or a prefix ending in '*'; got an empty one"
     if "*" in pattern[:-1]:
         return "'*' may only end a pattern (a prefix); name tools exactly otherwise"
-    return None
-
-
-def canonical_tool(name: str) -> str:
-    """The name patterns are compared with: case-folded, `mcp__server__tool` as
-    `mcp:server:tool`."""
-    folded = name.casefold()
-    if folded.startswith("mcp__"):
-        server, _, tool = folded[len("mcp__") :].partition("__")
-        return f"mcp:{server}:{tool}" if tool else f"mcp:{server}"
-    return folded
-
-
-def matching_pattern(tool: str, patterns: Iterable[str]) -> str | None:
-    """The first pattern naming `tool`: an exact name, or a prefix ending in `*`."""
-    name = canonical_tool(tool)
-    for pattern in patterns:
-        wanted = canonical_tool(pattern)
-        if wanted.endswith("*"):
-            if name.startswith(wanted[:-1]):
-                return pattern
-        elif name == wanted:
-            return pattern
     return None
 
 

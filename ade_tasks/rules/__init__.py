@@ -1,5 +1,3 @@
-"""Rules: the validated rule document and the YAML files it comes from."""
-
-from ade_tasks.rules.models import Rule, TriggerType
-
-__all__ = ["Rule", "TriggerType"]
+"""Rules: the validated rule document (one module per concept: base, triggers, agent, steps,
+guardrails, outputs, rule) and the YAML files it comes from (loader, sync). The package itself
+imports nothing, so any of its modules can be imported first."""

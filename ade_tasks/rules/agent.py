@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from ade_tasks.agents.tool_names import matching_pattern
 from ade_tasks.rules.base import MAX_TOKENS, MAX_USD, Document, admitting, at_most
 
 
@@ -74,8 +75,6 @@ def unenforceable_on_codex(session: AgentSession) -> str | None:
     its client, and has no turn limit; a rule that relies on either is refused, not run and
     reported afterwards.
     """
-    from ade_tasks.agents.policy import matching_pattern  # the policy module imports this one
-
     if "max_turns" in session.model_fields_set:
         return (
             "max_turns cannot be enforced on provider codex (it has no turn limit): remove it; "

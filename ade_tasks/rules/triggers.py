@@ -29,6 +29,7 @@ from ade_tasks.rules.base import (
     Regex,
     admitting,
 )
+from ade_tasks.scheduling import ScheduleError, check_fires, check_not_past, check_zoned
 
 
 @functools.lru_cache(maxsize=4096)
@@ -41,8 +42,6 @@ def _cron_problem(expr: str, admit: bool, day: date) -> str | None:  # noqa: ARG
     if not croniter.is_valid(expr):
         return "cron {value} is not a valid cron expression"
     if admit:  # a 5-field cron fires somewhere in every 5 years, or never
-        from ade_tasks.scheduling import ScheduleError, check_fires
-
         try:
             check_fires(expr)
         except ScheduleError as exc:
@@ -188,8 +187,6 @@ class ScheduleTrigger(Document):
     @field_validator("run_at", mode="before")
     @classmethod
     def _zoned_run_at(cls, value: Any, info: ValidationInfo) -> Any:
-        from ade_tasks.scheduling import check_zoned
-
         if info.data.get("cron") is not None and value is not None:
             raise ValueError(_ONE_WHEN.format(field="run_at", other="cron"))
         return None if value is None else check_zoned(value, "run_at")
@@ -199,8 +196,6 @@ class ScheduleTrigger(Document):
     def _run_at_not_past(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
         if value is None:
             return None
-        from ade_tasks.scheduling import check_not_past
-
         value = value.astimezone(UTC)
         if admitting(info):
             check_not_past(value, info.data.get("catchup_window"), "run_at")

@@ -14,7 +14,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ade_api import cli, cli_history, cli_runs, follow
+from ade_api import follow
+from ade_api.cli import base as cli
+from ade_api.cli import history as cli_history
+from ade_api.cli import runs as cli_runs
 from ade_tasks.db import runs as runs_db
 from tests.support import BIN
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from ade_api import cli
+from ade_api.cli import base as cli
 from ade_api.cli import main
 from ade_api.routes.rules import schedule_preview
 from ade_tasks.db.engine import SessionFactory

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from ade_api import cli_runs, follow
+from ade_api import follow
+from ade_api.cli import runs as cli_runs
 from ade_tasks.db import runs as runs_db
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -17,8 +17,9 @@ from ade_tasks.dispatch import InMemorySender
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.loader import content_hash
 from ade_tasks.rules.models import Rule
+from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.scheduler import Scheduler
-from ade_tasks.scheduling import ScheduleError, ScheduleSpec, rule_schedules
+from ade_tasks.scheduling import ScheduleError, ScheduleSpec
 from ade_tasks.states import OccurrenceOutcome
 from tests.scheduler_support import FakeClock, write_minutely_rules
 

@@ -18,7 +18,8 @@ from typing import Any
 import click
 import httpx
 
-from ade_api.cli import Api, by_option, fail, json_option, runs, url_option
+from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
+from ade_api.cli.history import step_event_data
 from ade_api.step_lines import step_line
 from ade_tasks.settings import Settings
 
@@ -224,8 +225,6 @@ def runs_events(
 def run_events_of(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The `step.started`, `step.finished` and `end` events the follow stream sends for a run,
     rebuilt from the run as `GET /api/v1/runs/{id}` shows it (the API stores no such events)."""
-    from ade_api.cli_history import step_event_data
-
     events = []
     for step in run["steps"]:
         about = {"index": step["index"], "step_id": step["step_id"],
@@ -393,3 +392,90 @@ def runs_cancel_scheduled(
         click.echo(json.dumps(row, indent=2))
         return
     click.echo(f"scheduled run {scheduled_id} cancelled: {row['reason']}")
+
+
+def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
+    inputs = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            fail(f"--input {pair!r} must look like name=value")
+        inputs[name] = value
+    return inputs
+
+
+@main.command("run")
+@click.argument("rule_id")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE", help="a manual input")
+@click.option(
+    "--wait", is_flag=True, help="follow the run's steps until it ends; exit 0 if it succeeded"
+)
+@click.option("--idempotency-key", help="retrying with the same key never starts a second run")
+@click.option(
+    "--timeout", type=float, default=0, help="with --wait: give up after this many seconds"
+)
+@click.option(
+    "--force", is_flag=True, help="run even while ADE_DISABLE_AUTOMATIONS is on (admin token)"
+)
+@click.option(
+    "--at",
+    "at",
+    metavar="TIME",
+    help="fire once at TIME instead of now (2026-12-24T18:00:00+01:00)",
+)
+@click.option("--in", "delay", metavar="DURATION", help="fire once after DURATION (90s, 10m, 2h)")
+@url_option
+@json_option
+@click.pass_obj
+def run(
+    settings: Settings,
+    rule_id: str,
+    inputs: tuple[str, ...],
+    wait: bool,
+    idempotency_key: str | None,
+    timeout: float,
+    force: bool,
+    at: str | None,
+    delay: str | None,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Start a manual run of RULE_ID now, or schedule it with --at or --in (listed by `runs
+    scheduled`, cancelled by `runs cancel-scheduled` until it fires)."""
+    body: dict[str, Any] = {"inputs": _parse_inputs(inputs)}
+    body.update(_when(at, delay, wait))
+    api = Api(settings, url)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    if force:
+        body["force"] = True
+    accepted = api.call("POST", f"/api/v1/rules/{rule_id}/runs", json=body, headers=headers)
+    if "run_at" in accepted:  # scheduled, not started
+        report_scheduled(accepted, as_json)
+        return
+
+    report_started(api, accepted, f"run {accepted['run_id']}", wait, timeout, as_json)
+
+
+def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
+    """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
+    from ade_tasks.errors import AdeError
+    from ade_tasks.scheduling import check_zoned, parse_delay
+
+    if at is None and delay is None:
+        return {}
+    if at is not None and delay is not None:
+        fail("give --at TIME or --in DURATION, not both")
+    if wait:
+        fail("--wait follows a run started now; a scheduled run is followed with `runs list`")
+    if at is not None:
+        try:
+            return {"run_at": check_zoned(at, "--at").isoformat()}
+        except ValueError as exc:
+            fail(str(exc))
+    try:
+        seconds = parse_delay(str(delay)).total_seconds()
+    except AdeError as exc:
+        fail(exc.message)
+    if seconds != int(seconds):
+        fail(f"--in {delay!r}: give whole seconds")
+    return {"delay_seconds": int(seconds)}

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ade_api.cli import Api, by_option, fail, json_option, rules, url_option
+from ade_api.cli.base import Api, by_option, fail, json_option, rules, url_option
 from ade_tasks.settings import Settings
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import click
 import yaml
 
-from ade_api.cli import Api, by_option, fail, json_option, main, rules, url_option
-from ade_api.cli_health import health_lines
+from ade_api.cli.base import Api, by_option, fail, json_option, main, rules, url_option
+from ade_api.cli.health import health_lines
 from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 

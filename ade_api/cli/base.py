@@ -1,4 +1,6 @@
-"""The `ade-tasks` command line: an edge that wires settings, database, Celery and the API."""
+"""The `ade-tasks` root group, its shared options and the HTTP API client every command uses
+(`Api`, `fail`, `json_option`, `url_option`), and the commands that need nothing more (serve,
+worker, beat, dev, db). The other commands live beside it, one module per group."""
 
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ SHOWN_MATCHES = 5
 @click.pass_obj
 def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
     """List the rules the cluster knows, and why each that cannot fire cannot."""
-    from ade_api.cli_health import not_ready_lines
+    from ade_api.cli.health import not_ready_lines
 
     items = Api(settings, url).call("GET", "/api/v1/rules")
     if as_json:
@@ -298,96 +300,6 @@ def rules_occurrences(
     for item in items:
         detail = item["run_id"] or item["reason"] or ""
         click.echo(f"{item['slot'][:16]}Z  #{item['trigger_index']}  {item['outcome']:<8} {detail}")
-
-
-def _parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
-    inputs = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            fail(f"--input {pair!r} must look like name=value")
-        inputs[name] = value
-    return inputs
-
-
-@main.command("run")
-@click.argument("rule_id")
-@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE", help="a manual input")
-@click.option(
-    "--wait", is_flag=True, help="follow the run's steps until it ends; exit 0 if it succeeded"
-)
-@click.option("--idempotency-key", help="retrying with the same key never starts a second run")
-@click.option(
-    "--timeout", type=float, default=0, help="with --wait: give up after this many seconds"
-)
-@click.option(
-    "--force", is_flag=True, help="run even while ADE_DISABLE_AUTOMATIONS is on (admin token)"
-)
-@click.option(
-    "--at",
-    "at",
-    metavar="TIME",
-    help="fire once at TIME instead of now (2026-12-24T18:00:00+01:00)",
-)
-@click.option("--in", "delay", metavar="DURATION", help="fire once after DURATION (90s, 10m, 2h)")
-@url_option
-@json_option
-@click.pass_obj
-def run(
-    settings: Settings,
-    rule_id: str,
-    inputs: tuple[str, ...],
-    wait: bool,
-    idempotency_key: str | None,
-    timeout: float,
-    force: bool,
-    at: str | None,
-    delay: str | None,
-    url: str | None,
-    as_json: bool,
-) -> None:
-    """Start a manual run of RULE_ID now, or schedule it with --at or --in (listed by `runs
-    scheduled`, cancelled by `runs cancel-scheduled` until it fires)."""
-    body: dict[str, Any] = {"inputs": _parse_inputs(inputs)}
-    body.update(_when(at, delay, wait))
-    api = Api(settings, url)
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    if force:
-        body["force"] = True
-    accepted = api.call("POST", f"/api/v1/rules/{rule_id}/runs", json=body, headers=headers)
-    if "run_at" in accepted:  # scheduled, not started
-        from ade_api.cli_runs import report_scheduled
-
-        report_scheduled(accepted, as_json)
-        return
-    from ade_api.cli_runs import report_started
-
-    report_started(api, accepted, f"run {accepted['run_id']}", wait, timeout, as_json)
-
-
-def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
-    """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
-    from ade_tasks.errors import AdeError
-    from ade_tasks.scheduling import check_zoned, parse_delay
-
-    if at is None and delay is None:
-        return {}
-    if at is not None and delay is not None:
-        fail("give --at TIME or --in DURATION, not both")
-    if wait:
-        fail("--wait follows a run started now; a scheduled run is followed with `runs list`")
-    if at is not None:
-        try:
-            return {"run_at": check_zoned(at, "--at").isoformat()}
-        except ValueError as exc:
-            fail(str(exc))
-    try:
-        seconds = parse_delay(str(delay)).total_seconds()
-    except AdeError as exc:
-        fail(exc.message)
-    if seconds != int(seconds):
-        fail(f"--in {delay!r}: give whole seconds")
-    return {"delay_seconds": int(seconds)}
 
 
 @main.group()
@@ -511,16 +423,3 @@ def dev(settings: Settings, port: int | None) -> None:
     if port is not None:
         settings = settings.model_copy(update={"api_port": port})
     run_dev(settings)
-
-
-# Operator commands (approvals, review queue, lanes, cleanups) live in their own module and
-# attach themselves to the groups above.
-import ade_api.cli_backfill as _backfill_commands  # noqa: E402, F401
-import ade_api.cli_events  # noqa: E402, F401
-import ade_api.cli_history as _history_commands  # noqa: E402, F401
-import ade_api.cli_poll as _poll_commands  # noqa: E402, F401
-import ade_api.cli_providers as _providers_commands  # noqa: E402, F401
-import ade_api.cli_relay as _relay_commands  # noqa: E402, F401
-import ade_api.cli_rules as _rule_commands  # noqa: E402, F401
-import ade_api.cli_runs as _run_commands  # noqa: E402, F401
-from ade_api import cli_admin, cli_operations  # noqa: E402, F401

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ade_api.cli import Api, fail, json_option, main, url_option
+from ade_api.cli.base import Api, fail, json_option, main, url_option
 from ade_tasks.errors import AdeError
 from ade_tasks.roles import Role
 from ade_tasks.settings import Settings

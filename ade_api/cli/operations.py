@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ade_api.cli import Api, by_option, json_option, main, runs, url_option
+from ade_api.cli.base import Api, by_option, json_option, main, runs, url_option
 from ade_tasks.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
 from ade_tasks.states import Answer

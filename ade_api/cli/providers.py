@@ -9,7 +9,7 @@ import os
 
 import click
 
-from ade_api.cli import json_option, main
+from ade_api.cli.base import json_option, main
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli_agents import ProviderStatus, providers_report
 

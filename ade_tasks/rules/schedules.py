@@ -1,0 +1,36 @@
+"""The next fire times of a rule's cron triggers, each trigger on its own (what `rules next`,
+the rule answer of the API and rule health show)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.triggers import ScheduleTrigger
+from ade_tasks.scheduling import ScheduleError, ScheduleSpec, next_fire_times
+
+
+@dataclass(frozen=True)
+class TriggerSchedule:
+    """The next fire times of one schedule trigger, or why it has none."""
+
+    index: int
+    trigger: ScheduleTrigger
+    times: list[datetime]
+    problem: str | None = None
+
+
+def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedule]:
+    """The next `count` UTC fire times of each schedule trigger of a rule, each trigger
+    evaluated on its own: one that cannot fire carries its problem and no times."""
+    found = []
+    for index, trigger in enumerate(rule.triggers):
+        if not isinstance(trigger, ScheduleTrigger) or trigger.cron is None:
+            continue  # one-shot triggers are listed as scheduled runs, not previewed here
+        spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
+        try:
+            found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
+        except ScheduleError as exc:
+            found.append(TriggerSchedule(index, trigger, [], f"triggers.{index}: {exc.message}"))
+    return found

@@ -1,0 +1,116 @@
+"""No module imports another that imports it back: at module level never, and through the
+imports inside functions (which hide a cycle from Python but not from a reader) only in the one
+knot still left: the step checks, which read the step models that call them, and the ade-action
+allow-list, which formats its errors with the rule messages."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("ade_tasks", "ade_workers", "ade_api")
+#: The function-level cycle left (issue 17): the step models' validator runs the step checks.
+KNOWN_KNOT = {
+    "ade_tasks.ade_actions",
+    "ade_tasks.rules.checks",
+    "ade_tasks.rules.messages",
+    "ade_tasks.rules.models",
+    "ade_tasks.rules.rule",
+    "ade_tasks.rules.steps",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(modules: dict[str, Path], *, in_functions: bool) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at module level, or anywhere)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for name, path in modules.items():
+
+        def visit(node: ast.AST, inside: bool, module: str = name) -> None:
+            for child in ast.iter_child_nodes(node):
+                deeper = inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    continue  # annotations only: never imported at run time
+                if isinstance(child, ast.Import | ast.ImportFrom) and (in_functions or not deeper):
+                    targets = (
+                        [alias.name for alias in child.names]
+                        if isinstance(child, ast.Import)
+                        else [f"{child.module}.{alias.name}" for alias in child.names]
+                        + [child.module or ""]
+                    )
+                    for target in targets:
+                        found = resolve(target)
+                        if found and found != module:
+                            graph[module].add(found)
+                visit(child, deeper, module)
+
+        visit(ast.parse(path.read_text()), False)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in graph:
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back_at_module_level() -> None:
+    assert _cycles(_imports(_modules(), in_functions=False)) == []
+
+
+def test_imports_inside_functions_close_no_cycle_but_the_known_knot() -> None:
+    cycles = _cycles(_imports(_modules(), in_functions=True))
+    assert all(cycle <= KNOWN_KNOT for cycle in cycles), cycles
+
+
+def test_the_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [{"a", "b", "c"}]
