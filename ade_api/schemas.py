@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ade_tasks.db.schema import ApprovalRow, RunRow, RunStepRow
-from ade_tasks.rules.models import Duration, check_catchup_window, check_delay
+from ade_tasks.rules.base import Duration
+from ade_tasks.rules.triggers import check_catchup_window, check_delay
 from ade_tasks.scheduling import check_not_past, check_zoned
 from ade_tasks.states import Answer
 

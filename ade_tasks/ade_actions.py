@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.models import SLUG
+from ade_tasks.rules.base import SLUG
 
 #: Markers of a value that is only known once the step runs: a template or a secret reference.
 DEFERRED_MARKERS = ("{{", "${env:")

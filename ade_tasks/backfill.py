@@ -36,17 +36,20 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import islice
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow, utcnow
+from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.dispatch import DispatchResult, TaskSender, dispatch_many
 from ade_tasks.errors import AdeError, AdmissionError, InvalidInputError
-from ade_tasks.rules.models import Rule, ScheduleTrigger
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.scheduler import STALE_CLAIM, occurrence_outcome, schedule_event
 from ade_tasks.scheduling import ScheduleError, ScheduleSpec, iter_slots, span
+from ade_tasks.states import OccurrenceOutcome
 
 #: The most slots one backfill fires; a longer range is refused with where to split it.
 MAX_SLOTS = 1000

@@ -24,13 +24,9 @@ from ade_tasks.db.retry import repeating
 from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails import budget_exhausted, rate_limited
+from ade_tasks.rules.guardrails import OverlapPolicy
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.models import (
-    OverlapPolicy,
-    ScheduleTrigger,
-    TriggerType,
-    canonical_trigger_type,
-)
+from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
 from ade_tasks.states import RunStatus
 
 log = logging.getLogger(__name__)

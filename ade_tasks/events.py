@@ -17,7 +17,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError
-from ade_tasks.rules.models import LaneTrigger
+from ade_tasks.rules.triggers import LaneTrigger
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 from ade_tasks.ade_actions import CATALOG
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.rules.models import AdeActionStep, AgentSessionStep, Rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import AdeActionStep, AgentSessionStep
 from ade_tasks.states import RunStatus
 
 RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}

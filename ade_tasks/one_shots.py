@@ -39,7 +39,7 @@ from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError, AdmissionError, TransientError
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.models import ScheduleTrigger
+from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.scheduling import grace, span
 from ade_tasks.states import OneShotStatus
 

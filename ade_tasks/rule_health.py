@@ -32,17 +32,17 @@ from typing import Any
 
 from ade_tasks.db.heartbeats import BEAT, POLLER, RELAY_DRAIN, Heartbeat
 from ade_tasks.ingress.poller import POLLED_TYPES
-from ade_tasks.rules.models import (
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.schedules import rule_schedules
+from ade_tasks.rules.triggers import (
     FileTrigger,
     GithubTrigger,
     GitTrigger,
     LaneTrigger,
     ManualTrigger,
-    Rule,
     ScheduleTrigger,
     WebhookTrigger,
 )
-from ade_tasks.rules.schedules import rule_schedules
 
 GITHUB_UNSIGNED = "GitHub deliveries are refused: ADE_GITHUB__WEBHOOK_SECRET is not set"
 GITHUB_REFUSED = f"{GITHUB_UNSIGNED}; set it or run `ade-tasks poll github`"

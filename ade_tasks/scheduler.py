@@ -47,7 +47,7 @@ from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatc
 from ade_tasks.errors import AdeError, TransientError
 from ade_tasks.one_shots import OneShotFirer, TriggerOnce
 from ade_tasks.rules.loader import validation_problems
-from ade_tasks.rules.models import ScheduleTrigger
+from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.scheduling import LATE_TOLERANCE, CronCursor, ScheduleSpec
 from ade_tasks.states import OccurrenceOutcome, RunStatus
 

@@ -25,7 +25,8 @@ from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
 from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.rules.models import TEMPLATED_FIELDS, Rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import TEMPLATED_FIELDS
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value

@@ -18,7 +18,8 @@ from typing import Any
 
 from ade_tasks.errors import AdeError
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.rules.models import Disposition, Rule
+from ade_tasks.rules.outputs import Disposition
+from ade_tasks.rules.rule import Rule
 from ade_tasks.secrets import resolve
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus

@@ -30,9 +30,9 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
 from ade_tasks.housekeeping import Job

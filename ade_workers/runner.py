@@ -37,7 +37,9 @@ from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
 from ade_tasks.review import review
-from ade_tasks.rules.models import Disposition, Rule, RunCommandAction
+from ade_tasks.rules.outputs import Disposition
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import RunCommandAction
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus

@@ -41,7 +41,7 @@ from typing import Any
 
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.agents.protected import ProtectedPaths
-from ade_tasks.rules.models import AgentSession, ToolPolicy
+from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
 from ade_workers.agents import claude_hook

@@ -22,7 +22,7 @@ import httpx
 from ade_api import git_hooks
 from ade_api.cli.base import Api, fail, json_option, main, url_option
 from ade_tasks.globs import path_matches
-from ade_tasks.rules.models import canonical_trigger_type
+from ade_tasks.rules.triggers import canonical_trigger_type
 from ade_tasks.settings import Settings
 
 EVENTS_PATH = "/api/v1/ingress/events"

@@ -32,8 +32,8 @@ from ade_api.body_limits import BodyLimitMiddleware
 from ade_api.relay.ingest import RelayServices, router, services_of
 from ade_api.relay.wake import WakeHub
 from ade_api.routes.webhooks import problem
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_tasks.db.schema import utcnow
 from ade_tasks.errors import AdeError
 from ade_tasks.relay import store
 from ade_tasks.relay.wire import page_document

@@ -30,8 +30,8 @@ from ade_api.routes.webhooks import (
     read_body,
     verified_github_delivery,
 )
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import utcnow
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.hooks import delivery_id
 from ade_tasks.ingress.signatures import SignatureError, verify_hook

@@ -19,7 +19,7 @@ from ade_tasks.db import ingress as ingress_db
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.event import EventSource, NormalizedEvent
-from ade_tasks.rules.models import canonical_trigger_type
+from ade_tasks.rules.triggers import canonical_trigger_type
 from ade_tasks.states import IngressStatus
 
 router = APIRouter(prefix="/api/v1/ingress", tags=["ingress"])

@@ -38,7 +38,7 @@ from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
 from ade_tasks.one_shots import schedule_manual_run
 from ade_tasks.rules.loader import parse_rule, parse_yaml
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 
 log = logging.getLogger(__name__)

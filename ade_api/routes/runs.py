@@ -35,7 +35,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying, release_buffered
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.review import QUEUE_ACTIONS
-from ade_tasks.rules.models import KNOWN_TRIGGER_TYPES, canonical_trigger_type
+from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 from ade_tasks.states import QueueStatus, RunStatus
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ import logging
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.models import ManualTrigger, Rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.triggers import ManualTrigger
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,9 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RuleRow, ScheduledRunRow
 from ade_tasks.errors import AdeError, NotFoundError
 from ade_tasks.rule_health import RuleHealth
-from ade_tasks.rules.models import Rule, ScheduleTrigger, TriggerType
+from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
+from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType
 from ade_tasks.states import OneShotStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False)

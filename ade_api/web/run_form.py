@@ -44,7 +44,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.one_shots import schedule_manual_run
-from ade_tasks.rules.models import InputSpec
+from ade_tasks.rules.outputs import InputSpec
 from ade_tasks.scheduling import parse_delay
 
 router = APIRouter(prefix="/ui", include_in_schema=False)

@@ -20,7 +20,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import WHOLE_RULE, RulePauseRow
 from ade_tasks.errors import InvalidInputError, NotFoundError
-from ade_tasks.rules.models import TriggerType
+from ade_tasks.rules.triggers import TriggerType
 
 NOTE_MAX = 1000
 

@@ -17,7 +17,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, TrustedHashRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 from ade_tasks.rules.loader import LoadedRule, content_hash
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.states import RunStatus
 
 

@@ -25,38 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ade_tasks.clock import utcnow as utcnow
-from ade_tasks.roles import Role as Role  # re-exported: api_tokens.role holds its values
-from ade_tasks.states import (  # re-exported: the tables hold their values
-    Answer as Answer,
-)
-from ade_tasks.states import (
-    ApprovalStatus as ApprovalStatus,
-)
-from ade_tasks.states import (
-    CleanupStatus as CleanupStatus,
-)
-from ade_tasks.states import (
-    IngressStatus as IngressStatus,
-)
-from ade_tasks.states import (
-    LaneStatus as LaneStatus,
-)
-from ade_tasks.states import (
-    OccurrenceOutcome as OccurrenceOutcome,
-)
-from ade_tasks.states import (
-    OneShotStatus as OneShotStatus,
-)
-from ade_tasks.states import (
-    QueueStatus as QueueStatus,
-)
-from ade_tasks.states import (
-    RunStatus as RunStatus,
-)
-from ade_tasks.states import (
-    StepStatus as StepStatus,
-)
+from ade_tasks.clock import utcnow
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

@@ -50,7 +50,7 @@ from ade_tasks.events import emit, lane_matcher
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.filters import trigger_matches
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
-from ade_tasks.rules.models import WebhookTrigger
+from ade_tasks.rules.triggers import WebhookTrigger
 from ade_tasks.states import IngressStatus
 
 log = logging.getLogger(__name__)

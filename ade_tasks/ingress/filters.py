@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from ade_tasks.globs import path_matches
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
-from ade_tasks.rules.models import canonical_trigger_type
+from ade_tasks.rules.triggers import canonical_trigger_type
 
 
 def trigger_matches(trigger: Any, event: NormalizedEvent) -> bool:

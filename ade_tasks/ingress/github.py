@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.rules.models import TriggerType
+from ade_tasks.rules.triggers import TriggerType
 
 _ZERO_SHA = frozenset({"0" * 40, "0" * 64})
 

@@ -23,7 +23,8 @@ from sqlalchemy.exc import OperationalError
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, ScheduleOccurrenceRow
+from ade_tasks.db.schema import ScheduleOccurrenceRow
+from ade_tasks.states import OccurrenceOutcome
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import utcnow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
 from ade_tasks.ingress.hooks import HookConfig

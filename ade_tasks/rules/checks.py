@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ade_tasks.rules.models import ACTION_MODELS, ADE_ACTION_NAME, TEMPLATED_FIELDS, default_step_id
+from ade_tasks.rules.base import ADE_ACTION_NAME
+from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id
 
 
 def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.models import InputSpec, Rule
+from ade_tasks.rules.outputs import InputSpec
+from ade_tasks.rules.rule import Rule
 
 _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off"}

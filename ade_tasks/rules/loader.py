@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from ade_tasks.errors import RuleProblem
 from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
+from ade_tasks.rules.base import ADMISSION
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.messages import problems_of
-from ade_tasks.rules.models import ADMISSION, Rule
+from ade_tasks.rules.rule import Rule
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from ade_tasks.rules.models import KNOWN_ACTION_TYPES, KNOWN_TRIGGER_TYPES, PATTERN_HINTS
+from ade_tasks.rules.base import PATTERN_HINTS
+from ade_tasks.rules.steps import KNOWN_ACTION_TYPES
+from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES
 
 # Discriminator tags pydantic puts into error locations; users never wrote them as fields.
 _UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", *KNOWN_ACTION_TYPES}

@@ -65,7 +65,7 @@ from ade_tasks.errors import (
     PolicyViolationError,
 )
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.rules.models import AdeActionStep
+from ade_tasks.rules.steps import AdeActionStep
 from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.github import GithubClient

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.dispatch import TaskSender
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus

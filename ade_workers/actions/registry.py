@@ -1,6 +1,6 @@
 """The action executors by action type: one module per type, and this one line per type.
 
-Adding an action type: its model in `ade_tasks/rules/models.py` (a `type` literal in the step
+Adding an action type: its model in `ade_tasks/rules/steps.py` (a `type` literal in the step
 union), its executor module here in `ade_workers/actions/`, and one entry in `EXECUTORS`.
 """
 

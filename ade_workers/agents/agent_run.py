@@ -29,7 +29,9 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
-from ade_tasks.rules.models import AgentSession, AgentSessionStep, Rule
+from ade_tasks.rules.agent import AgentSession
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import AgentSessionStep
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ade_tasks.rules.models import AgentSession
+from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents import claude_hook
 from ade_workers.agents.claude_calls import CallJudge, claude_tools_for
 from ade_workers.agents.cli_agents import Capability, CapabilityReport, Support

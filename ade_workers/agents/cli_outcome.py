@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ade_tasks.rules.models import AgentSession
+from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli_agents import CapabilityReport, CliFacts
 from ade_workers.agents.cli_setup import CliSetup, Stop
 from ade_workers.agents.session import Record, SessionOutcome, SessionStatus

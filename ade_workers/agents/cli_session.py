@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 from ade_tasks.errors import AdeError, not_registered
-from ade_tasks.rules.models import AgentSession
+from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents import cli_claude, cli_codex
 from ade_workers.agents.cli_agents import CliFacts
 from ade_workers.agents.cli_outcome import (

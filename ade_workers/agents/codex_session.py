@@ -8,7 +8,7 @@
   `edit` and `full-auto` its workspace-write sandbox, where changes inside the worktree are
   applied without asking. What that cannot enforce is refused before a session starts: at
   validation (a policy that would deny or ask for in-worktree writes, see
-  `ade_tasks.rules.models`), or here when the worktree holds the engine's own data.
+  `ade_tasks.rules.agent`), or here when the worktree holds the engine's own data.
 - **Credentials and budgets** as for Claude Code: codex talks to the engine's model proxy with a
   per-session token; the proxy holds the key, meters the Responses stream and stops the session
   once it is over budget. CODEX_HOME and HOME are private to the session and removed after it.
@@ -25,7 +25,7 @@ from typing import Any
 
 from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
-from ade_tasks.rules.models import AgentSession
+from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli_agents import Capability, CapabilityReport, Support
 from ade_workers.agents.cli_setup import (
     CliSetup,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ade_tasks.agents.policy import Policy
-from ade_tasks.rules.models import AgentSession
+from ade_tasks.rules.agent import AgentSession
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session

@@ -24,7 +24,7 @@ from ade_api.cli import main
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
-from ade_tasks.rules.models import AgentSession, ToolPolicy
+from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_workers.agents.cli_outcome import CliSessionOutcome

@@ -14,7 +14,8 @@ import pytest
 
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.errors import NotFoundError
-from ade_tasks.rules.models import AgentExecution, ToolPolicy
+from ade_tasks.rules.agent import ToolPolicy
+from ade_tasks.rules.steps import AgentExecution
 from ade_tasks.secrets import Masker
 from ade_workers.agents.cli_outcome import REPORT_INSTRUCTION, CliSessionOutcome, parse_report
 from ade_workers.agents.cli_session import run_cli_session

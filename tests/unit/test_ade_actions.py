@@ -20,7 +20,8 @@ from ade_tasks.ade_actions import (
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.guardrails import approval_gate
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
-from ade_tasks.rules.models import AdeActionStep, Rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import AdeActionStep
 from ade_tasks.states import CleanupStatus, LaneStatus
 from ade_workers.actions.ade_action import HANDLERS
 from tests.conftest import write_rule

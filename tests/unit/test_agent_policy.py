@@ -16,7 +16,7 @@ from ade_tasks.agents.policy import (
     narrow_for_taint,
 )
 from ade_tasks.agents.protected import ProtectedPaths
-from ade_tasks.rules.models import ToolPolicy
+from ade_tasks.rules.agent import ToolPolicy
 from ade_tasks.settings import Settings
 
 

@@ -23,9 +23,10 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import OccurrenceOutcome, RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
+from ade_tasks.states import OccurrenceOutcome
 from tests.unit.conftest import add_rule
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)

@@ -16,7 +16,7 @@ import pytest
 from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
-from ade_tasks.rules.models import ToolPolicy
+from ade_tasks.rules.agent import ToolPolicy
 from ade_workers.agents import claude_hook
 from ade_workers.agents.agent_run import interrupted_note
 from ade_workers.agents.claude_calls import CallJudge, call_paths, engine_name

@@ -12,8 +12,9 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.errors import RuleProblem
 from ade_tasks.limits import load_yaml
+from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.loader import parse_rule
-from ade_tasks.rules.models import AgentSession, Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.secrets import Masker
 from ade_workers.agents.cli_setup import CliSetup, Stop
 from ade_workers.agents.codex_app_server import CodexRequest

@@ -15,8 +15,6 @@ KNOWN_KNOT = {
     "ade_tasks.ade_actions",
     "ade_tasks.rules.checks",
     "ade_tasks.rules.messages",
-    "ade_tasks.rules.models",
-    "ade_tasks.rules.rule",
     "ade_tasks.rules.steps",
 }
 

@@ -12,7 +12,8 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.rules.models import DeleteLaneAction, Rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import DeleteLaneAction
 from ade_tasks.states import CleanupStatus, RunStatus
 from ade_workers.cleanups import sweep_cleanups
 from ade_workers.runner import RunnerConfig, execute_run

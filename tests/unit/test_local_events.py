@@ -35,7 +35,7 @@ from ade_api.cli.events import (
 )
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.filters import trigger_matches, why_not
-from ade_tasks.rules.models import FileTrigger, Trigger
+from ade_tasks.rules.triggers import FileTrigger, Trigger
 
 TRIGGER: TypeAdapter[Any] = TypeAdapter(Trigger)
 ROOT = Path("/work/project")

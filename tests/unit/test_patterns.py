@@ -23,7 +23,7 @@ from ade_tasks.patterns import (
     compile_pattern,
 )
 from ade_tasks.rules.loader import load_rules_dir
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from tests.conftest import REPO, write_rule
 
 #: Each site matches `(a+)+$` (exponential for a backtracking engine) against POISON and
@@ -33,7 +33,7 @@ SITES = {
         from ade_tasks.ingress.event import NormalizedEvent
         from ade_tasks.ingress.filters import trigger_matches
         from pydantic import TypeAdapter
-        from ade_tasks.rules.models import Trigger
+        from ade_tasks.rules.triggers import Trigger
         trigger = TypeAdapter(Trigger).validate_python(
             {"type": "github.pr_opened", "title_regex": "(a+)+$", "body_regex": "(a+)+$"}
         )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from tests.conftest import write_rule
 
 GOOD = """

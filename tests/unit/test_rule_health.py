@@ -19,7 +19,7 @@ from ade_tasks.rule_health import (
     rule_health,
 )
 from ade_tasks.rules.loader import parse_rule
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import ProviderSettings, Settings
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

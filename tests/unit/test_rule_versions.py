@@ -16,7 +16,7 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, RunStepRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.states import RunStatus
 from ade_workers.runner import RunnerConfig, execute_run

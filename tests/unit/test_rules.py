@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ade_api.cli import main
 from ade_tasks.rules.loader import load_file, load_rules_dir, parse_rule
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from tests.conftest import REPO, write_rule
 from tests.tracked import copy_tracked
 

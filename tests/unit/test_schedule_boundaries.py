@@ -16,7 +16,7 @@ from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.loader import content_hash
-from ade_tasks.rules.models import Rule
+from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.scheduler import Scheduler
 from ade_tasks.scheduling import ScheduleError, ScheduleSpec
