@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.rules.base import SLUG
+from ade_tasks.rules.messages import describe
 
 #: Markers of a value that is only known once the step runs: a template or a secret reference.
 DEFERRED_MARKERS = ("{{", "${env:")
@@ -262,8 +263,6 @@ def _arg_problems(
     spec: AdeAction, args: Mapping[str, Any]
 ) -> list[tuple[tuple[int | str, ...], str]]:
     """Each argument error as (its location, `args.<field>: reason`)."""
-    from ade_tasks.rules.messages import describe  # the rules package imports this module
-
     try:
         spec.args.model_validate(dict(args))
     except ValidationError as exc:

@@ -13,8 +13,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ade_tasks.ade_actions import check_step
+from ade_tasks.conditions import check_condition
 from ade_tasks.rules.base import ADE_ACTION_NAME
 from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id
+from ade_tasks.secrets import check as check_secrets
+from ade_tasks.templating import check as check_template
 
 
 def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -45,9 +49,6 @@ def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _problems_of_step(
     action: Mapping[str, Any], where: str, earlier: list[str]
 ) -> list[tuple[str, str]]:
-    from ade_tasks.conditions import check_condition
-    from ade_tasks.secrets import check as check_secrets
-    from ade_tasks.templating import check as check_template
 
     found: list[str] = []
     condition = action.get("condition")
@@ -78,7 +79,6 @@ def _ade_action_problems(action: Mapping[str, Any], where: str) -> list[tuple[st
         return []
     if not re.fullmatch(ADE_ACTION_NAME, name) or not isinstance(args, Mapping):
         return []  # the structural check reports the malformed name or arguments
-    from ade_tasks.ade_actions import check_step
 
     # Rules have no author role yet; a rule document loaded from the cluster's rules directory
     # is written by its administrators, so it counts as admin here, and the executor re-checks

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ade_tasks.rules.agent import ToolPalette
-from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document
+from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
+from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
 from ade_tasks.rules.steps import Execution
@@ -51,6 +49,19 @@ class Rule(Document):
     billing_code: str = ""
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
+
+    @field_validator("execution", mode="before")
+    @classmethod
+    def _steps_check_out(cls, value: Any, info: ValidationInfo) -> Any:
+        # At admission `rules.loader.parse_rule` runs these checks beside the structural ones
+        # and reports each at its field; a document read back (or built in code) is refused
+        # whole, so a stored rule that no longer passes them never dispatches.
+        if admitting(info) or not isinstance(value, dict):
+            return value
+        problems = step_problems({"execution": value})
+        if problems:
+            raise ValueError("; ".join(f"{f.removeprefix('execution.')}: {r}" for f, r in problems))
+        return value
 
     @model_validator(mode="after")
     def _defaults(self) -> Rule:

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BeforeValidator,
     Field,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -23,7 +22,6 @@ from ade_tasks.rules.base import (
     MIN_STEP_TIMEOUT_SEC,
     STEP_ID,
     Document,
-    admitting,
     parse_duration,
 )
 
@@ -216,21 +214,6 @@ class BuiltinExecution(Document):
     kind: Literal["built-in"]
     queue: str | None = None
     actions: list[Action] = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _steps_check_out(cls, value: Any, info: ValidationInfo) -> Any:
-        # At admission `rules.loader.parse_rule` runs these checks beside the structural ones
-        # and reports each at its field; a document read back (or built in code) is refused
-        # whole, so a stored rule that no longer passes them never dispatches.
-        if admitting(info) or not isinstance(value, dict):
-            return value
-        from ade_tasks.rules.checks import step_problems  # it imports this module
-
-        problems = step_problems({"execution": value})
-        if problems:
-            raise ValueError("; ".join(f"{f.removeprefix('execution.')}: {r}" for f, r in problems))
-        return value
 
     @model_validator(mode="after")
     def _step_ids(self) -> BuiltinExecution:

@@ -234,3 +234,19 @@ def test_a_literal_notify_url_is_refused_because_it_is_a_credential() -> None:
     )
     assert isinstance(problems, list)
     assert "notify_url is a credential" in str(problems[0])
+
+
+def test_a_stored_rule_whose_steps_no_longer_check_out_is_refused_whole() -> None:
+    # A document read back (no admission context) runs the step checks at the rule's
+    # `execution`: a template naming a step that does not exist is refused, naming the field.
+    document = {
+        "id": "stale",
+        "triggers": [{"type": "manual"}],
+        "execution": {"kind": "built-in", "actions": [
+            {"id": "a", "type": "run-command", "command": "echo {{steps.gone.output}}"},
+        ]},
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"execution\n.*actions\.0\.command: .*gone"):
+        Rule.model_validate(document)
+    document["execution"]["actions"][0]["command"] = "echo fine"
+    assert Rule.model_validate(document).execution.actions[0].id == "a"
