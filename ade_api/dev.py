@@ -45,7 +45,8 @@ from ade_api.header_timeout import HTTP_PROTOCOL
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.db.rules import SyncReport, list_rules, load_rule
+from ade_tasks.db.rule_sync import SyncReport
+from ade_tasks.db.rules import list_rules, load_rule
 from ade_tasks.logs import configure_logging, uvicorn_log_config
 from ade_tasks.recovery import recover
 from ade_tasks.roles import Role

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ade_tasks.clock import utcnow
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.states import FINAL_STATUSES, RunStatus, StepStatus
 
@@ -129,20 +130,20 @@ class FollowHub:
 
     def _read(
         self, cursors: dict[str, int], known: dict[str, dict[int, str]]
-    ) -> tuple[runs_db.Progress, _StepExtras]:
+    ) -> tuple[run_views_db.Progress, _StepExtras]:
         with self._sessions() as session:
-            progress = runs_db.progress_of(session, cursors)
+            progress = run_views_db.progress_of(session, cursors)
             ended = [
                 step
                 for step in progress.steps
                 if step.status in FINISHED_STEP
                 and known[step.run_id].get(step.index) not in FINISHED_STEP
             ]
-            tails = runs_db.step_output_tails(session, [(s.run_id, s.index) for s in ended])
+            tails = run_views_db.step_output_tails(session, [(s.run_id, s.index) for s in ended])
             return progress, _StepExtras(tails, _skip_reasons(session, ended))
 
     @staticmethod
-    def _apply(feed: _Feed, progress: runs_db.Progress, extras: _StepExtras) -> None:
+    def _apply(feed: _Feed, progress: run_views_db.Progress, extras: _StepExtras) -> None:
         before = len(feed.messages)
         state = progress.runs.get(feed.run_id)
         if state is None:  # deleted under us
@@ -205,17 +206,19 @@ class _Pending:
     step_index: int | None = None
 
 
-def _skip_reasons(session: Session, ended: list[runs_db.StepState]) -> dict[tuple[str, int], str]:
+def _skip_reasons(
+    session: Session, ended: list[run_views_db.StepState]
+) -> dict[tuple[str, int], str]:
     """Why each skipped step of `ended` was skipped (the runner keeps it in the step's result)."""
     reasons = {}
     for run_id in {step.run_id for step in ended if step.status == StepStatus.SKIPPED}:
-        for row in runs_db.list_steps(session, run_id):
+        for row in run_steps_db.list_steps(session, run_id):
             if row.status == StepStatus.SKIPPED:
                 reasons[(run_id, row.index)] = str((row.result or {}).get("skipped") or "")
     return reasons
 
 
-def _shown_status(step: runs_db.StepState, run: runs_db.RunState) -> str:
+def _shown_status(step: run_views_db.StepState, run: run_views_db.RunState) -> str:
     """The step's status as followers see it: a step the run's cancel ended is `cancelled`
     (the database records it `failed`, with the cancel's reason, at or after the cancel)."""
     if step.status != StepStatus.FAILED or run.status != RunStatus.CANCELLED:
@@ -228,7 +231,7 @@ def _shown_status(step: runs_db.StepState, run: runs_db.RunState) -> str:
 
 
 def _step_messages(
-    feed: _Feed, run: runs_db.RunState, step: runs_db.StepState, extras: _StepExtras
+    feed: _Feed, run: run_views_db.RunState, step: run_views_db.StepState, extras: _StepExtras
 ) -> list[_Pending]:
     """`step.started` / `step.finished` for what changed in a step since the last tick (a
     short step is first seen finished: both are sent; a skipped step never started)."""

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from ade_api.schemas import RuleHealthOut, RuleOut
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import ConflictError
@@ -125,5 +126,5 @@ def set_enabled(
     state = live_state(session, settings)
     if enabled:
         refuse_unready(rules_db.get_rule(session, rule_id), state, force=force)
-    row, _ = rules_db.set_enabled(session, rule_id, enabled)
+    row, _ = rule_edits_db.set_enabled(session, rule_id, enabled)
     return row, state

@@ -16,8 +16,10 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import overlap as overlap_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
@@ -389,9 +391,9 @@ def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
         return {plan.key for plan in plans if plan.values["id"] in ids}
     with session_factory.begin() as session:
         rule_ids = sorted({plan.snapshot.id for plan in locked})
-        runs_db.lock_rules(session, rule_ids)
-        active = runs_db.count_active_many(session, rule_ids)
-        buffering = runs_db.rules_buffering(session, rule_ids)
+        overlap_db.lock_rules(session, rule_ids)
+        active = overlap_db.count_active_many(session, rule_ids)
+        buffering = overlap_db.rules_buffering(session, rule_ids)
         now = utcnow()
         for plan in locked:
             limited = rate_limited(session, plan.snapshot.rule, now)
@@ -434,7 +436,7 @@ def _apply_overlap(
         return
     busy = f"{count} run(s) of rule {rule_id!r} are active (limit {limit})"
     if policy is OverlapPolicy.CANCEL_OTHER:
-        cancelled = runs_db.cancel_active(
+        cancelled = run_cancels_db.cancel_active(
             session, rule_id, "a newer trigger", "the rule's overlap policy is cancel-other"
         )
         log.info("overlap cancel-other: cancelled %s for a new run of %s", cancelled, rule_id)
@@ -459,8 +461,8 @@ def release_buffered(
 ) -> list[str]:
     """Start the rule's buffered runs that now have a free slot; returns their ids."""
     with session_factory.begin() as session:
-        runs_db.lock_rule(session, rule_id)
-        released = runs_db.release_buffered(session, rule_id, limit)
+        overlap_db.lock_rule(session, rule_id)
+        released = overlap_db.release_buffered(session, rule_id, limit)
     for run in released:
         try:
             sender.send_run(run.id, queue=run.queue, rule_id=rule_id)

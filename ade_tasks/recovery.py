@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ade_tasks.db import ingress as ingress_db
+from ade_tasks.db import overlap as overlap_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import BrokerUnavailableError, NotFoundError
@@ -35,7 +36,8 @@ def recover(
     claimed.
 
     A run whose worker died is queued again and re-sent at once: the next worker continues it
-    after its last finished step, a bounded number of times (see `runs_db.fail_expired_leases`).
+    after its last finished step, a bounded number of times (see
+    `run_recovery_db.fail_expired_leases`).
 
     A re-sent run that is in fact still in the broker is harmless: the first delivery claims
     it and the second finds it claimed. `requeue_after` bounds how long a queued run may wait
@@ -43,10 +45,10 @@ def recover(
     """
     report = RecoveryReport()
     with session_factory.begin() as session:
-        expired = runs_db.fail_expired_leases(session)
+        expired = run_recovery_db.fail_expired_leases(session)
     report.failed = expired.failed
     with session_factory.begin() as session:
-        runs = runs_db.take_unsent_runs(session, requeue_after)
+        runs = run_recovery_db.take_unsent_runs(session, requeue_after)
     # A resumed session that cannot be sent now stays queued: `take_unsent_runs` re-sends it.
     resumed = {run.id for run in expired.resumed}
     for run in [*expired.resumed, *runs]:
@@ -60,7 +62,7 @@ def recover(
     # Buffered runs are normally released by the worker that ends a run of the same rule; a
     # worker that died (or a rule whose limit was raised) leaves them for this sweep.
     with session_factory() as session:
-        buffering = runs_db.rules_with_buffered_runs(session)
+        buffering = overlap_db.rules_with_buffered_runs(session)
         limits = {}
         for rule_id in buffering:
             try:

@@ -3,8 +3,8 @@ scheduled runs, the review queue, lanes, cleanups, approvals and ingress events;
 table of the moves a run's status may make (`RUN_MOVES`), which every status change of a run in
 `ade_tasks.db` takes its `WHERE status ...` from and checks its target against.
 
-Apart from the tables (`ade_tasks.db.schema`, which re-exports them) so code that only names a
-state, such as the CLI, does not load SQLAlchemy.
+Apart from the tables (`ade_tasks.db.schema`) so code that only names a state, such as the CLI,
+does not load SQLAlchemy.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from ade_tasks.db import lanes as lanes_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStepRow, ScheduledCleanupRow
@@ -116,7 +117,7 @@ def _append_step(
     if last is None:  # the run was pruned meanwhile: the cleanup row keeps the record
         return
     note = (result or {}).get("note", "")
-    step = runs_db.StepRecord(
+    step = run_steps_db.StepRecord(
         run_id=cleanup.run_id,
         index=int(last) + 1,
         step_id=f"{cleanup.step_id}.cleanup",
@@ -128,7 +129,7 @@ def _append_step(
         result={**(result or {}), "scheduled_cleanup": cleanup.id},
         error=error,
     )
-    runs_db.record_step(session, step)
+    run_steps_db.record_step(session, step)
 
 
 @register

@@ -26,12 +26,15 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_recovery as run_recovery_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.db.retry import is_connection_lost, retrying
-from ade_tasks.db.runs import StepRecord
+from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.db.schema import RunStepRow
 from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
@@ -167,7 +170,7 @@ class Watch:
         the run is then resumed elsewhere, never run by two workers at once."""
         pending = self._pending
         if pending is not None and now >= pending[1]:
-            self._write(runs_db.announce_step, pending[0])
+            self._write(run_steps_db.announce_step, pending[0])
             if self._pending is pending:
                 self._pending = None
         if self.lost.is_set():
@@ -281,7 +284,7 @@ class _Plan:
     done: list[RunStepRow]
     approved: frozenset[int]
     started: float  # time.monotonic() when this worker took the run
-    interruption: runs_db.Interruption | None = None  # what lost workers left to decide
+    interruption: run_recovery_db.Interruption | None = None  # what lost workers left to decide
 
     def charge(self) -> usage_db.Charge:
         """The run-seconds this attempt charges to the rule's billing code, as it ends."""
@@ -374,9 +377,9 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun, start
     approved: frozenset[int] = frozenset()
     interruption = None
     if claimed.attempt > 1:  # resumed (after an approval or a lost worker): keep what was done
-        done = [s for s in runs_db.list_steps(session, claimed.id) if s.status != "running"]
+        done = [s for s in run_steps_db.list_steps(session, claimed.id) if s.status != "running"]
         approved = approvals_db.approved_steps(session, claimed.id)
-        interruption = runs_db.interruption_of(session, claimed.id)
+        interruption = run_recovery_db.interruption_of(session, claimed.id)
     return _Plan(
         rule=rule,
         actions=list(rule.execution.actions),
@@ -439,7 +442,7 @@ def _run_chain(
         action = actions[index]
         step = StepRecord(run_id, index, action.id, action.type, started_at=utcnow())
         if index == len(plan.done) and not _may_rerun(sessions, run_id, action, index, plan):
-            outcome = StepOutcome(StepStatus.FAILED, error=runs_db.STEP_WORKER_LOST)
+            outcome = StepOutcome(StepStatus.FAILED, error=run_recovery_db.STEP_WORKER_LOST)
         else:
             monitor.step_started(step)
             outcome = run_step(action, index, state, step_run, partial(_execute_step, config))
@@ -531,8 +534,8 @@ def _may_rerun(sessions: SessionFactory, run_id: str, action: Any, index: int, p
         return True
     rerun = action.type == "agent-session" or lost.reruns.get(index, 0) < int(action.retry)
     with sessions.begin() as session:
-        runs_db.append_event(
-            session, run_id, runs_db.INTERRUPTED_EVENT, {"index": index, "rerun": rerun}
+        run_events_db.append_event(
+            session, run_id, run_recovery_db.INTERRUPTED_EVENT, {"index": index, "rerun": rerun}
         )
     log.warning(
         "run %s: step %d was interrupted by a lost worker; %s",
@@ -577,7 +580,7 @@ def _park_for_tool(
 def _record(sessions: SessionFactory, step: StepRecord | None) -> None:
     """Record a finished step that is not the run's last (that one goes with the outcome)."""
     if step is not None:
-        _durably(sessions, partial(runs_db.record_step, step=step), f"run {step.run_id}: step")
+        _durably(sessions, partial(run_steps_db.record_step, step=step), f"run {step.run_id}: step")
 
 
 def _durably(sessions: SessionFactory, write: Callable[[Any], T], what: str) -> T:
@@ -641,7 +644,7 @@ def _park(
     )
     with sessions.begin() as session:
         if pending is not None:
-            runs_db.record_step(session, pending)
+            run_steps_db.record_step(session, pending)
         if not approvals_db.wait_for_approval(session, run_id, worker, index, reason):
             return None
     log.info("run %s is waiting for approval before step %d", run_id, index)

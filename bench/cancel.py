@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -93,7 +93,7 @@ def one_cancel(root: Path, heartbeat: float) -> float:
     pid = wait_for(lambda: pid_file.exists() and int(pid_file.read_text() or 0), 20, "the step")
     time.sleep(random.uniform(0, heartbeat))
     with factory.begin() as session:
-        runs_db.cancel_run(session, run_id, "bench")
+        run_cancels_db.cancel_run(session, run_id, "bench")
     began = time.monotonic()
     wait_for(lambda: not pid_alive(pid), 3 * heartbeat, "the cancelled command to stop")
     elapsed = time.monotonic() - began

@@ -234,7 +234,7 @@ def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
 def rules_trust(settings: Settings, content_hash: str, by: str) -> None:
     """Trust a reviewed shared rules file (by the sha256 `rules list` shows) so its rules run."""
     from ade_tasks.db.engine import create_db_engine, create_session_factory
-    from ade_tasks.db.rules import trust_hash
+    from ade_tasks.db.rule_trust import trust_hash
     from ade_tasks.errors import NotFoundError
 
     factory = create_session_factory(create_db_engine(settings.effective_database_url))

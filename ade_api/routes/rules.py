@@ -33,6 +33,9 @@ from ade_api.schemas import (
 )
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import rule_edits as rule_edits_db
+from ade_tasks.db import rule_trust as rule_trust_db
+from ade_tasks.db import rule_versions as rule_versions_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying
 from ade_tasks.errors import RuleProblem
@@ -265,7 +268,7 @@ def create_rule(
         return parsed  # type: ignore[return-value]
     rule, _ = parsed
     with services.session_factory.begin() as session:
-        row = rules_db.create_rule(session, rule, actor(request, body.by))
+        row = rule_edits_db.create_rule(session, rule, actor(request, body.by))
         out = rule_out(row, live_state(session, services.settings))
     response.headers["Location"] = str(request.url_for("get_rule", rule_id=rule.id))
     return out
@@ -275,7 +278,7 @@ def create_rule(
 def trust_shared_file(body: TrustRequest, request: Request, services: ServicesDep) -> TrustGranted:
     """Trust a reviewed shared rules file; its rules may run until the file changes again."""
     with services.session_factory.begin() as session:
-        released = rules_db.trust_hash(session, body.content_hash, actor(request, body.by))
+        released = rule_trust_db.trust_hash(session, body.content_hash, actor(request, body.by))
     return TrustGranted(content_hash=body.content_hash, rules=released)
 
 
@@ -297,7 +300,7 @@ def update_rule(rule_id: str, body: RuleWrite, request: Request, services: Servi
         return parsed  # type: ignore[return-value]
     rule, says_enabled = parsed
     with services.session_factory.begin() as session:
-        row, _ = rules_db.update_rule(
+        row, _ = rule_edits_db.update_rule(
             session, rule_id, rule, actor(request, body.by), keep_enabled=not says_enabled
         )
         return rule_out(row, live_state(session, services.settings))
@@ -315,7 +318,7 @@ def delete_rule(
     Refused with 409 while a run of it is queued, running or waiting, and for rules from files
     (remove the file and run `ade-tasks rules sync`)."""
     with services.session_factory.begin() as session:
-        version = rules_db.delete_rule(session, rule_id, actor(request, by))
+        version = rule_edits_db.delete_rule(session, rule_id, actor(request, by))
     return RuleDeleted(
         rule_id=rule_id,
         version=version,
@@ -360,7 +363,7 @@ def rule_versions(
 ) -> RuleVersionPage:
     """A rule's version history, newest first: every document it had, who changed it (token name,
     or `rules sync` for a file) and when; also of a deleted rule."""
-    rows, next_cursor = rules_db.list_versions(session, rule_id, limit=limit, cursor=cursor)
+    rows, next_cursor = rule_versions_db.list_versions(session, rule_id, limit=limit, cursor=cursor)
     return RuleVersionPage(
         items=[RuleVersionOut.model_validate(row) for row in rows], next_cursor=next_cursor
     )

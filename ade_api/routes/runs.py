@@ -31,6 +31,10 @@ from ade_api.schemas import (
 from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db import run_cancels as run_cancels_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.dispatch import TriggerEvent, dispatch_retrying, release_buffered
 from ade_tasks.errors import InvalidInputError, NotFoundError
@@ -53,7 +57,7 @@ def list_runs(
     trigger_type: str | None = None,
     since: Annotated[datetime | None, Query(description="ISO 8601 with a time zone")] = None,
     queue_status: QueueStatus | None = None,
-    limit: Annotated[int, Query(ge=1, le=runs_db.MAX_PAGE)] = runs_db.DEFAULT_PAGE,
+    limit: Annotated[int, Query(ge=1, le=run_views_db.MAX_PAGE)] = run_views_db.DEFAULT_PAGE,
     cursor: str | None = None,
     until: Annotated[
         datetime | None, Query(description="queued before this time; ISO 8601 with a time zone")
@@ -79,8 +83,10 @@ def list_runs(
         if trigger_type not in KNOWN_TRIGGER_TYPES:
             known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
             raise InvalidInputError(f"trigger_type {trigger_type!r} is unknown; use one of {known}")
-    filters = runs_db.RunFilter(rule, status, trigger_type, since, queue_status, until, id_prefix)
-    rows, next_cursor = runs_db.list_runs(session, filters, limit=limit, cursor=cursor)
+    filters = run_views_db.RunFilter(
+        rule, status, trigger_type, since, queue_status, until, id_prefix
+    )
+    rows, next_cursor = run_views_db.list_runs(session, filters, limit=limit, cursor=cursor)
     return RunPage(items=[RunOut.of(row) for row in rows], next_cursor=next_cursor)
 
 
@@ -97,13 +103,13 @@ def get_run(run_id: str, session: SessionDep) -> RunDetail:
     capability reports of its CLI agent sessions."""
     _check_id(run_id)
     row = runs_db.get_run(session, run_id)
-    steps = list(runs_db.list_steps(session, run_id))
-    capabilities = [data for _, data in runs_db.events_of(session, run_id, CAPABILITIES)]
+    steps = list(run_steps_db.list_steps(session, run_id))
+    capabilities = [data for _, data in run_events_db.events_of(session, run_id, CAPABILITIES)]
     return RunDetail.with_steps(
         row,
         steps,
         list(approvals_db.approvals_of(session, run_id)),
-        agent_usage=runs_db.agent_usage(session, run_id, steps),
+        agent_usage=run_views_db.agent_usage(session, run_id, steps),
         capabilities=capabilities,
     )
 
@@ -182,7 +188,7 @@ async def cancel_run(
 
     def cancel() -> tuple[RunOut, str]:
         with services.session_factory.begin() as session:
-            row, was = runs_db.cancel_run(session, run_id, by, body.note)
+            row, was = run_cancels_db.cancel_run(session, run_id, by, body.note)
             return RunOut.of(row), was
 
     run, was = await run_in_threadpool(cancel)
@@ -252,7 +258,7 @@ async def retry_run(
         def note() -> None:
             with services.session_factory.begin() as session:
                 data = {"retry": result.run.id, "by": by}
-                runs_db.append_event(session, run_id, runs_db.RETRIED_EVENT, data)
+                run_events_db.append_event(session, run_id, runs_db.RETRIED_EVENT, data)
 
         await run_in_threadpool(note)
     run_url = str(request.url_for("get_run", run_id=result.run.id))
@@ -311,7 +317,7 @@ async def run_events(
             runs_db.get_run(session, run_id)
             if follow:
                 return []
-            rows = runs_db.events_after(session, run_id, after, limit)
+            rows = run_events_db.events_after(session, run_id, after, limit)
             return [RunEventOut(id=e.id, at=e.at, kind=e.kind, step_index=e.step_index,
                                 data=e.data) for e in rows]  # fmt: skip
 

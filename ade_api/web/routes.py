@@ -60,6 +60,9 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import history
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import ApprovalRow, RuleRow, RunRow, RunStepRow
@@ -119,7 +122,7 @@ def _full_run_id(session: Any, given: str) -> str | None:
     prefix = given.strip().lower()
     if not _SHORT_ID.fullmatch(prefix):
         return None
-    found, _ = runs_db.list_runs(session, runs_db.RunFilter(id_prefix=prefix), limit=2)
+    found, _ = run_views_db.list_runs(session, run_views_db.RunFilter(id_prefix=prefix), limit=2)
     if not found:
         raise NotFoundError(f"no run id starts with {given!r}; the runs page lists them")
     if len(found) > 1:
@@ -230,12 +233,12 @@ def runs_page(
 ) -> HTMLResponse:
     """The run history, newest first, with filters; active runs' status updates live."""
     try:
-        filters = runs_db.RunFilter(
+        filters = run_views_db.RunFilter(
             rule_id=rule or None, status=status or None, queue_status=queue_status or None
         )
 
         def load(session: Any) -> tuple[list[RunLine], str | None, list[str]]:
-            rows, next_cursor = runs_db.list_runs(
+            rows, next_cursor = run_views_db.list_runs(
                 session, filters, limit=PAGE_SIZE, cursor=cursor or None
             )
             rule_ids = [r.id for r in rules_db.list_rules(session)]
@@ -303,9 +306,9 @@ class _RunView:
 
     def __init__(self, session: Any, run_id: str) -> None:
         self.run: RunRow = runs_db.get_run(session, run_id)
-        self.steps: list[RunStepRow] = list(runs_db.list_steps(session, run_id))
+        self.steps: list[RunStepRow] = list(run_steps_db.list_steps(session, run_id))
         self.approvals: list[ApprovalRow] = list(approvals_db.approvals_of(session, run_id))
-        self.events = runs_db.events_of(session, run_id)
+        self.events = run_events_db.events_of(session, run_id)
         try:
             rule_row: RuleRow | None = rules_db.get_rule(session, self.run.rule_id)
         except NotFoundError:  # the rule was deleted since: the run is still worth a page
@@ -408,8 +411,8 @@ def review_page(request: Request, queue_status: str = "") -> HTMLResponse:
         def load(session: Any) -> list[tuple[str, list[RunLine]]]:
             found = []
             for value in wanted:
-                rows, _ = runs_db.list_runs(
-                    session, runs_db.RunFilter(queue_status=value), limit=PAGE_SIZE
+                rows, _ = run_views_db.list_runs(
+                    session, run_views_db.RunFilter(queue_status=value), limit=PAGE_SIZE
                 )
                 found.append((value, run_lines(session, rows)))
             return found

@@ -29,7 +29,7 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db.schema import RuleRow, ScheduledRunRow
 from ade_tasks.errors import AdeError, NotFoundError
 from ade_tasks.rule_health import RuleHealth
@@ -156,7 +156,7 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
 
     def load(session: Any) -> dict[str, Any]:
         row = rules_db.get_rule(session, rule_id)
-        runs, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id=rule_id), limit=10)
+        runs, _ = run_views_db.list_runs(session, run_views_db.RunFilter(rule_id=rule_id), limit=10)
         return {
             "row": row,
             "health": health_of(row, live_state(session, settings)),

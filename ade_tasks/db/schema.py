@@ -86,6 +86,10 @@ class RuleRow(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+#: Characters of an error that a run or step row keeps; the query functions cut the rest off.
+MAX_ERROR = 4000
+
+
 class RunRow(Base):
     """One execution of a rule, from the trigger that caused it to its outcome."""
 

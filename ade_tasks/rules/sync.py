@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError
 
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.rules import SyncReport, sync_file_rules
+from ade_tasks.db.rule_sync import SyncReport, sync_file_rules
 from ade_tasks.rules.loader import LoadResult, load_rules_dir
 
 

@@ -50,7 +50,9 @@ from ade_tasks.ade_actions import (
     validate_args,
 )
 from ade_tasks.db import lanes as lanes_db
-from ade_tasks.db import rules as rules_db
+from ade_tasks.db import rule_edits as rule_edits_db
+from ade_tasks.db import run_cancels as run_cancels_db
+from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import (
     LaneRow,
@@ -170,7 +172,7 @@ def runs_cancel(args: RunsCancelArgs, call: Call) -> StepOutcome:
     by = f"rule {context.rule.id} run {context.run_id}"
     with call.session() as session:
         try:
-            row, status = runs_db.cancel_run(session, args.run_id, by)
+            row, status = run_cancels_db.cancel_run(session, args.run_id, by)
         except IllegalTransitionError:
             row = runs_db.get_run(session, args.run_id)
             status, cancelled = row.status, False
@@ -199,7 +201,7 @@ def rules_disable(args: RuleIdArgs, call: Call) -> StepOutcome:
 
 def _set_enabled(rule_id: str, enabled: bool, call: Call) -> StepOutcome:
     with call.session() as session:
-        _, changed = rules_db.set_enabled(session, rule_id, enabled)
+        _, changed = rule_edits_db.set_enabled(session, rule_id, enabled)
     state, before = ("enabled", "disabled") if enabled else ("disabled", "enabled")
     output = f"rule {rule_id!r} is {state}" + (f" (was {before})" if changed else "")
     return StepOutcome(
@@ -358,7 +360,7 @@ def notify_send(args: NotifySendArgs, call: Call) -> StepOutcome:
         args.url, args.text, marker=call.marker, policy=HTTP_POLICY, deadline=call.deadline
     )
     with call.session() as session:
-        runs_db.append_event(
+        run_events_db.append_event(
             session, context.run_id, NOTIFY_SENT, {"marker": call.marker}, context.step_index
         )
     return StepOutcome(

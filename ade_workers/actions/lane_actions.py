@@ -14,7 +14,7 @@ from typing import Any
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
 from ade_tasks.events import emit_lane_event
@@ -45,7 +45,7 @@ def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:
                    created.base_sha)  # fmt: skip
     with context.sessions.begin() as session:
         lane = lanes_db.record_lane(session, context.rule.project, lane, context.run_id)
-        runs_db.append_event(
+        run_events_db.append_event(
             session, context.run_id, "lane.created", lane.to_dict(), context.step_index
         )
     triggered = _emit(context, "lane.created", lane.to_dict())

@@ -25,7 +25,7 @@ from ade_tasks.agents.prompt import render_prompt
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
@@ -88,7 +88,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         with sessions() as session:
             history = [
                 (kind, data)
-                for kind, data in runs_db.events_of(session, context.run_id, "agent.")
+                for kind, data in run_events_db.events_of(session, context.run_id, "agent.")
                 if data.get("step", SESSION_STEP) == action.id
             ]
             decisions = approvals_db.tool_decisions(session, context.run_id)
@@ -237,7 +237,7 @@ def interrupted_note(history: list[tuple[str, dict[str, Any]]]) -> str:
 def _recorder(session_factory: SessionFactory, run_id: str, step_id: str) -> Record:
     def record(kind: str, data: dict[str, Any]) -> None:
         with session_factory.begin() as session:
-            runs_db.append_event(session, run_id, kind, {**data, "step": step_id})
+            run_events_db.append_event(session, run_id, kind, {**data, "step": step_id})
 
     return record
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
@@ -76,7 +76,7 @@ def run_rule(
 
 def step_of(session_factory: SessionFactory, run_id: str, index: int = 0) -> Any:
     with session_factory() as session:
-        step = runs_db.list_steps(session, run_id)[index]
+        step = run_steps_db.list_steps(session, run_id)[index]
         session.expunge(step)
     return step
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_recovery as run_recovery_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.fake_llm import Reply, ScriptedModelServer
@@ -55,7 +57,7 @@ def add_agent_rule(cluster: Cluster) -> None:
 
 def events(cluster: Cluster, run_id: str) -> list[tuple[str, dict[str, object]]]:
     with cluster.session_factory() as session:
-        return runs_db.events_of(session, run_id)
+        return run_events_db.events_of(session, run_id)
 
 
 def test_a_session_whose_worker_is_killed_resumes_without_repeating_its_tool_call(
@@ -93,14 +95,14 @@ def test_a_session_whose_worker_is_killed_resumes_without_repeating_its_tool_cal
     kinds = [kind for kind, _ in recorded]
     assert [d["tool_call_id"] for k, d in recorded if k == "agent.tool_result"] == ["call_1"]
     assert kinds.count("agent.model_turn") == 2  # turn 1, then the reply asked again
-    assert kinds.count(runs_db.RESUMED_EVENT) == 1 and "run.worker_lost" not in kinds
+    assert kinds.count(run_recovery_db.RESUMED_EVENT) == 1 and "run.worker_lost" not in kinds
     # The hung turn was asked again with the same conversation, ending in the recorded result.
     assert len(llm.requests) == 3
     hung, again = llm.requests[1].json["messages"], llm.requests[2].json["messages"]
     assert again == hung
     assert again[-1]["role"] == "tool" and again[-1]["tool_call_id"] == "call_1"
     with cluster.session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
     assert (step.step_id, step.status) == ("session", "succeeded")
 
 

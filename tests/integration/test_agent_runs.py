@@ -17,6 +17,8 @@ from ade_tasks.approvals import answer_input, decide_run, expire_inputs
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
@@ -97,7 +99,7 @@ def run_of(session_factory: SessionFactory, run_id: str) -> Any:
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
         session.expunge(run)
-        events = runs_db.events_of(session, run_id, "agent.")
+        events = run_events_db.events_of(session, run_id, "agent.")
     return run, events
 
 
@@ -376,7 +378,7 @@ execution:
     prompt = llm.requests[0].json["messages"][-1]["content"]
     assert "test_app failed: expected 2" in prompt
     with session_factory() as session:
-        steps = {s.step_id: s for s in runs_db.list_steps(session, run_id)}
+        steps = {s.step_id: s for s in run_steps_db.list_steps(session, run_id)}
         (lane,) = lanes_db.list_lanes(session, None)
     assert not (config.settings.project_root("default") / "fix.txt").exists()
     assert (Path(lane.path) / "fix.txt").read_text() == "fixed"  # the lane's worktree
@@ -426,7 +428,7 @@ execution:
     assert fallback[0]["support"] == "enforced"  # the engine's hook parks `ask` calls
     (result,) = [data for kind, data in events if kind == "agent.cli_result"]
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
         used = usage_db.usage_on(session, usage_db.day_of(utcnow()), "auto:cli")
     assert step.result["cost_usd"] == result["cost_usd"] and result["cost_usd"] > 0
     assert used.cost_usd == pytest.approx(result["cost_usd"])

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
-from ade_tasks.db import rules as rules_db
+from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
@@ -323,11 +323,11 @@ def test_refusals_name_the_field_and_the_kill_switch_needs_an_admin_to_force(
     viewer = bearer(cluster, "watcher", Role.VIEWER)
     assert refused("tenly", good, viewer)[0] == 403
     with cluster.session_factory.begin() as session:
-        rules_db.set_enabled(session, "tenly", False)
+        rule_edits_db.set_enabled(session, "tenly", False)
     disabled = refused("tenly", good, operator)
     assert disabled[0] == 409 and "ade-tasks rules enable tenly" in disabled[1]
     with cluster.session_factory.begin() as session:
-        rules_db.set_enabled(session, "tenly", True)
+        rule_edits_db.set_enabled(session, "tenly", True)
 
     stopped = cluster.api(env={"ADE_DISABLE_AUTOMATIONS": "1"})
     answer = post_backfill(stopped, "tenly", start, end, headers=operator)

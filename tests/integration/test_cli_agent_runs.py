@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from ade_tasks.approvals import decide_run
 from ade_tasks.clock import utcnow
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -105,7 +105,7 @@ def test_a_claude_code_rule_succeeds_with_only_the_provider_settings(
     assert {i["support"] for i in checked[0]["items"]} == {"enforced"}
     assert KEY not in json.dumps(events)
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
         used = usage_db.usage_on(session, usage_db.day_of(utcnow()), "auto:claude")
     assert step.result["input_tokens"] > 0 and used.tokens > 0
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 from sqlalchemy import make_url, select
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.retry import retrying
 from ade_tasks.db.schema import RunRow
 from tests.integration.conftest import Cluster, terminate_backends
@@ -173,7 +173,7 @@ def tally(cluster: Cluster, scenario: str, load: Load, ledger: Path, timeout: fl
 
 def _event_kinds(cluster: Cluster, run_id: str) -> list[str]:
     with cluster.session_factory() as session:
-        return [kind for kind, _ in runs_db.events_of(session, run_id, "run.")]
+        return [kind for kind, _ in run_events_db.events_of(session, run_id, "run.")]
 
 
 # --- worker SIGKILL -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit, create_db_engine, create_session_factory
@@ -53,7 +54,7 @@ def test_the_outcome_charges_its_run_seconds_once_and_only_when_the_run_was_ours
     sessions: SessionFactory, with_step: bool
 ) -> None:
     run_id = claimed_run(sessions, "w1")
-    step = runs_db.StepRecord(
+    step = run_steps_db.StepRecord(
         run_id, 0, "only", "run-command", utcnow(), StepStatus.SUCCEEDED, utcnow(), 0, "ok"
     )
     charge = usage_db.Charge("team-a", DAY, 1.25)
@@ -74,5 +75,5 @@ def test_the_outcome_charges_its_run_seconds_once_and_only_when_the_run_was_ours
     assert seconds_of(sessions, "team-a") == 2.5  # the two runs that were ours add up
     with sessions() as session:
         assert runs_db.get_run(session, run_id).status == RunStatus.SUCCEEDED
-        steps = runs_db.list_steps(session, run_id)
+        steps = run_steps_db.list_steps(session, run_id)
     assert [(s.step_id, s.status) for s in steps] == ([("only", "succeeded")] if with_step else [])

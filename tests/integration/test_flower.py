@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
@@ -134,7 +134,7 @@ def test_flower_requires_auth_and_shows_the_run_by_rule_without_secrets(cluster:
         run_id = result.run.id
         assert finished(cluster, run_id).status == "succeeded"
         with cluster.session_factory() as session:
-            (step,) = runs_db.list_steps(session, run_id)
+            (step,) = run_steps_db.list_steps(session, run_id)
         assert step.output == "token=***\n"  # the worker resolved the secret (and masked it)
 
         def run_task() -> tuple[str, dict[str, Any]] | None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import redis
 
+from ade_tasks.db import run_recovery as run_recovery_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
 from ade_tasks.dispatch import TriggerEvent, dispatch
@@ -111,7 +113,7 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
     )
     assert (project / "count").read_text() == "x\n"
     with cluster.session_factory() as session:
-        assert len(runs_db.list_steps(session, result.run.id)) == 1
+        assert len(run_steps_db.list_steps(session, result.run.id)) == 1
 
 
 def test_timeout_kills_the_command_and_every_descendant(cluster: Cluster, project: Path) -> None:
@@ -151,7 +153,7 @@ def test_ten_megabytes_of_output_are_capped_and_worker_memory_stays_flat(cluster
         assert finished(cluster, run_id).status == "succeeded"
     grown = rss_kib(group_pids(worker.pid)) - before
     with cluster.session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
     assert len(step.output) <= 80_100 and step.output.rstrip().endswith("END")
     assert "characters omitted" in step.output
     assert grown < 20_000, f"worker RSS grew by {grown} KiB over three 10 MB runs"
@@ -174,7 +176,7 @@ def test_sigkill_of_the_worker_fails_the_interrupted_step_on_the_next_worker(
 
     def step_shown_running() -> bool:
         with cluster.session_factory() as session:
-            return [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+            return [s.status for s in run_steps_db.list_steps(session, run_id)] == ["running"]
 
     wait_until(step_shown_running, 20, "the history to show the step running")
     pid_file = project / "pid"
@@ -192,8 +194,8 @@ def test_sigkill_of_the_worker_fails_the_interrupted_step_on_the_next_worker(
     assert row.status == "failed"
     assert "worker lost while this step ran" in (row.error or ""), row.error
     with cluster.session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
-        assert step.status == "failed" and step.error == runs_db.STEP_WORKER_LOST
+        (step,) = run_steps_db.list_steps(session, run_id)
+        assert step.status == "failed" and step.error == run_recovery_db.STEP_WORKER_LOST
 
 
 def test_broker_down_keeps_the_run_queued_and_it_runs_when_the_broker_returns(

@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 
 from ade_tasks.clock import utcnow
-from ade_tasks.db import runs as runs_db
-from ade_tasks.db.runs import StepRecord
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.dispatch import TriggerEvent, dispatch
 from ade_tasks.states import StepStatus
 from tests.integration.conftest import Cluster
@@ -141,15 +142,15 @@ def test_detail_has_steps_usage_confidence_and_capability_reports(cluster: Clust
     run_id = start(cluster, "agentish")  # no worker: the test writes what an agent run records
     report = {"cli": "claude-code", "version": "1.2.3", "sandbox": "enforced"}
     with cluster.session_factory.begin() as session:
-        runs_db.record_step(
+        run_steps_db.record_step(
             session,
             StepRecord(run_id, 0, "review", "agent-session", utcnow(), StepStatus.SUCCEEDED,
                        utcnow(), result={"input_tokens": 1200, "output_tokens": 300,
                                          "cost_usd": 0.02, "turns": 3}),
         )  # fmt: skip
-        runs_db.append_event(session, run_id, "agent.capabilities", {**report, "step": "fix"})
+        run_events_db.append_event(session, run_id, "agent.capabilities", {**report, "step": "fix"})
         for tokens in (100, 50):
-            runs_db.append_event(session, run_id, "agent.model_turn",
+            run_events_db.append_event(session, run_id, "agent.model_turn",
                                  {"step": "fix", "usage": {"input_tokens": tokens,
                                                            "output_tokens": 10}})  # fmt: skip
     detail = api.get(f"/api/v1/runs/{run_id}").json()
@@ -172,7 +173,7 @@ def test_events_as_json_page_with_after(cluster: Cluster) -> None:
     run_id = start(cluster, "noisy")
     with cluster.session_factory.begin() as session:
         for n in range(5):
-            runs_db.append_event(session, run_id, "test.line", {"n": n})
+            run_events_db.append_event(session, run_id, "test.line", {"n": n})
     events = api.get(f"/api/v1/runs/{run_id}/events").json()
     assert [e["data"]["n"] for e in events] == [0, 1, 2, 3, 4]
     assert all(e["kind"] == "test.line" and e["id"] for e in events)
@@ -189,7 +190,7 @@ def test_follow_streams_existing_events_then_steps_and_ends_when_the_run_ends(
     api = cluster.api()
     run_id = start(cluster, "steps")
     with cluster.session_factory.begin() as session:
-        runs_db.append_event(session, run_id, "test.before", {"n": 1})
+        run_events_db.append_event(session, run_id, "test.before", {"n": 1})
     result: dict[str, Any] = {}
     reader = threading.Thread(target=lambda: result.update(events=follow(api, run_id)))
     reader.start()

@@ -8,7 +8,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_recovery as run_recovery_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
@@ -17,7 +19,7 @@ from tests.support import wait_until
 
 def steps_of(cluster: Cluster, run_id: str) -> list[tuple[str, str, str]]:
     with cluster.session_factory() as session:
-        return [(s.step_id, s.status, s.output) for s in runs_db.list_steps(session, run_id)]
+        return [(s.step_id, s.status, s.output) for s in run_steps_db.list_steps(session, run_id)]
 
 
 def test_a_running_run_shows_its_finished_steps_and_cancelling_keeps_them(
@@ -91,9 +93,9 @@ def test_a_lost_worker_keeps_the_finished_step_and_fails_the_interrupted_one(
     assert steps[1][:2] == ("second", "failed")
     assert [s[:2] for s in steps[2:]] == [("third", "skipped"), ("cleanup", "succeeded")]
     with cluster.session_factory() as session:
-        kinds = [kind for kind, _ in runs_db.events_of(session, run_id, "run.")]
-        assert kinds.count(runs_db.RESUMED_EVENT) == 1
-        assert runs_db.INTERRUPTED_EVENT in kinds
+        kinds = [kind for kind, _ in run_events_db.events_of(session, run_id, "run.")]
+        assert kinds.count(run_recovery_db.RESUMED_EVENT) == 1
+        assert run_recovery_db.INTERRUPTED_EVENT in kinds
 
 
 def test_a_lost_worker_s_step_with_retry_runs_again_on_the_next_worker(

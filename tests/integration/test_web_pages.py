@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import RunRow, RunStepRow, ScheduleOccurrenceRow
@@ -366,7 +367,7 @@ def test_run_now_is_offered_and_accepted_only_for_rules_with_a_manual_trigger(
     assert refused.status_code == 422
     assert "rule &#39;hooked&#39; has no manual trigger" in refused.text
     with cluster.session_factory() as session:
-        rows, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id="hooked"))
+        rows, _ = run_views_db.list_runs(session, run_views_db.RunFilter(rule_id="hooked"))
     assert not rows
 
 

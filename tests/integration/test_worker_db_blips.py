@@ -3,7 +3,7 @@ records every step and the run's outcome: bookkeeping is retried on fresh connec
 
 from __future__ import annotations
 
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster, terminate_backends
 from tests.integration.test_run_path import add_rule, finished
@@ -25,7 +25,7 @@ def test_terminated_connections_during_every_step_lose_nothing(cluster: Cluster)
 
     def step_running(index: int) -> bool:
         with cluster.session_factory() as session:
-            steps = runs_db.list_steps(session, run_id)
+            steps = run_steps_db.list_steps(session, run_id)
             return any(s.index == index and s.status == "running" for s in steps)
 
     for i in range(3):
@@ -36,5 +36,7 @@ def test_terminated_connections_during_every_step_lose_nothing(cluster: Cluster)
     row = finished(cluster, run_id)
     assert (row.status, row.error) == ("succeeded", None)
     with cluster.session_factory() as session:
-        recorded = [(s.step_id, s.status, s.output) for s in runs_db.list_steps(session, run_id)]
+        recorded = [
+            (s.step_id, s.status, s.output) for s in run_steps_db.list_steps(session, run_id)
+        ]
     assert recorded == [(f"s{i}", "succeeded", f"{i}\n") for i in range(3)]

@@ -11,9 +11,11 @@ from sqlalchemy import select, update
 
 from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import RuleRow, RunStepRow, ScheduledCleanupRow
+from ade_tasks.db.schema import RuleRow, RunRow, RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
 from ade_tasks.states import CleanupStatus, RunStatus
@@ -41,12 +43,12 @@ def run(
 
 def steps_of(session_factory: SessionFactory, run_id: str) -> list[RunStepRow]:
     with session_factory() as session:
-        steps = list(runs_db.list_steps(session, run_id))
+        steps = list(run_steps_db.list_steps(session, run_id))
         session.expunge_all()
     return steps
 
 
-def run_row(session_factory: SessionFactory, run_id: str) -> runs_db.RunRow:
+def run_row(session_factory: SessionFactory, run_id: str) -> RunRow:
     with session_factory() as session:
         row = runs_db.get_run(session, run_id)
         session.expunge(row)
@@ -103,7 +105,7 @@ def test_runs_cancel_cancels_a_waiting_run_and_closes_its_approval(
     # settled as an operator's cancel is (one cancel): the approval cancelled, the event written
     assert (approval.status, approval.decided_by) == ("cancelled", f"rule ops run {ops_run}")
     with session_factory() as session:
-        events = runs_db.events_of(session, waiting, "run.cancelled")
+        events = run_events_db.events_of(session, waiting, "run.cancelled")
     assert events == [("run.cancelled", {"by": f"rule ops run {ops_run}", "note": None,
                                          "was": "waiting"})]  # fmt: skip
     with pytest.raises(ConflictError, match="not waiting for an approval"):

@@ -20,6 +20,7 @@ from ade_tasks.backfill import (
 )
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import pauses as pauses_db
+from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
@@ -312,7 +313,7 @@ def test_a_disabled_rule_is_refused_with_how_to_enable_it(
     session_factory: SessionFactory, sender: InMemorySender, hourly: None
 ) -> None:
     with session_factory.begin() as session:
-        rules_db.set_enabled(session, "hourly", False)
+        rule_edits_db.set_enabled(session, "hourly", False)
     with pytest.raises(AdmissionError, match=r"is disabled.*ade-tasks rules enable hourly"):
         run_backfill(session_factory, sender, at(8), at(9))
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import LaneRow, RunRow
@@ -42,7 +44,7 @@ def run_rule(
 
 def steps_of(session_factory: SessionFactory, run_id: str) -> list[tuple[str, str, str]]:
     with session_factory() as session:
-        return [(s.step_id, s.status, s.output) for s in runs_db.list_steps(session, run_id)]
+        return [(s.step_id, s.status, s.output) for s in run_steps_db.list_steps(session, run_id)]
 
 
 def test_condition_over_an_earlier_step_decides_whether_a_step_runs(
@@ -78,7 +80,7 @@ execution:
 """)  # fmt: skip
 
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run.id)
+        (step,) = run_steps_db.list_steps(session, run.id)
     assert run.status == RunStatus.SUCCEEDED
     assert (project / "tries").read_text() == "x\nx\nx\n"
     assert step.result["attempts"] == 3
@@ -150,7 +152,7 @@ execution:
 """)  # fmt: skip
 
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run.id)
+        (step,) = run_steps_db.list_steps(session, run.id)
     stored = step.output + json.dumps(step.result) + (step.error or "")
     assert SECRET not in stored and "s3cr3t" not in stored
     assert step.output.count("***") >= 3  # plain, inside JSON, in the traceback
@@ -185,7 +187,7 @@ execution:
 """)  # fmt: skip
 
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run.id)
+        (step,) = run_steps_db.list_steps(session, run.id)
     assert (step.result["passed"], step.result["failed"], step.result["total"]) == (1, 1, 2)
     assert step.result["failing"] == ["test_sample::test_broken"]
     assert run.status == RunStatus.FAILED
@@ -270,7 +272,7 @@ execution:
 """)  # fmt: skip
 
     with session_factory() as session:
-        predict = runs_db.list_steps(session, run.id)[-1]
+        predict = run_steps_db.list_steps(session, run.id)[-1]
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert predict.result["conflicts"] == ["src/app.py"]
     assert run.findings is not None
@@ -306,7 +308,9 @@ execution:
     execute_run(session_factory, with_sender, run_id, "w1")
 
     with session_factory() as session:
-        triggered = runs_db.list_runs(session, runs_db.RunFilter(trigger_type="lane.created"))[0]
+        triggered = run_views_db.list_runs(
+            session, run_views_db.RunFilter(trigger_type="lane.created")
+        )[0]
     assert [(run.rule_id, run.trigger["lane"]["name"]) for run in triggered] == [
         ("on-fix", "fix-login")
     ]

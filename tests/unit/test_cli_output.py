@@ -18,7 +18,8 @@ from ade_api import follow
 from ade_api.cli import base as cli
 from ade_api.cli import history as cli_history
 from ade_api.cli import runs as cli_runs
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_views as run_views_db
 from tests.support import BIN
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -29,13 +30,13 @@ def at(seconds: float) -> datetime:
 
 
 def step(index: int, status: str, start: float, end: float | None, error: str | None = None
-         ) -> runs_db.StepState:  # fmt: skip
-    return runs_db.StepState("r", index, f"s{index + 1}", "run-command", status, None, error,
+         ) -> run_views_db.StepState:  # fmt: skip
+    return run_views_db.StepState("r", index, f"s{index + 1}", "run-command", status, None, error,
                              at(start), None if end is None else at(end))  # fmt: skip
 
 
-def state(status: str, error: str | None = None, end: float | None = None) -> runs_db.RunState:
-    return runs_db.RunState("r", status, "w1", error, None if end is None else at(end))
+def state(status: str, error: str | None = None, end: float | None = None) -> run_views_db.RunState:
+    return run_views_db.RunState("r", status, "w1", error, None if end is None else at(end))
 
 
 def sent(feed: follow._Feed) -> list[tuple[str, dict[str, Any]]]:
@@ -47,10 +48,10 @@ def test_one_ticks_steps_and_events_are_sent_in_the_order_they_happened() -> Non
     # Given a tick that sees a run end: its second step read before its first, an event
     # written between them
     feed = follow._Feed("r")
-    progress = runs_db.Progress(
+    progress = run_views_db.Progress(
         {"r": state("failed", "step 's2' failed", end=3)},
         [step(1, "failed", 1.5, 2.5), step(0, "succeeded", 0, 1)],
-        [runs_db.EventLine(7, "r", at(1.2), "test.line", None, {})],
+        [run_events_db.EventLine(7, "r", at(1.2), "test.line", None, {})],
         False,
     )
     # When the hub applies it
@@ -65,7 +66,7 @@ def test_one_ticks_steps_and_events_are_sent_in_the_order_they_happened() -> Non
 
 def test_a_skipped_step_is_sent_once_with_its_reason_and_never_as_started() -> None:
     feed = follow._Feed("r")
-    progress = runs_db.Progress({"r": state("running")}, [step(0, "skipped", 0, 0)], [], False)
+    progress = run_views_db.Progress({"r": state("running")}, [step(0, "skipped", 0, 0)], [], False)
     extras = follow._StepExtras(skip_reasons={("r", 0): "condition is false"})
     follow.FollowHub._apply(feed, progress, extras)
     assert [kind for kind, _ in sent(feed)] == ["run.status", "step.finished"]
@@ -80,7 +81,7 @@ def test_a_step_the_cancel_ended_is_sent_as_cancelled_and_an_earlier_failure_sta
     # second was running when the operator cancelled
     feed = follow._Feed("r")
     reason = "cancelled by ops: wrong branch"
-    progress = runs_db.Progress(
+    progress = run_views_db.Progress(
         {"r": state("cancelled", reason, end=5)},
         [step(0, "failed", 0, 1, "command exited with status 1"), step(1, "failed", 1, 5, reason)],
         [],

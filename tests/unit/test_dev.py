@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from ade_api.dev import Console, api_server_config, cli_hint, ensure_data_dir
 from ade_api.header_timeout import HeaderTimeoutProtocol
-from ade_tasks.db.rules import SyncReport
+from ade_tasks.db.rule_sync import SyncReport
 from ade_tasks.errors import RuleProblem
 from ade_tasks.rules.loader import LoadResult
 from ade_tasks.settings import Settings

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import DispatchResult, InMemorySender, TriggerEvent, dispatch, dispatch_many
@@ -65,7 +67,7 @@ def test_disabled_rule_refuses_automatic_triggers_but_runs_manually(
         dispatch(session_factory, sender, "beta", TriggerEvent("webhook", "ci ping"))
     assert dispatch(session_factory, sender, "beta", TriggerEvent.manual()).created
     with session_factory() as session:
-        page, _ = runs_db.list_runs(session, runs_db.RunFilter(rule_id="beta"))
+        page, _ = run_views_db.list_runs(session, run_views_db.RunFilter(rule_id="beta"))
     assert [r.trigger_type for r in page] == ["manual"]
 
 
@@ -93,7 +95,7 @@ def test_bad_inputs_are_refused_before_anything_is_recorded(
     with pytest.raises(InvalidInputError, match=message):
         dispatch(session_factory, sender, "alpha", TriggerEvent.manual(inputs))
     with session_factory() as session:
-        assert runs_db.list_runs(session, runs_db.RunFilter())[0] == []
+        assert run_views_db.list_runs(session, run_views_db.RunFilter())[0] == []
 
 
 def test_broker_down_keeps_the_run_queued_and_the_sweep_sends_it_later(
@@ -130,14 +132,16 @@ def test_expired_lease_queues_the_run_again_for_another_worker(
     run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
     with session_factory.begin() as session:
         runs_db.claim_run(session, run_id, "w1", utcnow() - timedelta(seconds=1))
-        runs_db.announce_step(session, runs_db.StepRecord(run_id, 0, "s", "run-command", utcnow()))
+        run_steps_db.announce_step(
+            session, run_steps_db.StepRecord(run_id, 0, "s", "run-command", utcnow())
+        )
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=1))
     assert (report.resumed, report.failed) == ([run_id], [])
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
         assert (run.status, run.worker, run.error) == (RunStatus.QUEUED, None, None)
         # The interrupted step stays for the next attempt to decide on.
-        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+        assert [s.status for s in run_steps_db.list_steps(session, run_id)] == ["running"]
         # The worker that lost its lease can no longer record an outcome.
     with session_factory.begin() as session:
         assert not runs_db.finish_run(session, run_id, "w1", RunStatus.SUCCEEDED)
@@ -149,13 +153,13 @@ def test_a_step_is_shown_running_only_while_its_run_is(
     # A run cancelled between its step's start and the step's announcement keeps no
     # `running` step behind.
     run_id = dispatch(session_factory, sender, "alpha", TriggerEvent.manual()).run.id
-    step = runs_db.StepRecord(run_id, 0, "s", "run-command", utcnow())
+    step = run_steps_db.StepRecord(run_id, 0, "s", "run-command", utcnow())
     with session_factory.begin() as session:
-        runs_db.announce_step(session, step)  # queued, not running: nothing to show
-        assert runs_db.list_steps(session, run_id) == []
+        run_steps_db.announce_step(session, step)  # queued, not running: nothing to show
+        assert run_steps_db.list_steps(session, run_id) == []
         runs_db.claim_run(session, run_id, "w1", utcnow() + timedelta(seconds=30))
-        runs_db.announce_step(session, step)
-        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+        run_steps_db.announce_step(session, step)
+        assert [s.status for s in run_steps_db.list_steps(session, run_id)] == ["running"]
 
 
 def test_run_history_pages_newest_first_with_a_cursor(
@@ -168,7 +172,9 @@ def test_run_history_pages_newest_first_with_a_cursor(
     cursor = None
     with session_factory() as session:
         while True:
-            page, cursor = runs_db.list_runs(session, runs_db.RunFilter(), limit=2, cursor=cursor)
+            page, cursor = run_views_db.list_runs(
+                session, run_views_db.RunFilter(), limit=2, cursor=cursor
+            )
             seen += [r.id for r in page]
             if cursor is None:
                 break

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.conditions import parse_condition
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.loader import load_rules_dir
@@ -51,7 +51,7 @@ def run(
     run_id = dispatch(session_factory, sender, "tests-with-report", TriggerEvent.manual()).run.id
     status = execute_run(session_factory, config, run_id, "w1")
     with session_factory() as session:
-        steps = {s.step_id: s.status for s in runs_db.list_steps(session, run_id)}
+        steps = {s.step_id: s.status for s in run_steps_db.list_steps(session, run_id)}
     assert status is not None
     return status, steps
 

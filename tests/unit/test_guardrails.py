@@ -13,10 +13,11 @@ from ade_tasks.approvals import decide_run
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.schema import ScheduledCleanupRow
+from ade_tasks.db.schema import RunRow, ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
 from ade_tasks.review import confidence, review
@@ -34,7 +35,7 @@ def start(session_factory: SessionFactory, rules_dir: Path, body: str) -> str:
     return dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run.id
 
 
-def run_of(session_factory: SessionFactory, run_id: str) -> runs_db.RunRow:
+def run_of(session_factory: SessionFactory, run_id: str) -> RunRow:
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
         session.expunge(run)
@@ -102,7 +103,7 @@ execution:
     assert execute_run(session_factory, config, run_id, "w2") == RunStatus.SUCCEEDED
 
     with session_factory() as session:
-        steps = runs_db.list_steps(session, run_id)
+        steps = run_steps_db.list_steps(session, run_id)
     assert (project / "built").read_text() == "x\n"  # the build step did not run twice
     assert [(s.step_id, s.status) for s in steps] == [
         ("build", "succeeded"),
@@ -218,7 +219,7 @@ execution:
     )
 
     with session_factory() as session:
-        steps = runs_db.list_steps(session, run_id)
+        steps = run_steps_db.list_steps(session, run_id)
         (cleanup,) = lanes_db.list_cleanups(session)
     assert early["done"] == 0 and late["done"] == 1
     assert not lane_path.exists()
@@ -360,5 +361,5 @@ execution: {{kind: built-in, actions: [{{id: build, type: run-command, command: 
 
     run = run_of(session_factory, run_id)
     with session_factory() as session:
-        recorded = [s.step_id for s in runs_db.list_steps(session, run_id)]
+        recorded = [s.step_id for s in run_steps_db.list_steps(session, run_id)]
     assert (run.status, run.queue_status, recorded) == (status, queue, steps)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.rule import Rule
@@ -43,7 +45,7 @@ execution:
     run = run_of(session_factory, run_id)
     with session_factory() as session:
         (cleanup,) = lanes_db.list_cleanups(session)
-        events = [kind for kind, _ in runs_db.events_of(session, run_id)]
+        events = [kind for kind, _ in run_events_db.events_of(session, run_id)]
     assert report["failed"] == 1 and cleanup.status == CleanupStatus.FAILED
     assert run.status == RunStatus.FAILED
     assert run.error is not None
@@ -95,7 +97,7 @@ execution:
     assert not (lanes_dir / "keep-now").exists() and not (lanes_dir / "keep-later").exists()
     assert "ade/keep-now" in branches and "ade/keep-later" in branches
     with session_factory() as session:
-        steps = {s.step_id: s for s in runs_db.list_steps(session, run_id)}
+        steps = {s.step_id: s for s in run_steps_db.list_steps(session, run_id)}
     assert "kept branch ade/keep-now" in (steps["b"].output or "")
     assert steps["d.cleanup"].status == "succeeded"
     assert run_of(session_factory, run_id).status == RunStatus.SUCCEEDED

@@ -6,6 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -146,8 +148,10 @@ def test_the_sweep_releases_buffered_runs_a_dead_worker_left_behind(
     start(session_factory, first)
     with session_factory.begin() as session:  # its worker died; the lease ran out
         runs_db.renew_lease(session, first, "w", utcnow() - timedelta(seconds=1))
-        for resume in range(runs_db.MAX_WORKER_LOST_RESUMES):  # and not for the first time
-            runs_db.append_event(session, first, runs_db.RESUMED_EVENT, {"resume": resume + 1})
+        for resume in range(run_recovery_db.MAX_WORKER_LOST_RESUMES):  # and not for the first time
+            run_events_db.append_event(
+                session, first, run_recovery_db.RESUMED_EVENT, {"resume": resume + 1}
+            )
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=5))
     assert report.failed == [first] and report.released == [second]
     assert status(session_factory, second)[:2] == ("queued", False)

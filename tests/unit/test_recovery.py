@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_recovery as run_recovery_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -53,19 +56,19 @@ def lose_worker(session_factory: SessionFactory, run_id: str, worker: str = "w1"
     """Claim the run and announce its step under a lease that has already run out."""
     with session_factory.begin() as session:
         assert runs_db.claim_run(session, run_id, worker, utcnow() - timedelta(seconds=1))
-        step = runs_db.StepRecord(run_id, 0, "session", "agent-session", utcnow())
-        runs_db.announce_step(session, step)
+        step = run_steps_db.StepRecord(run_id, 0, "session", "agent-session", utcnow())
+        run_steps_db.announce_step(session, step)
 
 
 def record_turn(session_factory: SessionFactory, run_id: str) -> None:
     with session_factory.begin() as session:
         turn = {"text": "", "tool_calls": [], "usage": {}, "stop_reason": "tool_use"}
-        runs_db.append_event(session, run_id, "agent.model_turn", turn)
+        run_events_db.append_event(session, run_id, "agent.model_turn", turn)
 
 
 def kinds(session_factory: SessionFactory, run_id: str) -> list[str]:
     with session_factory() as session:
-        return [kind for kind, _ in runs_db.events_of(session, run_id, "run.")]
+        return [kind for kind, _ in run_events_db.events_of(session, run_id, "run.")]
 
 
 def test_a_session_with_a_recorded_turn_is_queued_again_and_sent_at_once(
@@ -84,11 +87,11 @@ def test_a_session_with_a_recorded_turn_is_queued_again_and_sent_at_once(
             RunStatus.QUEUED, None, None, None
         )  # fmt: skip
         # The session step stays running; the resumed attempt records its outcome over it.
-        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["running"]
+        assert [s.status for s in run_steps_db.list_steps(session, run_id)] == ["running"]
         # The dead worker's late writes are refused; the next worker claims it as attempt 2.
         assert not runs_db.finish_run(session, run_id, "w1", RunStatus.SUCCEEDED)
         assert not runs_db.renew_lease(session, run_id, "w1", utcnow() + MINUTE)
-    assert kinds(session_factory, run_id) == [runs_db.RESUMED_EVENT]
+    assert kinds(session_factory, run_id) == [run_recovery_db.RESUMED_EVENT]
     with session_factory.begin() as session:
         claimed = runs_db.claim_run(session, run_id, "w2", utcnow() + MINUTE)
         assert claimed is not None and claimed.attempt == 2
@@ -101,7 +104,7 @@ def test_a_session_that_keeps_losing_its_worker_fails_after_the_resume_cap(
 ) -> None:
     run_id = start(session_factory, sender, "agent")
     record_turn(session_factory, run_id)
-    for resume in range(runs_db.MAX_WORKER_LOST_RESUMES):
+    for resume in range(run_recovery_db.MAX_WORKER_LOST_RESUMES):
         assert recover(session_factory, sender, requeue_after=MINUTE).resumed == [run_id]
         lose_worker(session_factory, run_id, worker=f"w{resume + 2}")
 
@@ -112,9 +115,11 @@ def test_a_session_that_keeps_losing_its_worker_fails_after_the_resume_cap(
         run = runs_db.get_run(session, run_id)
         assert run.status == RunStatus.FAILED and run.attempt == 3
         assert run.error is not None and run.error.startswith("worker lost")
-        assert f"resumed {runs_db.MAX_WORKER_LOST_RESUMES} times" in run.error
-        assert [s.status for s in runs_db.list_steps(session, run_id)] == ["failed"]
-    assert kinds(session_factory, run_id) == [runs_db.RESUMED_EVENT] * 2 + ["run.worker_lost"]
+        assert f"resumed {run_recovery_db.MAX_WORKER_LOST_RESUMES} times" in run.error
+        assert [s.status for s in run_steps_db.list_steps(session, run_id)] == ["failed"]
+    assert kinds(session_factory, run_id) == [run_recovery_db.RESUMED_EVENT] * 2 + [
+        "run.worker_lost"
+    ]
 
 
 @pytest.mark.parametrize("rule_id", ["chain", "agent"])
@@ -131,9 +136,9 @@ def test_a_run_whose_worker_died_is_queued_again_with_its_step_left_to_decide(
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
         assert (run.status, run.error) == (RunStatus.QUEUED, None)
-        lost = runs_db.interruption_of(session, run_id)
+        lost = run_recovery_db.interruption_of(session, run_id)
         assert lost.pending and lost.reruns == {}
-    assert kinds(session_factory, run_id) == [runs_db.RESUMED_EVENT]
+    assert kinds(session_factory, run_id) == [run_recovery_db.RESUMED_EVENT]
 
 
 def test_a_resumed_session_the_broker_refuses_stays_queued_for_the_next_sweep(

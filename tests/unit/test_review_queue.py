@@ -9,6 +9,7 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.schema import RunRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.review import review
 from ade_tasks.rules.loader import load_rules_dir
@@ -28,7 +29,7 @@ execution:
 
 def finished(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, text: str
-) -> runs_db.RunRow:
+) -> RunRow:
     add_rule(session_factory, rules_dir, "r", text)
     run_id = dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run.id
     execute_run(session_factory, config, run_id, "w1")

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text, update
 
+from ade_tasks.db import rule_edits as rule_edits_db
+from ade_tasks.db import rule_sync as rule_sync_db
+from ade_tasks.db import rule_versions as rule_versions_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
@@ -41,7 +44,7 @@ def api_rule(rule_id: str = "hello", command: str = "echo hi", **extra: Any) -> 
 
 def history(session_factory: SessionFactory, rule_id: str) -> list[tuple[int, str, str, str]]:
     with session_factory() as session:
-        rows, _ = rules_db.list_versions(session, rule_id, limit=500)
+        rows, _ = rule_versions_db.list_versions(session, rule_id, limit=500)
         return [(r.version, r.change, r.source, r.changed_by) for r in reversed(rows)]
 
 
@@ -53,7 +56,7 @@ def row_of(session_factory: SessionFactory, rule_id: str) -> RuleRow | None:
         return row
 
 
-def sync(session_factory: SessionFactory, rules_dir: Path) -> rules_db.SyncReport:
+def sync(session_factory: SessionFactory, rules_dir: Path) -> rule_sync_db.SyncReport:
     loaded, report = sync_rules_dir(session_factory, rules_dir)
     assert not loaded.problems, loaded.problems
     return report
@@ -82,7 +85,7 @@ def test_a_file_rule_gets_a_version_for_each_sync_that_adds_changes_or_removes_i
     row = row_of(session_factory, "alpha")
     assert row is not None and row.version == 4  # the id's versions never repeat
     with session_factory() as session:
-        first, _ = rules_db.list_versions(session, "alpha", limit=500)
+        first, _ = rule_versions_db.list_versions(session, "alpha", limit=500)
     assert first[-1].document["execution"]["actions"][0]["command"] == "true"
     assert first[-2].document["execution"]["actions"][0]["command"] == "false"
     assert history(session_factory, "keep") == [(1, "created", "file", "rules sync")]
@@ -92,7 +95,7 @@ def test_an_api_rule_is_created_updated_and_deleted_with_its_history_kept(
     session_factory: SessionFactory,
 ) -> None:
     with session_factory.begin() as session:
-        row = rules_db.create_rule(session, api_rule(), "alice")
+        row = rule_edits_db.create_rule(session, api_rule(), "alice")
         assert (row.version, row.source, row.trust_state, row.enabled) == (
             1,
             "api",
@@ -100,13 +103,17 @@ def test_an_api_rule_is_created_updated_and_deleted_with_its_history_kept(
             True,
         )
     with session_factory.begin() as session:
-        row, changed = rules_db.update_rule(session, "hello", api_rule(command="echo v2"), "bob")
+        row, changed = rule_edits_db.update_rule(
+            session, "hello", api_rule(command="echo v2"), "bob"
+        )
         assert changed and row.version == 2
     with session_factory.begin() as session:  # the same document again changes nothing
-        row, changed = rules_db.update_rule(session, "hello", api_rule(command="echo v2"), "bob")
+        row, changed = rule_edits_db.update_rule(
+            session, "hello", api_rule(command="echo v2"), "bob"
+        )
         assert not changed and row.version == 2
     with session_factory.begin() as session:
-        assert rules_db.delete_rule(session, "hello", "carol") == 3
+        assert rule_edits_db.delete_rule(session, "hello", "carol") == 3
 
     assert row_of(session_factory, "hello") is None
     assert history(session_factory, "hello") == [
@@ -115,19 +122,19 @@ def test_an_api_rule_is_created_updated_and_deleted_with_its_history_kept(
         (3, "deleted", "api", "carol"),
     ]
     with session_factory.begin() as session:  # re-created: the versions go on
-        assert rules_db.create_rule(session, api_rule(), "alice").version == 4
+        assert rule_edits_db.create_rule(session, api_rule(), "alice").version == 4
 
 
 def test_creating_a_taken_id_is_refused(session_factory: SessionFactory, rules_dir: Path) -> None:
     write_rule(rules_dir, "a.yaml", FILE_RULE.format(id="alpha", command="true"))
     sync(session_factory, rules_dir)
     with session_factory.begin() as session:
-        rules_db.create_rule(session, api_rule(), "alice")
+        rule_edits_db.create_rule(session, api_rule(), "alice")
 
     for rule_id, where in (("alpha", "from the rules file"), ("hello", "from the API")):
         with pytest.raises(ConflictError, match=f"rule '{rule_id}' already exists \\({where}"):
             with session_factory.begin() as session:
-                rules_db.create_rule(session, api_rule(rule_id), "mallory")
+                rule_edits_db.create_rule(session, api_rule(rule_id), "mallory")
     row = row_of(session_factory, "alpha")
     assert row is not None and row.source == "file"
     assert len(history(session_factory, "hello")) == 1
@@ -141,12 +148,12 @@ def test_file_rules_are_not_changed_or_deleted_through_the_api_but_may_be_switch
 
     with pytest.raises(ConflictError, match="edit or remove the rule in its file"):
         with session_factory.begin() as session:
-            rules_db.update_rule(session, "alpha", api_rule("alpha", "rm -rf /"), "mallory")
+            rule_edits_db.update_rule(session, "alpha", api_rule("alpha", "rm -rf /"), "mallory")
     with pytest.raises(ConflictError, match="does not delete it"):
         with session_factory.begin() as session:
-            rules_db.delete_rule(session, "alpha", "mallory")
+            rule_edits_db.delete_rule(session, "alpha", "mallory")
     with session_factory.begin() as session:
-        row, changed = rules_db.set_enabled(session, "alpha", False)
+        row, changed = rule_edits_db.set_enabled(session, "alpha", False)
         assert changed and row.version == 1  # a switch, not a version
 
     row = row_of(session_factory, "alpha")
@@ -163,15 +170,15 @@ def test_an_update_keeps_the_enabled_state_unless_the_document_says(
     session_factory: SessionFactory,
 ) -> None:
     with session_factory.begin() as session:
-        rules_db.create_rule(session, api_rule(), "alice")
-        rules_db.set_enabled(session, "hello", False)
+        rule_edits_db.create_rule(session, api_rule(), "alice")
+        rule_edits_db.set_enabled(session, "hello", False)
     with session_factory.begin() as session:
-        row, _ = rules_db.update_rule(
+        row, _ = rule_edits_db.update_rule(
             session, "hello", api_rule(command="echo 2"), "bob", keep_enabled=True
         )
         assert row.enabled is False and row.document["enabled"] is False
     with session_factory.begin() as session:
-        row, _ = rules_db.update_rule(
+        row, _ = rule_edits_db.update_rule(
             session, "hello", api_rule(command="echo 2", enabled=True), "bob"
         )
         assert row.enabled is True
@@ -181,15 +188,15 @@ def test_an_update_of_another_id_or_an_unknown_rule_is_refused(
     session_factory: SessionFactory,
 ) -> None:
     with session_factory.begin() as session:
-        rules_db.create_rule(session, api_rule(), "alice")
+        rule_edits_db.create_rule(session, api_rule(), "alice")
     with pytest.raises(InvalidInputError, match="is not the rule being updated"):
         with session_factory.begin() as session:
-            rules_db.update_rule(session, "hello", api_rule("other"), "bob")
+            rule_edits_db.update_rule(session, "hello", api_rule("other"), "bob")
     for call in (
-        lambda s: rules_db.update_rule(s, "nope", api_rule("nope"), "bob"),
-        lambda s: rules_db.delete_rule(s, "nope", "bob"),
-        lambda s: rules_db.set_enabled(s, "nope", True),
-        lambda s: rules_db.list_versions(s, "nope"),
+        lambda s: rule_edits_db.update_rule(s, "nope", api_rule("nope"), "bob"),
+        lambda s: rule_edits_db.delete_rule(s, "nope", "bob"),
+        lambda s: rule_edits_db.set_enabled(s, "nope", True),
+        lambda s: rule_versions_db.list_versions(s, "nope"),
     ):
         with pytest.raises(NotFoundError, match="rule 'nope' does not exist"):
             with session_factory.begin() as session:
@@ -201,18 +208,18 @@ def test_a_rule_with_an_unfinished_run_is_not_deleted(
     session_factory: SessionFactory,
 ) -> None:
     with session_factory.begin() as session:
-        rules_db.create_rule(session, api_rule(), "alice")
+        rule_edits_db.create_rule(session, api_rule(), "alice")
     run_id = dispatch(session_factory, InMemorySender(), "hello", TriggerEvent.manual()).run.id
 
     with pytest.raises(ConflictError, match=f"unfinished runs \\({run_id}\\)"):
         with session_factory.begin() as session:
-            rules_db.delete_rule(session, "hello", "bob")
+            rule_edits_db.delete_rule(session, "hello", "bob")
     assert row_of(session_factory, "hello") is not None
 
     with session_factory.begin() as session:
         session.execute(update(RunRow).values(status=RunStatus.SUCCEEDED))
     with session_factory.begin() as session:
-        rules_db.delete_rule(session, "hello", "bob")
+        rule_edits_db.delete_rule(session, "hello", "bob")
     with session_factory() as session:  # its runs stay
         assert session.scalar(select(RunRow.rule_id).where(RunRow.id == run_id)) == "hello"
     with pytest.raises(NotFoundError):
@@ -224,14 +231,14 @@ def test_versions_and_rules_are_paged_with_opaque_cursors(
 ) -> None:
     with session_factory.begin() as session:
         for name in ("a", "b", "c", "d", "e"):
-            rules_db.create_rule(session, api_rule(name), "alice")
+            rule_edits_db.create_rule(session, api_rule(name), "alice")
         for n in range(2, 6):
-            rules_db.update_rule(session, "a", api_rule("a", f"echo {n}"), "alice")
+            rule_edits_db.update_rule(session, "a", api_rule("a", f"echo {n}"), "alice")
 
     with session_factory() as session:
         seen, cursor = [], None
         while True:
-            page, cursor = rules_db.list_versions(session, "a", limit=2, cursor=cursor)
+            page, cursor = rule_versions_db.list_versions(session, "a", limit=2, cursor=cursor)
             seen += [row.version for row in page]
             if cursor is None:
                 break
@@ -245,7 +252,7 @@ def test_versions_and_rules_are_paged_with_opaque_cursors(
         assert ids == ["a", "b", "c", "d", "e"]
         for bad in ("???", "x"):
             with pytest.raises(InvalidInputError, match="is not valid"):
-                rules_db.list_versions(session, "a", cursor=bad)
+                rule_versions_db.list_versions(session, "a", cursor=bad)
         with pytest.raises(InvalidInputError, match="is not valid"):
             rules_db.list_rules_page(session, limit=2, cursor="%%%")
 
@@ -326,7 +333,7 @@ def test_an_api_created_rule_may_not_call_an_admin_only_ade_action(
         }
     )
     with session_factory.begin() as session:
-        rules_db.create_rule(session, ops, "alice")
+        rule_edits_db.create_rule(session, ops, "alice")
 
     run_id = dispatch(session_factory, InMemorySender(), "ops", TriggerEvent.manual()).run.id
     status = execute_run(session_factory, config, run_id, "w1")

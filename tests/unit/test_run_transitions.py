@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_cancels as run_cancels_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.runs import StepRecord
+from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.db.schema import ApprovalRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, IllegalTransitionError
@@ -72,7 +75,7 @@ def _running_with_a_step_and_an_approval(session_factory: SessionFactory) -> str
     run_id = dispatch(session_factory, InMemorySender(), "busy", TriggerEvent.manual()).run.id
     with session_factory.begin() as session:
         assert runs_db.claim_run(session, run_id, "w", utcnow() + timedelta(minutes=1))
-        runs_db.announce_step(
+        run_steps_db.announce_step(
             session, StepRecord(run_id, 0, "one", "run-command", utcnow(), StepStatus.RUNNING)
         )
         session.add(ApprovalRow(run_id=run_id, step_index=1, reason="gate", status="pending"))
@@ -82,9 +85,9 @@ def _running_with_a_step_and_an_approval(session_factory: SessionFactory) -> str
 def _settled(session_factory: SessionFactory, run_id: str) -> tuple[str, str, str, list[str]]:
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
         approval = session.query(ApprovalRow).filter_by(run_id=run_id).one()
-        events = [kind for kind, _ in runs_db.events_of(session, run_id, "run.cancelled")]
+        events = [kind for kind, _ in run_events_db.events_of(session, run_id, "run.cancelled")]
         return run.status, step.status, approval.status, events
 
 
@@ -105,13 +108,13 @@ def test_an_operators_cancel_settles_steps_approvals_and_the_transcript(
     _rule(session_factory, rules_dir)
     run_id = _running_with_a_step_and_an_approval(session_factory)
     with session_factory.begin() as session:
-        _, was = runs_db.cancel_run(session, run_id, "alice", "wrong branch")
+        _, was = run_cancels_db.cancel_run(session, run_id, "alice", "wrong branch")
     assert was == RunStatus.RUNNING
     settled = (RunStatus.CANCELLED, StepStatus.FAILED, ApprovalStatus.CANCELLED, ["run.cancelled"])
     assert _settled(session_factory, run_id) == settled
     # a second cancel is refused as the illegal move it is, still a ConflictError (409)
     with session_factory.begin() as session, pytest.raises(ConflictError, match="already finished"):
-        runs_db.cancel_run(session, run_id, "alice")
+        run_cancels_db.cancel_run(session, run_id, "alice")
 
 
 def test_cancel_other_settles_the_run_it_cancels_as_an_operators_cancel_does(
@@ -123,7 +126,7 @@ def test_cancel_other_settles_the_run_it_cancels_as_an_operators_cancel_does(
     settled = (RunStatus.CANCELLED, StepStatus.FAILED, ApprovalStatus.CANCELLED, ["run.cancelled"])
     assert _settled(session_factory, old) == settled
     with session_factory() as session:
-        (event,) = runs_db.events_of(session, old, "run.cancelled")
+        (event,) = run_events_db.events_of(session, old, "run.cancelled")
         error = runs_db.get_run(session, old).error
     assert event[1] == {"by": "a newer trigger", "note": "the rule's overlap policy is "
                         "cancel-other", "was": "running"}  # fmt: skip

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -68,7 +69,7 @@ execution:
     )
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        steps = runs_db.list_steps(session, run_id)
+        steps = run_steps_db.list_steps(session, run_id)
     assert run.status == RunStatus.SUCCEEDED and run.error is None and run.finished_at
     assert [(s.step_id, s.status, s.exit_code) for s in steps] == [
         ("one", "succeeded", 0),
@@ -95,7 +96,7 @@ execution:
     )
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
     assert run.status == RunStatus.FAILED
     assert f"outside {project}" in (step.error or "") and step.exit_code is None
     assert not marker.exists()
@@ -115,7 +116,7 @@ execution:
 """,
     )
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
     names = {line.split("=", 1)[0] for line in step.output.splitlines() if "=" in line}
     assert "hunter2" not in step.output
     assert {"PATH", "MINE", "ADE_RUN_ID", "ADE_RULE_ID"} <= names
@@ -157,7 +158,7 @@ execution:
     run_id = run_rule(session_factory, rules_dir, config, rule)
     # Then the step's error says the timeout stopped all of it
     with session_factory() as session:
-        (step,) = runs_db.list_steps(session, run_id)
+        (step,) = run_steps_db.list_steps(session, run_id)
     assert (
         step.error == "killed after 1s (step timeout); everything the command started was stopped"
     )
@@ -181,7 +182,7 @@ execution:
     )
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)
-        steps = runs_db.list_steps(session, run_id)
+        steps = run_steps_db.list_steps(session, run_id)
     assert [(s.step_id, s.status, s.exit_code) for s in steps] == [
         ("flaky", "failed", 3),
         ("broken", "failed", 7),

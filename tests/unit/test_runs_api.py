@@ -12,18 +12,25 @@ import pytest
 
 from ade_api import follow
 from ade_api.cli import runs as cli_runs
-from ade_tasks.db import runs as runs_db
+from ade_tasks.db import run_events as run_events_db
+from ade_tasks.db import run_views as run_views_db
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def progress(
     status: str, steps: list[tuple[int, str]], events: int = 0, truncated: bool = False
-) -> runs_db.Progress:
-    return runs_db.Progress(
-        {"r": runs_db.RunState("r", status, "w1", None, None)},
-        [runs_db.StepState("r", i, f"s{i}", "run-command", st, 0, None, AT, AT) for i, st in steps],
-        [runs_db.EventLine(n, "r", AT, "test.line", None, {"n": n}) for n in range(1, events + 1)],
+) -> run_views_db.Progress:
+    return run_views_db.Progress(
+        {"r": run_views_db.RunState("r", status, "w1", None, None)},
+        [
+            run_views_db.StepState("r", i, f"s{i}", "run-command", st, 0, None, AT, AT)
+            for i, st in steps
+        ],
+        [
+            run_events_db.EventLine(n, "r", AT, "test.line", None, {"n": n})
+            for n in range(1, events + 1)
+        ],
         truncated,
     )
 

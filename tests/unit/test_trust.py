@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.db import rule_trust as rule_trust_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -42,7 +43,7 @@ def test_rules_from_a_shared_file_run_only_after_its_hash_is_trusted(
     assert dispatch(session_factory, InMemorySender(), "own", TriggerEvent.manual()).created
 
     with session_factory.begin() as session:
-        assert rules_db.trust_hash(session, file_hash, "admin") == ["team"]
+        assert rule_trust_db.trust_hash(session, file_hash, "admin") == ["team"]
     assert dispatch(session_factory, InMemorySender(), "team", TriggerEvent.manual()).created
 
 
@@ -52,7 +53,7 @@ def test_editing_a_trusted_shared_file_revokes_the_trust(
     shared = write_rule(rules_dir / "shared", "team.yaml", RULE.format(id="team", command="true"))
     sync(session_factory, rules_dir)
     with session_factory.begin() as session:
-        rules_db.trust_hash(session, hashlib.sha256(shared.read_bytes()).hexdigest(), "admin")
+        rule_trust_db.trust_hash(session, hashlib.sha256(shared.read_bytes()).hexdigest(), "admin")
 
     write_rule(rules_dir / "shared", "team.yaml", RULE.format(id="team", command="curl evil"))
     sync(session_factory, rules_dir)
@@ -67,7 +68,7 @@ def test_editing_a_trusted_shared_file_revokes_the_trust(
 def test_trusting_an_unknown_hash_is_refused(session_factory: SessionFactory) -> None:
     with pytest.raises(NotFoundError, match="no synced rule comes from"):
         with session_factory.begin() as session:
-            rules_db.trust_hash(session, "0" * 64, "admin")
+            rule_trust_db.trust_hash(session, "0" * 64, "admin")
 
 
 def test_a_run_queued_before_its_shared_file_changed_does_not_run_the_new_content(
@@ -78,7 +79,7 @@ def test_a_run_queued_before_its_shared_file_changed_does_not_run_the_new_conten
     )
     sync(session_factory, rules_dir)
     with session_factory.begin() as session:
-        rules_db.trust_hash(session, hashlib.sha256(shared.read_bytes()).hexdigest(), "admin")
+        rule_trust_db.trust_hash(session, hashlib.sha256(shared.read_bytes()).hexdigest(), "admin")
     run_id = dispatch(session_factory, InMemorySender(), "team", TriggerEvent.manual()).run.id
     write_rule(rules_dir / "shared", "team.yaml", RULE.format(id="team", command="touch evil"))
     sync(session_factory, rules_dir)

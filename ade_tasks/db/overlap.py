@@ -1,0 +1,122 @@
+"""Query functions of the overlap policy: a rule's lock while dispatch decides, how many of its
+concurrency slots are taken, and its buffer of runs held back until a slot frees.
+
+A slot is taken by a run that is running, waiting, or queued and sent (not buffered). Cancelling
+the active runs (`cancel-other`) is `ade_tasks.db.run_cancels.cancel_active`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db.runs import RUNS, get_run
+from ade_tasks.db.schema import RunRow
+from ade_tasks.states import RunStatus
+
+ACTIVE = (RunStatus.RUNNING, RunStatus.WAITING)
+
+
+# The rule's concurrency slots in use: running, waiting, or queued and sent (not buffered).
+_COUNT_ACTIVE = text(
+    "SELECT count(*) FROM runs WHERE rule_id = :rule_id AND (status IN ('running', 'waiting') "
+    "OR (status = 'queued' AND NOT buffered))"
+)
+_LOCK_RULE = text("SELECT pg_advisory_xact_lock(hashtext(:rule_id))")
+_LOCK_RULES = text(
+    "SELECT count(pg_advisory_xact_lock(k)) FROM "
+    "(SELECT DISTINCT hashtext(r) AS k FROM unnest(CAST(:ids AS text[])) AS r ORDER BY k) AS locks"
+)
+
+
+def lock_rule(session: Session, rule_id: str) -> None:
+    """Serialize overlap decisions for one rule until the transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock on the rule id. SQLite: its transactions
+    already take the write lock up front (BEGIN IMMEDIATE), so there is nothing to add.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_RULE, {"rule_id": rule_id})
+
+
+def lock_rules(session: Session, rule_ids: Sequence[str]) -> None:
+    """`lock_rule` for many rules in one statement, taking the locks in one global order so
+    that two batches locking overlapping rules never deadlock."""
+    if len(rule_ids) == 1:
+        lock_rule(session, rule_ids[0])
+    elif rule_ids and session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_RULES, {"ids": list(rule_ids)})
+
+
+def count_active(session: Session, rule_id: str) -> int:
+    """How many of the rule's concurrency slots are taken."""
+    return int(session.execute(_COUNT_ACTIVE, {"rule_id": rule_id}).scalar_one())
+
+
+def count_active_many(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
+    """`count_active` for many rules (one query); rules with none are absent."""
+    if not rule_ids:
+        return {}
+    rows = session.execute(
+        select(RunRow.rule_id, func.count())
+        .where(RunRow.rule_id.in_(list(rule_ids)))
+        .where(
+            or_(
+                RunRow.status.in_(ACTIVE),
+                and_(RunRow.status == RunStatus.QUEUED, RunRow.buffered.is_(False)),
+            )
+        )
+        .group_by(RunRow.rule_id)
+    )
+    return {rule_id: int(count) for rule_id, count in rows}
+
+
+def rules_buffering(session: Session, rule_ids: Sequence[str]) -> set[str]:
+    """Which of these rules have a run waiting in their overlap buffer (one query)."""
+    if not rule_ids:
+        return set()
+    rows = session.scalars(
+        select(RunRow.rule_id)
+        .where(RunRow.rule_id.in_(list(rule_ids)))
+        .where(RunRow.buffered.is_(True), RunRow.status == RunStatus.QUEUED)
+        .distinct()
+    )
+    return set(rows)
+
+
+def rules_with_buffered_runs(session: Session) -> list[str]:
+    """Rules that have runs waiting in their overlap buffer."""
+    return list(
+        session.scalars(
+            select(RunRow.rule_id)
+            .where(RunRow.buffered.is_(True), RunRow.status == RunStatus.QUEUED)
+            .distinct()
+        )
+    )
+
+
+def release_buffered(session: Session, rule_id: str, limit: int) -> list[RunRow]:
+    """Take runs out of the rule's buffer, oldest first, while it has free slots; the caller
+    sends them. Call under `lock_rule`."""
+    free = limit - count_active(session, rule_id)
+    if free <= 0:
+        return []
+    ids = session.scalars(
+        select(RunRow.id)
+        .where(RunRow.rule_id == rule_id, RunRow.buffered.is_(True))
+        .where(RunRow.status == RunStatus.QUEUED)
+        .order_by(RunRow.queued_at, RunRow.id)
+        .limit(free)
+    ).all()
+    if not ids:
+        return []
+    session.execute(
+        update(RUNS)
+        .where(RUNS.c.id.in_(ids))
+        .values(buffered=False, sent_at=utcnow(), send_count=RUNS.c.send_count + 1)
+    )
+    session.expire_all()
+    return [get_run(session, run_id) for run_id in ids]

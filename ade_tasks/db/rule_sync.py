@@ -1,0 +1,176 @@
+"""Syncing rules files into the database: the file-sourced rule rows made to match what the
+rules directory holds, in bulk, with a history entry for every change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, select
+from sqlalchemy.orm import Session
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db.rule_trust import trusted_hashes
+from ade_tasks.db.rule_versions import (
+    CREATED,
+    DELETED,
+    UPDATED,
+    deletion_versions,
+    next_versions,
+    version_values,
+)
+from ade_tasks.db.rules import FILE, TRUSTED, UNTRUSTED, in_batches
+from ade_tasks.db.schema import RuleRow, RuleVersionRow
+from ade_tasks.rules.loader import LoadedRule
+
+SYNC_ACTOR = "rules sync"
+
+_RULES = cast(Table, RuleRow.__table__)
+_VERSIONS = cast(Table, RuleVersionRow.__table__)
+#: What a sync compares set-wise: every rule's state without its document.
+_SYNC_STATE = select(
+    RuleRow.id,
+    RuleRow.version,
+    RuleRow.source,
+    RuleRow.source_file,
+    RuleRow.content_hash,
+    RuleRow.source_hash,
+    RuleRow.trust_state,
+).order_by(RuleRow.id)
+
+
+@dataclass
+class SyncReport:
+    """What a sync of rule files changed in the database."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def sync_file_rules(
+    session: Session,
+    loaded: Sequence[LoadedRule],
+    *,
+    remove_missing: bool,
+    by: str = SYNC_ACTOR,
+) -> SyncReport:
+    """Make the file-sourced rules in the database match `loaded`.
+
+    A rule whose document changed gets a new version. File rules no longer present are deleted
+    only when `remove_missing` is set: the caller passes False when any file failed to load, so a
+    rule whose file is temporarily broken is kept rather than silently dropped. Every added,
+    changed or removed rule gets a row in its version history, recorded as made by `by`.
+
+    In bulk, so 100,000 rules sync in seconds: the rows are locked and compared by content hash
+    without reading their documents, and what changed is written with one multi-row statement
+    per `BATCH` rows (an unchanged directory writes nothing).
+    """
+    report = SyncReport()
+    now = utcnow()
+    existing = {row.id: row for row in session.execute(_SYNC_STATE.with_for_update())}
+    trusted = trusted_hashes(session, {item.file_hash for item in loaded if item.file_hash})
+    later = next_versions(
+        session, [item.rule.id for item in loaded if item.rule.id not in existing]
+    )
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    trust_changes: list[dict[str, Any]] = []
+    versions: list[dict[str, Any]] = []
+    for item in loaded:
+        rule_id = item.rule.id
+        row = existing.get(rule_id)
+        trust = TRUSTED if item.file_hash is None or item.file_hash in trusted else UNTRUSTED
+        changed = row is None or (row.content_hash, row.source_file) != (
+            item.content_hash,
+            item.source_file,
+        )
+        if row is not None and (row.source_hash, row.trust_state) != (item.file_hash, trust):
+            # An edited shared file: its trust is revoked (written with the update if any).
+            trust_changes.append({"b_id": rule_id, "source_hash": item.file_hash, "trust": trust})
+        if not changed:
+            report.unchanged.append(rule_id)
+            continue
+        document = item.rule.document()
+        state = {
+            "source": FILE,
+            "source_file": item.source_file,
+            "content_hash": item.content_hash,
+            "enabled": item.rule.enabled,
+            "document": document,
+            "updated_at": now,
+        }
+        if row is None:
+            version = later.get(rule_id, 1)
+            inserts.append(
+                state
+                | {
+                    "id": rule_id,
+                    "version": version,
+                    "trust_state": trust,
+                    "source_hash": item.file_hash,
+                    "created_at": now,
+                }
+            )
+            report.added.append(rule_id)
+        else:
+            version = row.version + 1
+            updates.append(state | {"b_id": rule_id, "version": version})
+            report.updated.append(rule_id)
+        versions.append(
+            version_values(rule_id, version, CREATED if row is None else UPDATED, state, by)
+        )
+    if trust_changes:
+        session.execute(
+            _RULES.update()
+            .where(_RULES.c.id == bindparam("b_id"))
+            .values(source_hash=bindparam("source_hash"), trust_state=bindparam("trust")),
+            trust_changes,
+        )
+    if updates:
+        columns = ("source", "source_file", "content_hash", "enabled", "document", "updated_at")
+        statement = (
+            _RULES.update()
+            .where(_RULES.c.id == bindparam("b_id"))
+            .values(version=bindparam("version"), **{name: bindparam(name) for name in columns})
+        )
+        for batch in in_batches(updates):
+            session.execute(statement, batch)
+    if remove_missing:
+        present = {item.rule.id for item in loaded}
+        gone = [rid for rid, row in existing.items() if row.source == FILE and rid not in present]
+        versions.extend(_deletions(session, {rid: existing[rid].version for rid in gone}, by))
+        for batch in in_batches(gone):
+            session.execute(_RULES.delete().where(_RULES.c.id.in_(batch)))
+        report.removed.extend(gone)
+    for batch in in_batches(inserts):
+        session.execute(_RULES.insert(), batch)
+    for batch in in_batches(versions):
+        session.execute(_VERSIONS.insert(), batch)
+    return report
+
+
+def _deletions(session: Session, current: dict[str, int], by: str) -> list[dict[str, Any]]:
+    """The `deleted` history rows of rules about to be removed (rule id -> current version),
+    as `ade_tasks.db.rule_edits.delete_rule` writes one."""
+    rows: list[dict[str, Any]] = []
+    now = utcnow()
+    versions = deletion_versions(session, current)
+    for batch in in_batches(list(current)):
+        for row in session.execute(
+            select(RuleRow.id, RuleRow.source, RuleRow.source_file, RuleRow.content_hash)
+            .add_columns(RuleRow.document)
+            .where(RuleRow.id.in_(batch))
+        ):
+            state = {
+                "source": row.source,
+                "source_file": row.source_file,
+                "content_hash": row.content_hash,
+                "document": row.document,
+                "updated_at": now,
+            }
+            rows.append(version_values(row.id, versions[row.id], DELETED, state, by))
+    return rows

@@ -1,0 +1,74 @@
+"""Query functions for a run's transcript (`run_events`): appending lines and reading them back.
+
+The transcript is append-only: agent messages, tool calls, approvals, cancels, the recovery
+sweep's resumes. Which kinds each writer appends is declared beside the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, select
+from sqlalchemy.orm import Session
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db.schema import RunEventRow
+
+EVENTS = cast(Table, RunEventRow.__table__)
+
+
+def append_event(
+    session: Session, run_id: str, kind: str, data: dict[str, Any], step_index: int | None = None
+) -> None:
+    """Append one line to the run's transcript."""
+    session.execute(
+        insert(EVENTS).values(
+            run_id=run_id, kind=kind, data=data, step_index=step_index, at=utcnow()
+        )
+    )
+
+
+def events_of(session: Session, run_id: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """The run's transcript (kind, data), oldest first; only kinds starting with `prefix`."""
+    stmt = select(EVENTS.c.kind, EVENTS.c.data).where(EVENTS.c.run_id == run_id)
+    if prefix:
+        stmt = stmt.where(EVENTS.c.kind.startswith(prefix))
+    return [(kind, dict(data)) for kind, data in session.execute(stmt.order_by(EVENTS.c.id))]
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """One line of a run's transcript, with its id (the cursor of the events API)."""
+
+    id: int
+    run_id: str
+    at: datetime
+    kind: str
+    step_index: int | None
+    data: dict[str, Any]
+
+
+#: The columns an `EventLine` is read from, in its fields' order.
+EVENT_LINE_COLUMNS = (EVENTS.c.id, EVENTS.c.run_id, EVENTS.c.at, EVENTS.c.kind,
+                      EVENTS.c.step_index, EVENTS.c.data)  # fmt: skip
+
+
+def event_lines(rows: Iterable[Sequence[Any]]) -> list[EventLine]:
+    """`EventLine`s of rows selected with `EVENT_LINE_COLUMNS`."""
+    return [EventLine(row[0], row[1], row[2], row[3], row[4], dict(row[5])) for row in rows]
+
+
+def events_after(
+    session: Session, run_id: str, after: int = 0, limit: int = 1000
+) -> list[EventLine]:
+    """The run's events with ids above `after`, oldest first, at most `limit`."""
+    stmt = (
+        select(*EVENT_LINE_COLUMNS)
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.id > after)
+        .order_by(EVENTS.c.id)
+        .limit(limit)
+    )
+    return event_lines(session.execute(stmt))

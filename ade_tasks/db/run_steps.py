@@ -1,0 +1,100 @@
+"""Query functions for a run's steps (`run_steps`): announcing one as running, recording its
+outcome, and reading them in order.
+
+A step row is keyed by (run id, index): the outcome is an upsert over the announcement, so it is
+recorded whether or not the announcement got there first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, select
+from sqlalchemy.orm import Session
+
+from ade_tasks.db.prepared import prepared
+from ade_tasks.db.schema import MAX_ERROR, RunStepRow
+from ade_tasks.states import StepStatus
+
+STEPS = cast(Table, RunStepRow.__table__)
+
+STEP_COLUMNS = (
+    "run_id", "index", "step_id", "action_type", "started_at", "status", "finished_at",
+    "exit_code", "output", "result", "error",
+)  # fmt: skip
+_QUOTED_STEP_COLUMNS = ", ".join(f'"{c}"' for c in STEP_COLUMNS)  # "index" is a keyword
+#: A step's outcome over its announcement, as SQL text: also a CTE of the run's finishing
+#: statement on PostgreSQL (`ade_tasks.db.runs.finish_run`), which records the last step with it.
+STEP_UPSERT = (
+    f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
+    f'VALUES ({", ".join(":" + c for c in STEP_COLUMNS)}) ON CONFLICT (run_id, "index") '
+    "DO UPDATE SET "
+    + ", ".join(
+        f"{c} = excluded.{c}" for c in STEP_COLUMNS if c not in ("run_id", "index", "started_at")
+    )
+)
+# A step is shown running only while its run is: a run cancelled (or recovered) between the
+# step's start and this announcement must not keep a `running` step forever.
+_ANNOUNCE_STEP = prepared(
+    f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
+    f"SELECT {', '.join(':' + c for c in STEP_COLUMNS)} "
+    "WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND status = 'running') "
+    'ON CONFLICT (run_id, "index") DO NOTHING',
+    STEPS,
+    *STEP_COLUMNS,
+)
+_RECORD_STEP = prepared(STEP_UPSERT, STEPS, *STEP_COLUMNS)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as the runner reports it: started, or finished with its outcome."""
+
+    run_id: str
+    index: int
+    step_id: str
+    action_type: str
+    started_at: datetime
+    status: StepStatus = StepStatus.RUNNING
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    output: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def values(self) -> dict[str, Any]:
+        """The step's columns as statement parameters (named as in `STEP_COLUMNS`)."""
+        return {
+            "run_id": self.run_id,
+            "index": self.index,
+            "step_id": self.step_id,
+            "action_type": self.action_type,
+            "started_at": self.started_at,
+            "status": self.status,
+            "finished_at": self.finished_at,
+            "exit_code": self.exit_code,
+            "output": self.output,
+            "result": self.result,
+            "error": self.error[:MAX_ERROR] if self.error else self.error,
+        }
+
+
+def announce_step(session: Session, step: StepRecord) -> None:
+    """Show a step as running; a no-op if its outcome was recorded first (a race we allow) or
+    its run is no longer running."""
+    session.execute(_ANNOUNCE_STEP, step.values())
+
+
+def record_step(session: Session, step: StepRecord) -> None:
+    """Record a step's outcome, whether or not it was announced as running."""
+    session.execute(_RECORD_STEP, step.values())
+
+
+def list_steps(session: Session, run_id: str) -> Sequence[RunStepRow]:
+    """The run's steps in order."""
+    return session.scalars(
+        select(RunStepRow).where(RunStepRow.run_id == run_id).order_by(RunStepRow.index)
+    ).all()
