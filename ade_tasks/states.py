@@ -1,7 +1,8 @@
 """The states of what the tables record, as wire values: runs, steps, claimed schedule slots,
 scheduled runs, the review queue, lanes, cleanups, approvals and ingress events; and the one
 table of the moves a run's status may make (`RUN_MOVES`), which every status change of a run in
-`ade_tasks.db` takes its `WHERE status ...` from and checks its target against.
+`ade_tasks.db` takes its `WHERE status ...` from and checks its target against, and the statuses
+a run may be created in (`INITIAL_STATUSES`), which the run insert checks.
 
 Apart from the tables (`ade_tasks.db.schema`) so code that only names a state, such as the CLI,
 does not load SQLAlchemy.
@@ -169,6 +170,8 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
     for status in RunStatus
 }
 #: Statuses a run is created in (dispatch): queued, or skipped by a guardrail at admission.
+#: The run insert refuses any other (`check_initial`): a run's later statuses are reached only
+#: through the moves above, so a row written straight into `running` would bypass them.
 INITIAL_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.SKIPPED})
 #: Statuses a run never leaves, but for `FAIL_AFTER_CLEANUP`.
 FINAL_STATUSES = frozenset(
@@ -176,6 +179,16 @@ FINAL_STATUSES = frozenset(
     for status, targets in RUN_TRANSITIONS.items()
     if not targets or status in FAIL_AFTER_CLEANUP.sources
 )
+
+
+def check_initial(run_id: str, status: RunStatus | str) -> None:
+    """Refuse creating run `run_id` in `status` unless it is initial (IllegalTransitionError)."""
+    if status not in INITIAL_STATUSES:
+        raise IllegalTransitionError(
+            f"run {run_id} cannot be created {status}: a run is created "
+            f"{_names(INITIAL_STATUSES)} and reaches any other status through the moves of "
+            "`ade_tasks.states.RUN_MOVES`"
+        )
 
 
 def _names(statuses: frozenset[RunStatus]) -> str:

@@ -31,6 +31,7 @@ from ade_tasks.states import (
     FINAL_STATUSES,
     FINISH,
     RunStatus,
+    check_initial,
 )
 
 # The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
@@ -119,16 +120,21 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     """INSERT the run unless its idempotency key exists; True when this call inserted it.
 
     `ON CONFLICT DO NOTHING` keeps two racing dispatches of the same key from failing either one.
+    A status outside `INITIAL_STATUSES` is refused (IllegalTransitionError).
     """
+    check_initial(values["id"], values["status"])
     return session.execute(_INSERT_RUN, values).scalar_one_or_none() is not None
 
 
 def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
     """INSERT many runs, skipping idempotency keys that exist; returns the ids this call
     inserted. One compiled statement executed for all rows: SQLAlchemy batches them into
-    multi-row INSERTs ("insertmanyvalues") without compiling a statement per batch."""
+    multi-row INSERTs ("insertmanyvalues") without compiling a statement per batch. A status
+    outside `INITIAL_STATUSES` is refused before anything is written."""
     if len(rows) == 1:
         return {rows[0]["id"]} if insert_run_once(session, rows[0]) else set()
+    for row in rows:
+        check_initial(row["id"], row["status"])
     dialect = session.get_bind().dialect.name
     stmt = _INSERT_MANY.get(dialect)
     if stmt is None:

@@ -1,11 +1,12 @@
 """The one table of run status moves (`ade_tasks.states`): what each move may leave and reach,
-its refusals, and the cancel that every entry point shares (an operator's, an `ade-action
+its refusals, the statuses a run may be created in, and the cancel that every entry point shares (an operator's, an `ade-action
 runs.cancel` step's (tests/unit/test_ade_action_steps.py) and overlap `cancel-other`'s)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from ade_tasks.states import (
     FAIL_AFTER_CLEANUP,
     FINAL_STATUSES,
     FINISH,
+    INITIAL_STATUSES,
     RUN_TRANSITIONS,
     ApprovalStatus,
     Move,
@@ -61,6 +63,55 @@ def test_an_illegal_move_is_refused_with_what_the_move_allows(
 ) -> None:
     with pytest.raises(IllegalTransitionError, match=f"from {was} to {to}: .* moves a run from"):
         move.check(was, to)
+
+
+def _new_run(key: str, status: RunStatus) -> dict[str, Any]:
+    """The values dispatch inserts a run of rule `busy` with."""
+    now = utcnow()
+    return {
+        "id": f"run-{key}", "rule_id": "busy", "rule_version": 1, "trigger_type": "manual",
+        "trigger_summary": "", "trigger": {}, "idempotency_key": key, "status": status,
+        "billing_code": "auto:busy", "usage": {}, "queue": "ade.builtin", "attempt": 0,
+        "buffered": False, "send_count": 1, "sent_at": now, "queued_at": now,
+        "finished_at": None, "error": None,
+    }  # fmt: skip
+
+
+def test_a_run_is_created_only_queued_or_skipped() -> None:
+    assert INITIAL_STATUSES == {S.QUEUED, S.SKIPPED}
+
+
+@pytest.mark.parametrize("status", [s for s in RunStatus if s not in (S.QUEUED, S.SKIPPED)])
+def test_inserting_a_run_in_a_later_status_is_refused_with_the_initial_ones(
+    session_factory: SessionFactory, rules_dir: Path, status: RunStatus
+) -> None:
+    _rule(session_factory, rules_dir)
+    with (
+        session_factory.begin() as session,
+        pytest.raises(
+            IllegalTransitionError,
+            match=f"run run-one cannot be created {status}: .*queued or skipped",
+        ),
+    ):
+        runs_db.insert_run_once(session, _new_run("one", status))
+    with session_factory() as session:
+        assert runs_db.runs_by_keys(session, ["one"]) == {}
+
+
+def test_a_batch_with_one_run_in_a_later_status_inserts_none_of_them(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    _rule(session_factory, rules_dir)
+    batch = [_new_run("a", S.QUEUED), _new_run("b", S.RUNNING), _new_run("c", S.SKIPPED)]
+    with (
+        session_factory.begin() as session,
+        pytest.raises(IllegalTransitionError, match="run run-b cannot be created running"),
+    ):
+        runs_db.insert_runs_once(session, batch)
+    with session_factory() as session:
+        assert runs_db.runs_by_keys(session, ["a", "b", "c"]) == {}
+    with session_factory.begin() as session:  # the initial statuses alone are inserted
+        assert runs_db.insert_runs_once(session, [batch[0], batch[2]]) == {"run-a", "run-c"}
 
 
 def _rule(session_factory: SessionFactory, rules_dir: Path, guardrails: str = "{}") -> None:
