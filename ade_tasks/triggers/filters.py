@@ -1,4 +1,5 @@
-"""Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event.
+"""Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event;
+`filter_matcher` is the `Matcher` of those three families, which share every filter.
 
 The trigger's canonical type must equal the event's trigger type, then every filter the trigger
 gives must match (an empty list or None is "not given"):
@@ -33,15 +34,26 @@ from pydantic import BaseModel
 from ade_tasks.globs import path_matches
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
-from ade_tasks.rules.triggers import canonical_trigger_type
+from ade_tasks.rules.triggers import Trigger, canonical_trigger_type
+from ade_tasks.triggers.base import TriggerTest
+
+TriggerSpec = Trigger | Mapping[str, Any]
+"""A trigger model, or (a hand-written or stored trigger) its mapping of fields."""
 
 
-def trigger_matches(trigger: Any, event: NormalizedEvent) -> bool:
+def filter_matcher(_source: str, payload: Mapping[str, Any], /) -> TriggerTest:
+    """GitHub, git and file triggers: their filters over the event normalized from `payload`
+    (the payload carries its own source)."""
+    event = NormalizedEvent.from_payload(payload)
+    return lambda _rule, trigger: trigger_matches(trigger, event)
+
+
+def trigger_matches(trigger: TriggerSpec, event: NormalizedEvent) -> bool:
     """Whether `trigger` (a trigger model or its dict) starts on `event`."""
     return why_not(trigger, event) is None
 
 
-def why_not(trigger: Any, event: NormalizedEvent) -> str | None:
+def why_not(trigger: TriggerSpec, event: NormalizedEvent) -> str | None:
     """The first reason `trigger` does not start on `event`, in a few words; None if it does."""
     spec = _fields(trigger)
     kind = spec.pop("type", None)
@@ -70,7 +82,7 @@ def why_not(trigger: Any, event: NormalizedEvent) -> str | None:
     return None
 
 
-def _fields(trigger: Any) -> dict[str, Any]:
+def _fields(trigger: TriggerSpec) -> dict[str, Any]:
     if isinstance(trigger, BaseModel):
         return {name: getattr(trigger, name) for name in type(trigger).model_fields}
     if isinstance(trigger, Mapping):
