@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
-from typing import Any
 
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
@@ -24,9 +23,11 @@ SOURCE: EventSource = "lane"
 MERGED = TriggerType.LANE_MERGED.value
 
 
-def lane_matcher(_source: str, payload: Mapping[str, Any], /) -> TriggerTest:
+def lane_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTest:
     """Lane triggers against a lane event's payload (`lane_event`, `merged_lane_events`)."""
-    name, project = str(payload["lane"]["name"]), str(payload["project"])
+    lane = payload["lane"]
+    assert isinstance(lane, Mapping), "a lane event's payload holds its lane (LaneRef.to_dict)"
+    name, project = str(lane["name"]), str(payload["project"])
 
     def match(rule: Rule, trigger: Trigger) -> bool:
         assert isinstance(trigger, LaneTrigger)
@@ -37,7 +38,7 @@ def lane_matcher(_source: str, payload: Mapping[str, Any], /) -> TriggerTest:
     return match
 
 
-def lane_event(kind: str, lane: Mapping[str, Any], project: str, run_id: str) -> TriggerEvent:
+def lane_event(kind: str, lane: Mapping[str, object], project: str, run_id: str) -> TriggerEvent:
     """`lane.created` / `lane.deleted` for a lane of `project`, emitted by run `run_id`."""
     return TriggerEvent(
         kind,
@@ -48,7 +49,7 @@ def lane_event(kind: str, lane: Mapping[str, Any], project: str, run_id: str) ->
 
 
 def merged_lane_events(
-    session_factory: SessionFactory, payload: Mapping[str, Any]
+    session_factory: SessionFactory, payload: Mapping[str, object]
 ) -> list[tuple[str, TriggerEvent]]:
     """A merged pull request (a `github.pr_merged` payload) from a lane's branch is that lane's
     `lane.merged` event, keyed by the pull request so it fires once however often the delivery

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
@@ -89,7 +88,7 @@ def emit_lane_event(
     session_factory: SessionFactory,
     sender: TaskSender,
     kind: str,
-    lane: Mapping[str, Any],
+    lane: Mapping[str, object],
     project: str,
     run_id: str,
     *,

@@ -9,7 +9,6 @@ are never matched against an event, so they have none.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import TriggerEvent
@@ -31,7 +30,7 @@ MATCHERS: dict[str, Matcher] = {
     TriggerType.LANE_MERGED.value: lane_matcher,
 }
 
-FollowOn = Callable[[SessionFactory, Mapping[str, Any]], list[tuple[str, TriggerEvent]]]
+FollowOn = Callable[[SessionFactory, Mapping[str, object]], list[tuple[str, TriggerEvent]]]
 """The further events one event stands for, as (source, event): each is matched and
 dispatched like its own event."""
 
@@ -54,13 +53,13 @@ def matcher_for(kind: str) -> Matcher:
         ) from None
 
 
-def trigger_test(source: str, kind: str, payload: Mapping[str, Any]) -> TriggerTest:
+def trigger_test(source: str, kind: str, payload: Mapping[str, object]) -> TriggerTest:
     """The test of a rule's trigger against one event of `kind` from `source`."""
     return matcher_for(kind)(source, payload)
 
 
 def follow_on_events(
-    session_factory: SessionFactory, kind: str, payload: Mapping[str, Any]
+    session_factory: SessionFactory, kind: str, payload: Mapping[str, object]
 ) -> list[tuple[str, TriggerEvent]]:
     """The further events an event of `kind` stands for (none for most kinds)."""
     follow_on = FOLLOW_ONS.get(kind)

@@ -5,7 +5,6 @@ all hold for the delivery's body."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.rules.rule import Rule
@@ -15,7 +14,7 @@ from ade_tasks.triggers.base import TriggerTest
 SOURCE_PREFIX = "webhook:"
 
 
-def webhook_matcher(source: str, payload: Mapping[str, Any], /) -> TriggerTest:
+def webhook_matcher(source: str, payload: Mapping[str, object], /) -> TriggerTest:
     """Webhook triggers against a stored delivery. A source that names no hook (not
     `webhook:<hook>`) is no custom hook's delivery, so it starts none."""
     hook = source.removeprefix(SOURCE_PREFIX) if source.startswith(SOURCE_PREFIX) else None
