@@ -26,10 +26,10 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError
-from ade_tasks.events import emit_lane_event
 from ade_tasks.housekeeping import Job, register
 from ade_tasks.settings import Settings
 from ade_tasks.states import CleanupStatus, StepStatus
+from ade_tasks.triggers.local_events import emit_lane_event
 from ade_workers import lanes
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ade_tasks.templating import TemplateContext, render
 
@@ -43,7 +42,7 @@ class RenderedPrompt:
     reasons: tuple[str, ...] = field(default_factory=tuple)
 
 
-def untrusted_fields(trigger: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+def untrusted_fields(trigger: Mapping[str, object]) -> tuple[tuple[str, ...], str | None]:
     """The `trigger.*` prefixes outsiders wrote, and who the outsider is (None: nobody)."""
     if "hook" in trigger and "body" in trigger:
         return ("trigger.body",), f"the body of custom webhook {trigger['hook']!r}"

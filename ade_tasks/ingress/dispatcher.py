@@ -35,27 +35,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
-from ade_tasks.events import emit, lane_matcher
-from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.filters import trigger_matches
-from ade_tasks.ingress.hooks import JsonFilter, filters_match
-from ade_tasks.rules.triggers import WebhookTrigger
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.triggers import Trigger
 from ade_tasks.states import IngressStatus
+from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.local_events import emit
+from ade_tasks.triggers.registry import follow_on_events, trigger_test
 
 log = logging.getLogger(__name__)
 
-WEBHOOK_PREFIX = "webhook:"
 #: How long matching one event may take (see the module docstring); well within
 #: `ingress_db.CLAIM_HOLD`, so no second worker starts on an event still being matched.
 MATCH_DEADLINE_SECONDS = 10.0
@@ -112,14 +109,14 @@ def dispatch_ingress_event(
                 claimed.payload,
                 f"{claimed.source}:{delivery}",
             )
-            match = _bounded(_matcher(claimed.source, claimed.payload), deadline, clock)
+            test = trigger_test(claimed.source, claimed.trigger_type, claimed.payload)
+            match = _bounded(test, deadline, clock)
             for rule_id, result in emit(session_factory, sender, event, match):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
                 else:
                     refusals.append(f"rule {rule_id!r}: {result.message}")
-        if claimed.trigger_type == "github.pr_merged":
-            runs += _lanes_merged(session_factory, sender, claimed.payload)
+            runs += _follow_ons(session_factory, sender, claimed.trigger_type, claimed.payload)
         status, error = IngressStatus.DISPATCHED, "; ".join(refusals) or None
     except Exception as exc:  # recorded on the event; the next event is not held up
         if is_database_error(exc):
@@ -162,20 +159,18 @@ def is_database_error(exc: BaseException) -> bool:
     return False
 
 
-def _bounded(
-    match: Callable[[Any, Any], bool], deadline: float, clock: Callable[[], float]
-) -> Callable[[Any, Any], bool]:
+def _bounded(match: TriggerTest, deadline: float, clock: Callable[[], float]) -> TriggerTest:
     """`match`, refusing to start one more trigger once `deadline` seconds have passed."""
     started = clock()
     checked = 0
 
-    def bounded(rule: Any, trigger: Any) -> bool:
+    def bounded(rule: Rule, trigger: Trigger) -> bool:
         nonlocal checked
         elapsed = clock() - started
         if elapsed > deadline:
             raise MatchDeadlineError(
                 f"matching exceeded its time bound of {deadline:g} s ({elapsed:.1f} s after "
-                f"{checked} trigger(s), stopped before rule {getattr(rule, 'id', rule)!r}); no "
+                f"{checked} trigger(s), stopped before rule {rule.id!r}); no "
                 "rule was started for this event. Narrow the rules' filters (type, repo, "
                 "branches) so fewer regexes run per event"
             )
@@ -217,45 +212,15 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _matcher(source: str, payload: dict[str, Any]) -> Any:
-    """Which of a rule's triggers accept this event."""
-    if source.startswith(WEBHOOK_PREFIX):
-        hook = source.removeprefix(WEBHOOK_PREFIX)
-        body = payload.get("body")
-
-        def webhook(_rule: Any, trigger: Any) -> bool:
-            assert isinstance(trigger, WebhookTrigger)
-            filters = [
-                JsonFilter(path=path, op="equals", value=value)
-                for path, value in trigger.filters.items()
-            ]
-            return trigger.hook == hook and filters_match(filters, body)[0]
-
-        return webhook
-    event = NormalizedEvent.from_payload(payload)
-    return lambda _rule, trigger: trigger_matches(trigger, event)
-
-
-def _lanes_merged(
-    session_factory: SessionFactory, sender: TaskSender, payload: dict[str, Any]
+def _follow_ons(
+    session_factory: SessionFactory, sender: TaskSender, kind: str, payload: dict[str, object]
 ) -> list[str]:  # only reached with the kill switch off (see dispatch_ingress_event)
-    """A merged pull request from a lane's branch is that lane's `lane.merged` event, keyed by
-    the pull request so it fires once however often the delivery is seen."""
-    branch, repo, number = payload.get("branch"), payload.get("repo"), payload.get("number")
-    if not branch:
-        return []
-    with session_factory() as session:
-        lanes = lanes_db.lanes_on_branch(session, str(branch))
-        found = [(row.project, lanes_db.lane_ref(row).to_dict()) for row in lanes]
+    """Dispatch the further events this one stands for (a merged pull request from a lane's
+    branch is that lane's `lane.merged`); the runs they started."""
     runs = []
-    for project, lane in found:
-        event = TriggerEvent(
-            "lane.merged",
-            f"lane {lane['name']!r} merged by {repo}#{number}",
-            {"event": "lane.merged", "lane": lane, "project": project, "pull_request": payload},
-            f"lane.merged:{repo}#{number}:{lane['id']}",
-        )
-        for _, result in emit(session_factory, sender, event, lane_matcher(lane["name"], project)):
+    for source, event in follow_on_events(session_factory, kind, payload):
+        match = trigger_test(source, event.type, event.payload)
+        for _, result in emit(session_factory, sender, event, match):
             if isinstance(result, DispatchResult):
                 runs.append(result.run.id)
     return runs

@@ -86,7 +86,7 @@ class NormalizedEvent:
         return data
 
     @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> NormalizedEvent:
+    def from_payload(cls, data: Mapping[str, object]) -> NormalizedEvent:
         """Rebuild an event from `to_payload` output; ValueError names a missing or bad field.
 
         Keys this version does not know are ignored, so a trigger stored by a newer version

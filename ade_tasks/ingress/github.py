@@ -49,7 +49,7 @@ _VERBS = {"synchronize": "updated", "ready_for_review": "marked ready for review
 Fields = dict[str, Any]
 
 
-def normalize(event_name: str, delivery_id: str, payload: Mapping[str, Any]) -> NormalizedEvent:
+def normalize(event_name: str, delivery_id: str, payload: Mapping[str, object]) -> NormalizedEvent:
     """One GitHub delivery as a NormalizedEvent; ValueError if the body is not a JSON object."""
     if not isinstance(payload, Mapping):
         raise ValueError(
@@ -93,31 +93,31 @@ def normalize(event_name: str, delivery_id: str, payload: Mapping[str, Any]) -> 
 # --- payload access: never raises on a missing or mistyped field -----------------------------
 
 
-def _obj(value: Any) -> Mapping[str, Any]:
+def _obj(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _bool(value: Any) -> bool | None:
+def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def _login(user: Any) -> str | None:
+def _login(user: object) -> str | None:
     return _str(_obj(user).get("login"))
 
 
-def _repo_name(repository: Mapping[str, Any]) -> str | None:
+def _repo_name(repository: Mapping[str, object]) -> str | None:
     full_name = _str(repository.get("full_name"))
     if full_name:
         return full_name
@@ -125,12 +125,12 @@ def _repo_name(repository: Mapping[str, Any]) -> str | None:
     return f"{owner}/{name}" if owner and name else None
 
 
-def _labels(items: Any) -> tuple[str, ...]:
+def _labels(items: object) -> tuple[str, ...]:
     names = (_str(_obj(item).get("name")) for item in _list(items))
     return tuple(dict.fromkeys(name for name in names if name))
 
 
-def _unique_sorted(values: Iterable[Any]) -> tuple[str, ...]:
+def _unique_sorted(values: Iterable[object]) -> tuple[str, ...]:
     return tuple(sorted({value for value in values if isinstance(value, str) and value}))
 
 
@@ -142,7 +142,7 @@ def _verb(action: str) -> str:
     return _VERBS.get(action, action)
 
 
-def _label_note(payload: Mapping[str, Any], action: str) -> str:
+def _label_note(payload: Mapping[str, object], action: str) -> str:
     label = _str(_obj(payload.get("label")).get("name"))
     return f' "{label}"' if label and action in ("labeled", "unlabeled") else ""
 
@@ -150,7 +150,7 @@ def _label_note(payload: Mapping[str, Any], action: str) -> str:
 # --- one handler per event: the fields it knows, the trigger type when the action has one ----
 
 
-def _pull_request(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> Fields:
+def _pull_request(payload: Mapping[str, object], action: str, sender: str, repo: str) -> Fields:
     pr = _obj(payload.get("pull_request"))
     merged = _bool(pr.get("merged"))
     if merged is None and "merged_at" in pr:  # trimmed payloads may carry only the timestamp
@@ -170,7 +170,7 @@ def _pull_request(payload: Mapping[str, Any], action: str, sender: str, repo: st
     return fields
 
 
-def _pr_fields(pr: Mapping[str, Any], payload: Mapping[str, Any]) -> Fields:
+def _pr_fields(pr: Mapping[str, object], payload: Mapping[str, object]) -> Fields:
     head, base = _obj(pr.get("head")), _obj(pr.get("base"))
     return {
         "number": _int(pr.get("number")) or _int(payload.get("number")),
@@ -188,7 +188,9 @@ def _pr_fields(pr: Mapping[str, Any], payload: Mapping[str, Any]) -> Fields:
     }
 
 
-def _pull_request_review(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> Fields:
+def _pull_request_review(
+    payload: Mapping[str, object], action: str, sender: str, repo: str
+) -> Fields:
     pr, review = _obj(payload.get("pull_request")), _obj(payload.get("review"))
     fields = _pr_fields(pr, payload)
     state = (_str(review.get("state")) or "").lower().replace("_", " ")
@@ -204,7 +206,7 @@ def _pull_request_review(payload: Mapping[str, Any], action: str, sender: str, r
     return fields
 
 
-def _issue_fields(issue: Mapping[str, Any], payload: Mapping[str, Any]) -> Fields:
+def _issue_fields(issue: Mapping[str, object], payload: Mapping[str, object]) -> Fields:
     return {
         "number": _int(issue.get("number")),
         "title": _str(issue.get("title")),
@@ -217,7 +219,7 @@ def _issue_fields(issue: Mapping[str, Any], payload: Mapping[str, Any]) -> Field
     }
 
 
-def _issues(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> Fields:
+def _issues(payload: Mapping[str, object], action: str, sender: str, repo: str) -> Fields:
     fields = _issue_fields(_obj(payload.get("issue")), payload)
     fields.update(
         trigger_type=_ISSUE_ACTIONS.get(action),
@@ -227,7 +229,7 @@ def _issues(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> 
     return fields
 
 
-def _issue_comment(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> Fields:
+def _issue_comment(payload: Mapping[str, object], action: str, sender: str, repo: str) -> Fields:
     issue, comment = _obj(payload.get("issue")), _obj(payload.get("comment"))
     on_pr = "pull_request" in issue  # GitHub models a PR's conversation as an issue
     fields = _issue_fields(issue, payload)
@@ -247,7 +249,7 @@ def _issue_comment(payload: Mapping[str, Any], action: str, sender: str, repo: s
     return fields
 
 
-def _push(payload: Mapping[str, Any], _action: str, sender: str, repo: str) -> Fields:
+def _push(payload: Mapping[str, object], _action: str, sender: str, repo: str) -> Fields:
     ref = _str(payload.get("ref")) or ""
     branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
     tag = ref.removeprefix("refs/tags/") if ref.startswith("refs/tags/") else None
@@ -280,7 +282,7 @@ def _push(payload: Mapping[str, Any], _action: str, sender: str, repo: str) -> F
     }
 
 
-def _check_run(payload: Mapping[str, Any], action: str, _sender: str, repo: str) -> Fields:
+def _check_run(payload: Mapping[str, object], action: str, _sender: str, repo: str) -> Fields:
     run = _obj(payload.get("check_run"))
     pr = _obj(next(iter(_list(run.get("pull_requests"))), None))
     branch = _str(_obj(run.get("check_suite")).get("head_branch"))
@@ -302,7 +304,7 @@ def _check_run(payload: Mapping[str, Any], action: str, _sender: str, repo: str)
     }
 
 
-def _workflow_run(payload: Mapping[str, Any], action: str, _sender: str, repo: str) -> Fields:
+def _workflow_run(payload: Mapping[str, object], action: str, _sender: str, repo: str) -> Fields:
     run = _obj(payload.get("workflow_run"))
     pr = _obj(next(iter(_list(run.get("pull_requests"))), None))
     # `workflow_run.name` may be empty (it is in GitHub's own example); the workflow's is not.
@@ -327,7 +329,7 @@ def _workflow_run(payload: Mapping[str, Any], action: str, _sender: str, repo: s
     }
 
 
-def _release(payload: Mapping[str, Any], action: str, sender: str, repo: str) -> Fields:
+def _release(payload: Mapping[str, object], action: str, sender: str, repo: str) -> Fields:
     release = _obj(payload.get("release"))
     tag = _str(release.get("tag_name"))
     name = _str(release.get("name"))
@@ -343,7 +345,7 @@ def _release(payload: Mapping[str, Any], action: str, sender: str, repo: str) ->
     }
 
 
-def _ping(payload: Mapping[str, Any], _action: str, _sender: str, _repo: str) -> Fields:
+def _ping(payload: Mapping[str, object], _action: str, _sender: str, _repo: str) -> Fields:
     zen = _str(payload.get("zen"))
     hook = _int(payload.get("hook_id"))
     return {
@@ -358,7 +360,7 @@ def _num(fields: Fields) -> str:
     return str(number) if number is not None else "?"
 
 
-_HANDLERS: dict[str, Callable[[Mapping[str, Any], str, str, str], Fields]] = {
+_HANDLERS: dict[str, Callable[[Mapping[str, object], str, str, str], Fields]] = {
     "pull_request": _pull_request,
     "pull_request_review": _pull_request_review,
     "issues": _issues,

@@ -181,7 +181,7 @@ class JsonFilter(BaseModel):
             return f"{self.path} exists" if self.value else f"{self.path} does not exist"
         return f"{self.path} {self.op} {_show(self.value)}"
 
-    def evaluate(self, body: Any) -> bool:
+    def evaluate(self, body: object) -> bool:
         """Whether the parsed JSON body satisfies this filter."""
         found = _lookup(body, self.path.split("."))
         if self.op == "exists":
@@ -345,7 +345,7 @@ class HookConfig(BaseModel):
         return self
 
 
-def filters_match(filters: Sequence[JsonFilter], body: Any) -> tuple[bool, str | None]:
+def filters_match(filters: Sequence[JsonFilter], body: object) -> tuple[bool, str | None]:
     """Whether every filter holds for the parsed body, and if not, the first failure in words."""
     for index, json_filter in enumerate(filters, start=1):
         if not json_filter.evaluate(body):
@@ -398,7 +398,7 @@ def _check_count(field: str, values: Sized, limit: int) -> None:
         raise ValueError(f"at most {limit} {field}, got {len(values)}")
 
 
-def _lookup(body: Any, segments: list[str]) -> Any:
+def _lookup(body: object, segments: list[str]) -> object:
     current = body
     for segment in segments:
         if isinstance(current, dict):
@@ -415,7 +415,7 @@ def _lookup(body: Any, segments: list[str]) -> Any:
     return current
 
 
-def _json_equal(left: Any, right: Any) -> bool:
+def _json_equal(left: object, right: object) -> bool:
     # Python's == says True == 1 and "1" != 1; JSON equality keeps booleans apart from numbers.
     if isinstance(left, bool) or isinstance(right, bool):
         return isinstance(left, bool) and isinstance(right, bool) and left is right
@@ -428,7 +428,7 @@ def _json_equal(left: Any, right: Any) -> bool:
     return type(left) is type(right) and bool(left == right)
 
 
-def _contains(container: Any, value: Any) -> bool:
+def _contains(container: object, value: object) -> bool:
     if isinstance(container, str):
         return isinstance(value, str) and value in container
     if isinstance(container, list):
@@ -438,7 +438,7 @@ def _contains(container: Any, value: Any) -> bool:
     return False
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if isinstance(value, str):
         text = repr(value)
     else:

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -218,8 +217,8 @@ def retire_legacy_file(path: Path) -> Path:
 
 def next_cursor(
     since: datetime,
-    issues: Sequence[Mapping[str, Any]],
-    comments: Sequence[Mapping[str, Any]],
+    issues: Sequence[Mapping[str, object]],
+    comments: Sequence[Mapping[str, object]],
     *,
     limit: int,
 ) -> datetime:
@@ -232,7 +231,7 @@ def next_cursor(
     return max(since, newest)
 
 
-def _newest(items: Iterable[Mapping[str, Any]]) -> datetime | None:
+def _newest(items: Iterable[Mapping[str, object]]) -> datetime | None:
     stamps = []
     for item in items:
         value = item.get("updated_at")

@@ -43,7 +43,6 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from ade_tasks.ingress.event import EventSource, NormalizedEvent
 from ade_tasks.ingress.github import normalize
@@ -61,7 +60,7 @@ class PolledDelivery:
 
     event_name: str
     delivery_id: str
-    payload: dict[str, Any]
+    payload: dict[str, object]
     at: datetime
 
     @property
@@ -76,16 +75,16 @@ class PolledDelivery:
         return dataclasses.replace(event, source=SOURCE)
 
 
-def is_pull(issue: Mapping[str, Any]) -> bool:
+def is_pull(issue: Mapping[str, object]) -> bool:
     """Whether an issue listing item is a pull request."""
     return isinstance(issue.get("pull_request"), Mapping)
 
 
 def issue_deliveries(
     repo: str,
-    issue: Mapping[str, Any],
+    issue: Mapping[str, object],
     since: datetime,
-    pull: Mapping[str, Any] | None = None,
+    pull: Mapping[str, object] | None = None,
 ) -> list[PolledDelivery]:
     """The deliveries an issue listing item stands for, given the window start `since`.
 
@@ -101,7 +100,7 @@ def issue_deliveries(
         kind, event_name = "pr", "pull_request"
     else:
         details, kind, event_name = issue, "issue", "issues"
-    found: list[tuple[str, datetime, str, Any]] = []
+    found: list[tuple[str, datetime, str, object]] = []
     if created is not None and created >= since:
         found.append(("opened", created, format_time(created), issue.get("user")))
     if closed is not None and closed >= since:
@@ -127,31 +126,32 @@ def issue_deliveries(
 
 
 def comment_delivery(
-    repo: str, comment: Mapping[str, Any], issue: Mapping[str, Any], since: datetime
+    repo: str, comment: Mapping[str, object], issue: Mapping[str, object], since: datetime
 ) -> PolledDelivery | None:
     """The `issue_comment.created` delivery of a comment created in the window; None for an
     edit (no trigger type starts on one) or a comment GitHub described without id or times."""
     created, cid = time_of(comment, "created_at"), as_int(comment.get("id"))
     if created is None or created < since or cid is None:
         return None
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "action": "created",
         "issue": dict(issue),
         "comment": dict(comment),
         "repository": _repository(repo),
     }
-    if isinstance(comment.get("user"), Mapping):
-        payload["sender"] = dict(comment["user"])
+    user = comment.get("user")
+    if isinstance(user, Mapping):
+        payload["sender"] = dict(user)
     delivery_id = f"poll:{repo.lower()}:comment-created:{cid}:{format_time(created)}"
     return PolledDelivery("issue_comment", delivery_id, payload, created)
 
 
 def event_delivery(
     repo: str,
-    event: Mapping[str, Any],
+    event: Mapping[str, object],
     since: datetime,
-    current: Mapping[str, Any] | None = None,
-    pull: Mapping[str, Any] | None = None,
+    current: Mapping[str, object] | None = None,
+    pull: Mapping[str, object] | None = None,
 ) -> PolledDelivery | None:
     """The `labeled` or `edited` delivery of an issue event created in the window; None for
     other events, older ones, or one GitHub described without id, time or issue.
@@ -165,7 +165,7 @@ def event_delivery(
     number = as_int(issue.get("number"))
     if action is None or created is None or created < since or eid is None or number is None:
         return None
-    payload: dict[str, Any] = {"action": action, "repository": _repository(repo)}
+    payload: dict[str, object] = {"action": action, "repository": _repository(repo)}
     if is_pull(issue):
         kind, event_name = "pr", "pull_request"
         payload.update(_pr_body(pull if pull is not None else pull_from_issue(issue), number))
@@ -176,24 +176,25 @@ def event_delivery(
         payload["label"] = {"name": _obj(event.get("label")).get("name")}
     else:
         payload["changes"] = {"title": {"from": _obj(event.get("rename")).get("from")}}
-    if isinstance(event.get("actor"), Mapping):
-        payload["sender"] = dict(event["actor"])
+    actor = event.get("actor")
+    if isinstance(actor, Mapping):
+        payload["sender"] = dict(actor)
     delivery_id = f"poll:{repo.lower()}:{kind}-{action}:{number}:{eid}"
     return PolledDelivery(event_name, delivery_id, payload, created)
 
 
-def comment_issue_number(comment: Mapping[str, Any]) -> int | None:
+def comment_issue_number(comment: Mapping[str, object]) -> int | None:
     """The number of the issue or PR a comment belongs to (from its `issue_url`)."""
     url = comment.get("issue_url")
     tail = url.rstrip("/").rsplit("/", 1)[-1] if isinstance(url, str) else ""
     return int(tail) if tail.isdigit() else None
 
 
-def _pr_body(pull: Mapping[str, Any], number: int) -> dict[str, Any]:
+def _pr_body(pull: Mapping[str, object], number: int) -> dict[str, object]:
     return {"number": number, "pull_request": dict(pull)}
 
 
-def pull_from_issue(issue: Mapping[str, Any]) -> dict[str, Any]:
+def pull_from_issue(issue: Mapping[str, object]) -> dict[str, object]:
     """A PR's details as far as its issue listing item tells them (no branches or head)."""
     merged_at = _obj(issue.get("pull_request")).get("merged_at")
     fields = ("number", "title", "body", "user", "labels", "state", "draft", "html_url")
@@ -204,21 +205,21 @@ def pull_from_issue(issue: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _repository(repo: str) -> dict[str, Any]:
+def _repository(repo: str) -> dict[str, object]:
     owner, name = repo.split("/", 1)
     return {"full_name": repo, "name": name, "owner": {"login": owner}}
 
 
-def _obj(value: Any) -> Mapping[str, Any]:
+def _obj(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 
 
-def as_int(value: Any) -> int | None:
+def as_int(value: object) -> int | None:
     """`value` if it is an int (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def time_of(item: Mapping[str, Any], key: str) -> datetime | None:
+def time_of(item: Mapping[str, object], key: str) -> datetime | None:
     """The instant `item[key]` names, or None when it is missing or not a time."""
     value = item.get(key)
     if not isinstance(value, str):

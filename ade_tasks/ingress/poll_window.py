@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ade_tasks.ingress.poll_cursors import format_time, next_cursor
 from ade_tasks.ingress.poll_inference import (
@@ -58,8 +58,8 @@ def read_window(client: PollClient, repo: str, since: datetime, *, max_items: in
         )
     window = Window(next_cursor(since, issues, comments, limit=max_items))
     window.listed = len(issues) + len(comments) + len(events)
-    by_number: dict[int, Mapping[str, Any]] = {}
-    pulls: dict[int, Mapping[str, Any]] = {}
+    by_number: dict[int, Mapping[str, object]] = {}
+    pulls: dict[int, Mapping[str, object]] = {}
     for issue in issues:
         number = as_int(issue.get("number"))
         if number is None:
@@ -85,8 +85,8 @@ def read_window(client: PollClient, repo: str, since: datetime, *, max_items: in
 
 
 def _pull_for(
-    client: PollClient, repo: str, issue: Mapping[str, Any], since: datetime
-) -> Mapping[str, Any] | None:
+    client: PollClient, repo: str, issue: Mapping[str, object], since: datetime
+) -> Mapping[str, object] | None:
     number = as_int(issue.get("number"))
     if not is_pull(issue) or number is None:
         return None
@@ -99,9 +99,9 @@ def _pull_for(
 def _comment(
     client: PollClient,
     repo: str,
-    comment: Mapping[str, Any],
+    comment: Mapping[str, object],
     since: datetime,
-    by_number: Mapping[int, Mapping[str, Any]],
+    by_number: Mapping[int, Mapping[str, object]],
     window: Window,
 ) -> PolledDelivery | None:
     created = time_of(comment, "created_at")
@@ -121,8 +121,8 @@ def _comment(
 
 
 def _issue_of(
-    client: PollClient, repo: str, comment: Mapping[str, Any], number: int
-) -> Mapping[str, Any]:
+    client: PollClient, repo: str, comment: Mapping[str, object], number: int
+) -> Mapping[str, object]:
     """The issue of a comment whose issue the listing did not hold (it was cut at the item
     limit): a PR's details, or what the comment itself says about a plain issue."""
     url = comment.get("html_url")

@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.exc import IntegrityError
 
@@ -113,17 +113,17 @@ class PollClient(Protocol):
 
     def list_issues(
         self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, Any]]: ...
+    ) -> Sequence[Mapping[str, object]]: ...
 
     def list_issue_comments(
         self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, Any]]: ...
+    ) -> Sequence[Mapping[str, object]]: ...
 
     def list_issue_events(
         self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, Any]]: ...
+    ) -> Sequence[Mapping[str, object]]: ...
 
-    def get_pull(self, repo: str, number: int) -> Mapping[str, Any]: ...
+    def get_pull(self, repo: str, number: int) -> Mapping[str, object]: ...
 
 
 @dataclass

@@ -17,9 +17,9 @@ from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
-from ade_tasks.events import emit_lane_event
 from ade_tasks.rules.steps import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_tasks.states import StepStatus
+from ade_tasks.triggers.local_events import emit_lane_event
 from ade_workers import lanes
 from ade_workers.actions.base import StepContext, StepOutcome
 

@@ -9,9 +9,9 @@ import pytest
 from pydantic import TypeAdapter
 
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.filters import trigger_matches, why_not
 from ade_tasks.ingress.github import normalize
 from ade_tasks.rules.triggers import GithubTrigger, Trigger
+from ade_tasks.triggers.filters import trigger_matches, why_not
 from tests.fixtures import GITHUB_FIXTURES as FIXTURES
 
 TRIGGER: TypeAdapter[Any] = TypeAdapter(Trigger)

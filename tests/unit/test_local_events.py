@@ -34,8 +34,8 @@ from ade_api.cli.events import (
     watch_loop,
 )
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.filters import trigger_matches, why_not
 from ade_tasks.rules.triggers import FileTrigger, Trigger
+from ade_tasks.triggers.filters import trigger_matches, why_not
 
 TRIGGER: TypeAdapter[Any] = TypeAdapter(Trigger)
 ROOT = Path("/work/project")

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.filters import why_not
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.patterns import (
     MAX_SUBJECT_CHARS,
@@ -24,6 +23,7 @@ from ade_tasks.patterns import (
 )
 from ade_tasks.rules.loader import load_rules_dir
 from ade_tasks.rules.rule import Rule
+from ade_tasks.triggers.filters import why_not
 from tests.conftest import REPO, write_rule
 
 #: Each site matches `(a+)+$` (exponential for a backtracking engine) against POISON and
@@ -31,7 +31,7 @@ from tests.conftest import REPO, write_rule
 SITES = {
     "trigger title_regex": """
         from ade_tasks.ingress.event import NormalizedEvent
-        from ade_tasks.ingress.filters import trigger_matches
+        from ade_tasks.triggers.filters import trigger_matches
         from pydantic import TypeAdapter
         from ade_tasks.rules.triggers import Trigger
         trigger = TypeAdapter(Trigger).validate_python(

@@ -1,5 +1,6 @@
-"""Local events (a lane created or deleted, later git and file events) turned into runs of the
-rules whose triggers match them, each through the one dispatch function.
+"""Events turned into runs of the rules whose triggers match them, each through the one dispatch
+function: the local events a run emits (a lane created or deleted) and, for the ingress
+dispatcher, the events it stored and the further events they stand for (a lane merged).
 
 An event carries a key; each matching rule's run gets `<key>:<rule id>` as its idempotency key,
 so an event emitted twice (a retried step, a redelivered message) starts each rule once.
@@ -8,22 +9,23 @@ so an event emitted twice (a retried step, a redelivered message) starts each ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import replace
-from fnmatch import fnmatchcase
-from typing import Any
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError
-from ade_tasks.rules.triggers import LaneTrigger
+from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
+from ade_tasks.triggers.lane import lane_event
+from ade_tasks.triggers.registry import trigger_test
 
 log = logging.getLogger(__name__)
 
 
 def matching_rules(
-    session_factory: SessionFactory, event_type: str, match: Callable[[Any, Any], bool]
+    session_factory: SessionFactory, event_type: str, match: TriggerTest
 ) -> dict[str, tuple[int, ...]]:
     """Enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts: rule id
     -> the indexes of the triggers that accepted it (a paused one holds back only its own)."""
@@ -52,7 +54,7 @@ def emit(
     session_factory: SessionFactory,
     sender: TaskSender,
     event: TriggerEvent,
-    match: Callable[[Any, Any], bool],
+    match: TriggerTest,
     *,
     automations_disabled: bool = False,
 ) -> list[tuple[str, DispatchResult | AdeError]]:
@@ -82,34 +84,11 @@ def emit(
     return list(zip(rule_ids, results, strict=True))
 
 
-def lane_event(kind: str, lane: dict[str, Any], project: str, run_id: str) -> TriggerEvent:
-    """`lane.created` / `lane.deleted` for a lane of `project`, emitted by run `run_id`."""
-    return TriggerEvent(
-        kind,
-        f"{kind} {lane['name']!r} by run {run_id}",
-        {"event": kind, "lane": lane, "project": project, "source_run": run_id},
-        f"{kind}:{lane['id'] or lane['path']}",
-    )
-
-
-def lane_matcher(name: str, project: str) -> Callable[[Any, Any], bool]:
-    """Does a rule of `project` have a lane trigger whose `lanes` globs (none: every lane)
-    accept this lane name? Lanes of other projects never trigger it."""
-
-    def match(rule: Any, trigger: Any) -> bool:
-        assert isinstance(trigger, LaneTrigger)
-        if rule.project != project:
-            return False
-        return not trigger.lanes or any(fnmatchcase(name, glob) for glob in trigger.lanes)
-
-    return match
-
-
 def emit_lane_event(
     session_factory: SessionFactory,
     sender: TaskSender,
     kind: str,
-    lane: dict[str, Any],
+    lane: Mapping[str, object],
     project: str,
     run_id: str,
     *,
@@ -117,6 +96,6 @@ def emit_lane_event(
 ) -> list[str]:
     """Start the runs of the rules a lane event triggers; their ids."""
     event = lane_event(kind, lane, project, run_id)
-    match = lane_matcher(lane["name"], project)
+    match = trigger_test(LANE_SOURCE, event.type, event.payload)
     results = emit(session_factory, sender, event, match, automations_disabled=automations_disabled)
     return [result.run.id for _, result in results if isinstance(result, DispatchResult)]

@@ -1,4 +1,5 @@
-"""Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event.
+"""Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event;
+`filter_matcher` is the `Matcher` of those three families, which share every filter.
 
 The trigger's canonical type must equal the event's trigger type, then every filter the trigger
 gives must match (an empty list or None is "not given"):
@@ -26,22 +27,32 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
 from ade_tasks.globs import path_matches
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
-from ade_tasks.rules.triggers import canonical_trigger_type
+from ade_tasks.rules.triggers import Trigger, canonical_trigger_type
+from ade_tasks.triggers.base import TriggerTest
+
+TriggerSpec = Trigger | Mapping[str, object]
+"""A trigger model, or (a hand-written or stored trigger) its mapping of fields."""
 
 
-def trigger_matches(trigger: Any, event: NormalizedEvent) -> bool:
+def filter_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTest:
+    """GitHub, git and file triggers: their filters over the event normalized from `payload`
+    (the payload carries its own source)."""
+    event = NormalizedEvent.from_payload(payload)
+    return lambda _rule, trigger: trigger_matches(trigger, event)
+
+
+def trigger_matches(trigger: TriggerSpec, event: NormalizedEvent) -> bool:
     """Whether `trigger` (a trigger model or its dict) starts on `event`."""
     return why_not(trigger, event) is None
 
 
-def why_not(trigger: Any, event: NormalizedEvent) -> str | None:
+def why_not(trigger: TriggerSpec, event: NormalizedEvent) -> str | None:
     """The first reason `trigger` does not start on `event`, in a few words; None if it does."""
     spec = _fields(trigger)
     kind = spec.pop("type", None)
@@ -70,7 +81,7 @@ def why_not(trigger: Any, event: NormalizedEvent) -> str | None:
     return None
 
 
-def _fields(trigger: Any) -> dict[str, Any]:
+def _fields(trigger: TriggerSpec) -> dict[str, object]:
     if isinstance(trigger, BaseModel):
         return {name: getattr(trigger, name) for name in type(trigger).model_fields}
     if isinstance(trigger, Mapping):
@@ -78,7 +89,7 @@ def _fields(trigger: Any) -> dict[str, Any]:
     raise TypeError(f"a trigger must be a trigger model or a mapping, not {type(trigger).__name__}")
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     # A hand-written dict trigger may say `branches: main`; iterating it would yield letters.
     if isinstance(value, str):
         return [value]
@@ -92,14 +103,14 @@ def _shown(values: list[str]) -> str:
 # --- one check per filter: None when it matches, else the reason -----------------------------
 
 
-def _repo(wanted: Any, event: NormalizedEvent) -> str | None:
+def _repo(wanted: object, event: NormalizedEvent) -> str | None:
     if event.repo is not None and event.repo.lower() == str(wanted).lower():
         return None
     return f"repo {event.repo or '(none)'} is not {wanted}"
 
 
-def _globs_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
-    def check(wanted: Any, event: NormalizedEvent) -> str | None:
+def _globs_over(field: str) -> Callable[[object, NormalizedEvent], str | None]:
+    def check(wanted: object, event: NormalizedEvent) -> str | None:
         value: str | None = getattr(event, field)
         globs = _strings(wanted)
         if value is None:
@@ -111,20 +122,20 @@ def _globs_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
     return check
 
 
-def _labels(wanted: Any, event: NormalizedEvent) -> str | None:
+def _labels(wanted: object, event: NormalizedEvent) -> str | None:
     present = {label.casefold() for label in event.labels}
     missing = [label for label in _strings(wanted) if label.casefold() not in present]
     return f"missing label(s) {_shown(missing)}" if missing else None
 
 
-def _authors(wanted: Any, event: NormalizedEvent) -> str | None:
+def _authors(wanted: object, event: NormalizedEvent) -> str | None:
     logins = _strings(wanted)
     if event.author is not None and event.author.casefold() in {a.casefold() for a in logins}:
         return None
     return f"author {event.author or '(none)'} is not one of {_shown(logins)}"
 
 
-def _associations(wanted: Any, event: NormalizedEvent) -> str | None:
+def _associations(wanted: object, event: NormalizedEvent) -> str | None:
     allowed = _strings(wanted)
     association = event.author_association
     if association is not None and association.upper() in {a.upper() for a in allowed}:
@@ -132,14 +143,14 @@ def _associations(wanted: Any, event: NormalizedEvent) -> str | None:
     return f"author association {association or '(none)'} is not one of {_shown(allowed)}"
 
 
-def _draft(wanted: Any, event: NormalizedEvent) -> str | None:
+def _draft(wanted: object, event: NormalizedEvent) -> str | None:
     if event.draft is None:
         return "event does not say whether it is a draft"
     return None if event.draft == wanted else f"draft is {event.draft}, wanted {wanted}"
 
 
-def _regex_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
-    def check(wanted: Any, event: NormalizedEvent) -> str | None:
+def _regex_over(field: str) -> Callable[[object, NormalizedEvent], str | None]:
+    def check(wanted: object, event: NormalizedEvent) -> str | None:
         text: str | None = getattr(event, field)
         if text is None:
             return f"event has no {field} for {field}_regex"
@@ -156,7 +167,7 @@ def _regex_over(field: str) -> Callable[[Any, NormalizedEvent], str | None]:
     return check
 
 
-def _keywords(wanted: Any, event: NormalizedEvent) -> str | None:
+def _keywords(wanted: object, event: NormalizedEvent) -> str | None:
     text = f"{event.title or ''}\n{event.body or ''}".casefold()
     keywords = _strings(wanted)
     # A blank keyword would be a substring of everything; it says nothing, so it matches nothing.
@@ -165,7 +176,7 @@ def _keywords(wanted: Any, event: NormalizedEvent) -> str | None:
     return f"none of the keywords {_shown(keywords)} in title or body"
 
 
-def _paths(wanted: Any, event: NormalizedEvent) -> str | None:
+def _paths(wanted: object, event: NormalizedEvent) -> str | None:
     globs = _strings(wanted)
     if not event.paths:
         return f"event has no changed paths to match {_shown(globs)}"
@@ -174,7 +185,7 @@ def _paths(wanted: Any, event: NormalizedEvent) -> str | None:
     return f"no changed path matches {_shown(globs)}"
 
 
-_CHECKS: dict[str, Callable[[Any, NormalizedEvent], str | None]] = {
+_CHECKS: dict[str, Callable[[object, NormalizedEvent], str | None]] = {
     "repo": _repo,
     "branches": _globs_over("branch"),
     "base_branches": _globs_over("base"),

@@ -1,0 +1,31 @@
+"""Custom webhook triggers: a delivery to hook `<hook>` (stored with source `webhook:<hook>`)
+starts a webhook trigger of that hook whose `filters` (JSON path -> value, each an equality)
+all hold for the delivery's body."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ade_tasks.ingress.hooks import JsonFilter, filters_match
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.triggers import Trigger, WebhookTrigger
+from ade_tasks.triggers.base import TriggerTest
+
+SOURCE_PREFIX = "webhook:"
+
+
+def webhook_matcher(source: str, payload: Mapping[str, object], /) -> TriggerTest:
+    """Webhook triggers against a stored delivery. A source that names no hook (not
+    `webhook:<hook>`) is no custom hook's delivery, so it starts none."""
+    hook = source.removeprefix(SOURCE_PREFIX) if source.startswith(SOURCE_PREFIX) else None
+    body = payload.get("body")
+
+    def match(_rule: Rule, trigger: Trigger) -> bool:
+        assert isinstance(trigger, WebhookTrigger)
+        filters = [
+            JsonFilter(path=path, op="equals", value=value)
+            for path, value in trigger.filters.items()
+        ]
+        return hook is not None and trigger.hook == hook and filters_match(filters, body)[0]
+
+    return match
