@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
+from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow
@@ -61,8 +62,8 @@ def standard_jobs(
     session_factory: SessionFactory, sender: TaskSender, settings: Settings
 ) -> list[Job]:
     """The recovery sweep, retention pruning every hour (schedule occurrences, ingress events,
-    settled scheduled runs, and runs when `run_retention_days` is set), and every registered
-    job."""
+    settled scheduled runs, and runs when `run_retention_days` is set), the metrics' run rollup
+    every minute, and every registered job."""
 
     def sweep(_now: datetime) -> object:
         return recover(
@@ -85,9 +86,14 @@ def standard_jobs(
                 pruned["runs"] = int(getattr(result, "rowcount", 0) or 0)
         return pruned
 
+    def roll_up(now: datetime) -> object:
+        with session_factory.begin() as session:
+            return run_rollups.advance(session, now)
+
     return [
         Job("recover", timedelta(seconds=settings.recovery_interval_seconds), sweep),
         Job("prune", timedelta(hours=1), prune),
+        Job("rollup", timedelta(minutes=1), roll_up),
         *(factory(session_factory, sender, settings) for factory in _REGISTERED),
     ]
 

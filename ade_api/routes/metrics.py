@@ -143,12 +143,15 @@ def _gauge(
 
 def _database_metrics(facts: ClusterFacts) -> Iterator[Metric]:
     yield _gauge(
-        "ade_runs", "Runs the database holds, by rule and status.", ["rule", "status"], facts.runs
+        "ade_runs",
+        "Runs recorded, by rule and status (pruning history does not lower the finished ones).",
+        ["rule", "status"],
+        facts.runs,
     )
 
     durations = HistogramMetricFamily(
         "ade_run_duration_seconds",
-        "Start-to-finish time of the finished runs the database holds, by rule.",
+        "Start-to-finish time of the finished runs, by rule.",
         labels=["rule"],
     )
     for rule, histogram in sorted(facts.durations.items()):

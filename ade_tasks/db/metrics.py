@@ -4,10 +4,9 @@ Everything here is read at scrape time from the system of record, so every API p
 the same numbers and nothing has to be shared between processes (no multiprocess files, no
 counters lost when a process dies). The price is one short read-only transaction per scrape:
 
-- counts by (rule, status) use the `ix_runs_rule_id_status` index;
-- the run duration histogram scans the finished runs the database still holds (all of them:
-  `run_retention_days` bounds the table, and a histogram over "everything retained" only grows
-  between prunes, which is what Prometheus' `rate()`/`histogram_quantile()` expect);
+- run counts by (rule, status) and the run duration histogram come from `run_rollups` plus the
+  runs its watermark has not passed (`ade_tasks.db.run_rollups`): rows per rule, plus the last
+  minute or two of runs and the unfinished ones, however long the history;
 - the other tables are small or bounded at write time (occurrences, ingress events, hook
   deliveries, usage per day, pending approvals).
 
@@ -15,7 +14,8 @@ On PostgreSQL the transaction carries a `statement_timeout`, so a slow database 
 fail fast instead of piling up scrapes.
 
 The values are gauges of what the tables hold (rows pruned by retention disappear from them),
-except the histogram, which is shaped as Prometheus expects (cumulative buckets, sum, count).
+except the run counts and the histogram: runs recorded, which pruning does not lower (the histogram
+is shaped as Prometheus expects: cumulative buckets, sum, count).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Float, case, cast, func, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
+from ade_tasks.db.run_rollups import RUN_DURATION_BUCKETS, RunTally, Tallies, run_tallies
 from ade_tasks.db.schema import (
     ApprovalRow,
     HookDeliveryRow,
@@ -38,23 +38,6 @@ from ade_tasks.db.schema import (
     UsageRow,
 )
 from ade_tasks.states import ApprovalStatus, RunStatus
-
-#: Upper bounds (seconds) of the run duration buckets: a quick command to the 12 h a rule may run.
-RUN_DURATION_BUCKETS: tuple[float, ...] = (
-    1,
-    5,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    1800,
-    3600,
-    7200,
-    21600,
-    43200,
-)
 
 #: A scrape's queries together must finish within this (PostgreSQL only).
 STATEMENT_TIMEOUT_MS = 5000
@@ -96,34 +79,18 @@ class ClusterFacts:
     active_queues: list[str] = field(default_factory=list)  # queues of unfinished runs
 
 
-def _duration_seconds(session: Session) -> ColumnElement[Any]:
-    """`finished_at - started_at` in seconds, in the dialect's own date arithmetic."""
-    if session.get_bind().dialect.name == "postgresql":
-        return cast(func.extract("epoch", RunRow.finished_at - RunRow.started_at), Float)
-    # SQLite (embedded mode) stores timestamps as text; julianday() reads them.
-    return (func.julianday(RunRow.finished_at) - func.julianday(RunRow.started_at)) * 86400.0
-
-
-def _durations(session: Session) -> dict[str, DurationHistogram]:
-    seconds = _duration_seconds(session).label("seconds")
-    finished = (
-        select(RunRow.rule_id.label("rule_id"), seconds)
-        .where(RunRow.started_at.is_not(None), RunRow.finished_at.is_not(None))
-        .subquery()
-    )
-    columns = [
-        func.sum(case((finished.c.seconds <= bound, 1), else_=0)) for bound in RUN_DURATION_BUCKETS
-    ]
-    query = select(
-        finished.c.rule_id, func.count(), func.coalesce(func.sum(finished.c.seconds), 0.0), *columns
-    ).group_by(finished.c.rule_id)
-    result: dict[str, DurationHistogram] = {}
-    for rule_id, count, total, *cumulative in session.execute(query):
-        buckets = [
-            (bound, int(n or 0)) for bound, n in zip(RUN_DURATION_BUCKETS, cumulative, strict=True)
-        ]
-        result[rule_id] = DurationHistogram(buckets, int(count), max(float(total), 0.0))
-    return result
+def _durations(tallies: Tallies) -> dict[str, DurationHistogram]:
+    """One histogram per rule with timed runs, summed over the rule's statuses."""
+    per_rule: dict[str, RunTally] = {}
+    for (rule_id, _status), tally in tallies.items():
+        per_rule.setdefault(rule_id, RunTally()).add(tally)
+    return {
+        rule_id: DurationHistogram(
+            list(zip(RUN_DURATION_BUCKETS, tally.buckets, strict=True)), tally.timed, tally.seconds
+        )
+        for rule_id, tally in per_rule.items()
+        if tally.timed
+    }
 
 
 def _billing_code(rule_id: str, document: Mapping[str, Any] | None) -> str:
@@ -141,14 +108,9 @@ def cluster_facts(session: Session) -> ClusterFacts:
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
     facts = ClusterFacts()
-    facts.runs = _pairs(
-        session.execute(
-            select(RunRow.rule_id, RunRow.status, func.count()).group_by(
-                RunRow.rule_id, RunRow.status
-            )
-        ).all()
-    )
-    facts.durations = _durations(session)
+    tallies = run_tallies(session)
+    facts.runs = {key: tally.runs for key, tally in tallies.items()}
+    facts.durations = _durations(tallies)
     facts.occurrences = _pairs(
         session.execute(
             select(ScheduleOccurrenceRow.outcome, func.count()).group_by(

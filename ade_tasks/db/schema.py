@@ -99,6 +99,8 @@ class RunRow(Base):
         Index("ix_runs_rule_id_queued_at", "rule_id", "queued_at"),
         Index("ix_runs_status_queued_at", "status", "queued_at"),
         Index("ix_runs_rule_id_status", "rule_id", "status"),
+        # The metrics' live tail (runs finished since the rollup watermark, and unfinished ones).
+        Index("ix_runs_finished_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -490,3 +492,31 @@ class IngressCursorRow(Base):
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(255))
+
+
+class RunRollupRow(Base):
+    """The finished runs of one (rule, status) up to the rollup watermark: how many, and the
+    histogram of how long they ran. `/metrics` adds the runs finished since, so a scrape reads
+    rows per rule, not per run (`ade_tasks.db.run_rollups`)."""
+
+    __tablename__ = "run_rollups"
+
+    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    runs: Mapped[int] = mapped_column(BigInteger)
+    #: Of those, the runs that started (only they have a duration).
+    timed: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float] = mapped_column(Float)
+    #: Cumulative counts of timed runs per bound of `RUN_DURATION_BUCKETS`.
+    buckets: Mapped[list[int]] = mapped_column(JSON)
+
+
+class RollupWatermarkRow(Base):
+    """How far a rollup has read: every run with `finished_at` before `rolled_up_to` is counted
+    in `run_rollups`. NULL: nothing rolled up yet (a scrape aggregates the whole table)."""
+
+    __tablename__ = "rollup_watermarks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    rolled_up_to: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
