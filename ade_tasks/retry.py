@@ -2,7 +2,7 @@
 
 Only `TransientError` is retried; anything else means the same call would fail the same way.
 A transient error may carry `retry_after` (seconds a server asked us to wait), which wins over
-the backoff when it is longer.
+the backoff when it is longer (`ade_workers.integrations.http` reads it from an HTTP answer).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import TypeVar
 
 from ade_tasks.errors import TransientError
@@ -98,26 +96,3 @@ def _retry_after_of(exc: Exception) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return max(float(value), 0.0)
     return None
-
-
-def retry_after_seconds(header: str | None, now: datetime | None = None) -> float | None:
-    """An HTTP `Retry-After` value (seconds or an HTTP date) as seconds from `now`; None if absent
-    or unreadable."""
-    if header is None or not header.strip():
-        return None
-    text = header.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        # RFC 9110 dates are GMT; parsedate_to_datetime leaves "-0000" naive.
-        when = when.replace(tzinfo=UTC)
-    current = now or datetime.now(UTC)
-    return max((when - current).total_seconds(), 0.0)

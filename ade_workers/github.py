@@ -9,7 +9,6 @@ answer was lost is found again by the listing that starts the next attempt.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,12 +18,17 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ade_tasks.errors import AdeError, InvalidInputError, TransientError
-from ade_tasks.retry import RetryPolicy, retry_after_seconds
+from ade_tasks.errors import InvalidInputError
+from ade_tasks.retry import RetryPolicy
 from ade_tasks.settings import GithubSettings
+from ade_workers.integrations.http import (
+    IntegrationClient,
+    IntegrationError,
+    excerpt,
+    retry_after_seconds,
+)
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 DEFAULT_POLICY = RetryPolicy(attempts=3)
 API_VERSION = "2022-11-28"
@@ -33,23 +37,13 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _MAX_PAGES = 100
 # A listing stops after this many items (100 full pages), so it never asks for page 101.
 _MAX_ITEMS = _MAX_PAGES * 100
-_EXCERPT = 300
-
-
-class GithubError(AdeError):
-    """GitHub refused the request; repeating it unchanged will not help."""
-
-    def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class GithubUnavailableError(TransientError):
-    """GitHub could not be reached or asked us to come back later."""
-
-    def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+_GIVE_UP = "try again later or raise the step's retry attempts"
+_ADVICE = {
+    403: "give the token in ADE_GITHUB__TOKEN write access to this repository",
+    404: "check the repository and issue number, and that ADE_GITHUB__TOKEN can see the "
+    "repository (GitHub answers 404 for private repositories it hides)",
+    422: "fix the request (e.g. the branch must exist and differ from the base)",
+}
 
 
 @dataclass(frozen=True)
@@ -107,35 +101,26 @@ class GithubClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        url = httpx.URL(base_url.rstrip("/"))
-        if url.scheme not in ("http", "https") or not url.host:
-            raise InvalidInputError(
-                f"GitHub API URL must be http(s)://host[:port][/prefix], got scheme "
-                f"{url.scheme!r}; check ADE_GITHUB__API_URL"
-            )
-        if timeout <= 0:
-            raise InvalidInputError(f"GitHub timeout must be > 0 seconds, got {timeout}")
-        self.policy = policy
-        self.timeout = timeout
         self._token = token or None
-        self._sleep = sleep
-        # Shown in messages: never the userinfo part of a URL someone pasted with credentials.
-        self._where = str(url.copy_with(username=None, password=None))
-        headers = {
-            "Accept": "application/vnd.github+json",
-            "User-Agent": "ade-tasks",
-            "X-GitHub-Api-Version": API_VERSION,
-        }
+        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        self._http = httpx.Client(
-            base_url=url,
-            headers=headers,
+        self._http = IntegrationClient(
+            "GitHub",
+            base_url,
+            url_fix="check ADE_GITHUB__API_URL",
             timeout=timeout,
-            transport=transport,
+            policy=policy,
+            headers=headers,
+            secrets=[self._token],
             # GitHub answers renamed repositories with 301/307; httpx drops Authorization when a
             # redirect leaves the origin.
             follow_redirects=True,
+            explain=_github_message,
+            retry_after=_retry_after,
+            rate_limited=_rate_limited,
+            transport=transport,
+            sleep=sleep,
         )
 
     @classmethod
@@ -151,7 +136,8 @@ class GithubClient:
         return cls(base_url=settings.api_url, token=token, timeout=timeout, policy=policy)
 
     def __repr__(self) -> str:
-        return f"GithubClient(base_url={self._where!r}, token={'***' if self._token else None})"
+        where = self._http.where
+        return f"GithubClient(base_url={where!r}, token={'***' if self._token else None})"
 
     def __enter__(self) -> GithubClient:
         return self
@@ -175,16 +161,16 @@ class GithubClient:
 
         def attempt() -> Comment:
             existing = self._find_comment(f"{base}/comments", line, deadline)
-            if existing is not None:
-                path = f"/repos/{repo}/issues/comments/{existing}"
-                data = self._request("PATCH", path, deadline, json={"body": text})
-                return Comment(
-                    _int(data, "id", "PATCH", path), _str(data, "html_url", "PATCH", path), False
-                )
-            path = f"{base}/comments"
-            data = self._request("POST", path, deadline, json={"body": text})
+            method, path = (
+                ("POST", f"{base}/comments")
+                if existing is None
+                else ("PATCH", f"/repos/{repo}/issues/comments/{existing}")
+            )
+            data = self._request(method, path, deadline, json={"body": text})
             return Comment(
-                _int(data, "id", "POST", path), _str(data, "html_url", "POST", path), True
+                self._field(data, "id", int, method, path),
+                self._field(data, "html_url", str, method, path),
+                created=existing is None,
             )
 
         return self._retrying(f"upsert a comment on {repo}#{number}", attempt, deadline)
@@ -199,8 +185,8 @@ class GithubClient:
         def attempt() -> list[str]:
             data = self._request("POST", path, deadline, json={"labels": wanted})
             if not isinstance(data, list):
-                raise _unexpected("POST", path, "a list of labels")
-            return [_str(item, "name", "POST", path) for item in data]
+                raise self._unexpected("POST", path, "a list of labels")
+            return [self._field(item, "name", str, "POST", path) for item in data]
 
         return self._retrying(f"add labels to {repo}#{number}", attempt, deadline)
 
@@ -229,14 +215,14 @@ class GithubClient:
                 "GET", pulls, deadline, params={"head": qualified_head, "state": "open"}
             )
             if not isinstance(found, list):
-                raise _unexpected("GET", pulls, "a list of pull requests")
+                raise self._unexpected("GET", pulls, "a list of pull requests")
             if found:
-                number = _int(found[0], "number", "GET", pulls)
+                number = self._field(found[0], "number", int, "GET", pulls)
                 path = f"{pulls}/{number}"
                 data = self._request(
                     "PATCH", path, deadline, json={"title": title, "body": text, "base": base}
                 )
-                return PullRequest(number, _str(data, "html_url", "PATCH", path), False)
+                return PullRequest(number, self._field(data, "html_url", str, "PATCH", path), False)
             data = self._request(
                 "POST",
                 pulls,
@@ -244,7 +230,9 @@ class GithubClient:
                 json={"title": title, "head": head, "base": base, "body": text, "draft": True},
             )
             return PullRequest(
-                _int(data, "number", "POST", pulls), _str(data, "html_url", "POST", pulls), True
+                self._field(data, "number", int, "POST", pulls),
+                self._field(data, "html_url", str, "POST", pulls),
+                created=True,
             )
 
         return self._retrying(f"open a draft PR on {repo} from {head}", attempt, deadline)
@@ -252,68 +240,26 @@ class GithubClient:
     # -- listings (GitHub polling) --------------------------------------------------------------
 
     def list_issues(
-        self,
-        repo: str,
-        since: datetime,
-        *,
-        limit: int = _MAX_ITEMS,
-        deadline: float | None = None,
+        self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
     ) -> list[dict[str, Any]]:
         """Issues and pull requests of `repo` (any state) updated at or after `since`, least
         recently updated first; at most `limit` (a later `since` lists the rest)."""
-        path = f"/repos/{_check_repo(repo)}/issues"
-        query = {"state": "all", "since": _since(since), "sort": "updated", "direction": "asc"}
-        count = _check_limit(limit)
-        return self._retrying(
-            f"list the issues of {repo}",
-            lambda: self._listing(path, query, count, deadline),
-            deadline,
-        )
+        return self._listing(repo, "issues", "issues", since, limit, deadline, {"state": "all"})
 
     def list_issue_comments(
-        self,
-        repo: str,
-        since: datetime,
-        *,
-        limit: int = _MAX_ITEMS,
-        deadline: float | None = None,
+        self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
     ) -> list[dict[str, Any]]:
         """Comments on any issue or pull request of `repo` updated at or after `since`, least
         recently updated first; at most `limit` (a later `since` lists the rest)."""
-        path = f"/repos/{_check_repo(repo)}/issues/comments"
-        query = {"since": _since(since), "sort": "updated", "direction": "asc"}
-        count = _check_limit(limit)
-        return self._retrying(
-            f"list the issue comments of {repo}",
-            lambda: self._listing(path, query, count, deadline),
-            deadline,
-        )
+        return self._listing(repo, "issue comments", "issues/comments", since, limit, deadline, {})
 
     def list_issue_events(
-        self,
-        repo: str,
-        since: datetime,
-        *,
-        limit: int = _MAX_ITEMS,
-        deadline: float | None = None,
+        self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
     ) -> list[dict[str, Any]]:
         """Issue events of `repo` (labeled, renamed, closed, ...) created at or after `since`,
         newest first, as GitHub lists them (it has no `since` for them: the walk stops at the
         first page reaching back past it); at most `limit`."""
-        path = f"/repos/{_check_repo(repo)}/issues/events"
-        count = _check_limit(limit)
-
-        def attempt() -> list[dict[str, Any]]:
-            found: list[dict[str, Any]] = []
-            query = {"per_page": min(count, 100)}
-            for page in self._pages(path, deadline, query):
-                items = [item for item in page if isinstance(item, dict)]
-                found.extend(item for item in items if _at_or_after(item, since))
-                if len(found) >= count or any(not _at_or_after(i, since) for i in items):
-                    break
-            return found[:count]
-
-        return self._retrying(f"list the issue events of {repo}", attempt, deadline)
+        return self._listing(repo, "issue events", "issues/events", since, limit, deadline, None)
 
     def get_pull(self, repo: str, number: int, *, deadline: float | None = None) -> dict[str, Any]:
         """Pull request `number` of `repo` with its head, base and merge state."""
@@ -322,7 +268,7 @@ class GithubClient:
         def attempt() -> dict[str, Any]:
             data = self._request("GET", path, deadline)
             if not isinstance(data, dict):
-                raise _unexpected("GET", path, "a pull request object")
+                raise self._unexpected("GET", path, "a pull request object")
             return data
 
         return self._retrying(f"get pull request {repo}#{number}", attempt, deadline)
@@ -330,49 +276,49 @@ class GithubClient:
     # -- plumbing -------------------------------------------------------------------------------
 
     def _retrying(self, what: str, attempt: Callable[[], T], deadline: float | None) -> T:
-        tries = 0
+        return self._http.retrying(f"could not {what}", attempt, deadline=deadline, advice=_GIVE_UP)
 
-        def counted() -> T:
-            nonlocal tries
-            tries += 1
-            return attempt()
+    def _listing(
+        self,
+        repo: str,
+        noun: str,
+        resource: str,
+        since: datetime,
+        limit: int,
+        deadline: float | None,
+        query: Mapping[str, str] | None,
+    ) -> list[dict[str, Any]]:
+        """At most `limit` items of /repos/{repo}/{resource} from `since` on. With a `query`,
+        GitHub filters by `since` and lists oldest first; without one (issue events) it lists
+        newest first and the walk stops at the first page reaching back past `since`."""
+        path = f"/repos/{_check_repo(repo)}/{resource}"
+        count = _check_limit(limit)
+        after = _since(since)
+        params: dict[str, Any] = {"per_page": min(count, 100)}
+        if query is not None:
+            params = {**query, "since": after, "sort": "updated", "direction": "asc", **params}
 
-        def note(number: int, exc: TransientError, delay: float) -> None:
-            log.warning("could not %s (retry %d in %.2fs): %s", what, number, delay, exc)
+        def attempt() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            for page in self._pages(path, deadline, params):
+                items = [item for item in page if isinstance(item, dict)]
+                recent = (
+                    items if query is not None else [i for i in items if _at_or_after(i, since)]
+                )
+                found.extend(recent)
+                # Stopping here also keeps the walk within _MAX_PAGES, whose overrun is an error.
+                if len(found) >= count or len(recent) < len(items):
+                    break
+            return found[:count]
 
-        try:
-            return self.policy.run(counted, deadline=deadline, sleep=self._sleep, on_retry=note)
-        except GithubUnavailableError as exc:
-            why = (
-                "the retry policy allows no more"
-                if tries >= self.policy.max_tries
-                else "the deadline leaves no time for another"
-            )
-            raise GithubUnavailableError(
-                f"could not {what}: {exc.message}; gave up after {tries} "
-                f"attempt{'s' if tries != 1 else ''} ({why}); "
-                "try again later or raise the step's retry attempts",
-                retry_after=exc.retry_after,
-            ) from exc
+        return self._retrying(f"list the {noun} of {repo}", attempt, deadline)
 
     def _find_comment(self, path: str, line: str, deadline: float | None) -> int | None:
         for page in self._pages(path, deadline):
             for item in page:
                 if isinstance(item, dict) and has_marker(item.get("body"), line):
-                    return _int(item, "id", "GET", path)
+                    return self._field(item, "id", int, "GET", path)
         return None
-
-    def _listing(
-        self, path: str, query: Mapping[str, Any], limit: int, deadline: float | None
-    ) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        per_page = min(limit, 100)
-        for page in self._pages(path, deadline, {**query, "per_page": per_page}):
-            items.extend(item for item in page if isinstance(item, dict))
-            # Stopping here also keeps the walk within _MAX_PAGES, whose overrun is an error.
-            if len(items) >= limit:
-                break
-        return items[:limit]
 
     def _pages(
         self, path: str, deadline: float | None, query: Mapping[str, Any] | None = None
@@ -383,29 +329,23 @@ class GithubClient:
             if url is None:
                 return
             response = self._send("GET", url, deadline, params=params)
-            data = _json(response, "GET", path)
+            data = self._json(response, "GET", path)
             if not isinstance(data, list):
-                raise _unexpected("GET", path, "a list")
+                raise self._unexpected("GET", path, "a list")
             yield data
             url = response.links.get("next", {}).get("url")
             params = None  # the next link carries its own query
-            if url is not None and not self._same_origin(url):
+            if url is not None and not self._http.same_origin(url):
                 # The token would follow the link; only ever send it back to the configured API.
-                raise GithubError(
-                    f"GET {path}: GitHub's pagination link points outside {self._where}; "
-                    "check ADE_GITHUB__API_URL (a proxy may be rewriting links)"
+                raise self._http.refused(
+                    f"GET {path}: GitHub's pagination link points "
+                    f"outside {self._http.where}; check ADE_GITHUB__API_URL (a proxy may be "
+                    "rewriting links)"
                 )
-        raise GithubError(
+        raise self._http.refused(
             f"GET {path}: more than {_MAX_PAGES} pages of results; "
             "the marker search stopped rather than post a possible duplicate"
         )
-
-    def _same_origin(self, url: str) -> bool:
-        target = httpx.URL(url)
-        base = self._http.base_url
-        if not target.is_absolute_url:
-            return True
-        return (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
 
     def _request(
         self,
@@ -416,7 +356,9 @@ class GithubClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
-        return _json(self._send(method, path, deadline, json=json, params=params), method, path)
+        return self._json(
+            self._send(method, path, deadline, json=json, params=params), method, path
+        )
 
     def _send(
         self,
@@ -427,61 +369,37 @@ class GithubClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
     ) -> httpx.Response:
-        path = httpx.URL(url).path if "://" in url else url
-        timeout = self.timeout
-        if deadline is not None:
-            timeout = min(timeout, deadline - time.monotonic())
-            if timeout <= 0:
-                raise GithubUnavailableError(f"{method} {path}: the run's deadline has passed")
-        try:
-            response = self._http.request(method, url, json=json, params=params, timeout=timeout)
-        except httpx.TimeoutException:
-            raise GithubUnavailableError(
-                f"{method} {path}: GitHub at {self._where} did not answer within {timeout:g}s"
-            ) from None
-        except httpx.TransportError as exc:
-            raise GithubUnavailableError(
-                f"{method} {path}: could not reach GitHub at {self._where} "
-                f"({type(exc).__name__}: {self._scrub(str(exc))})"
-            ) from None
-        if response.is_success:
-            return response
-        raise self._error_for(method, path, response)
+        return self._http.send(
+            method, url, deadline=deadline, advice=self._advice, json=json, params=params
+        )
 
-    def _error_for(self, method: str, path: str, response: httpx.Response) -> AdeError:
-        status = response.status_code
-        said = self._scrub(_github_message(response))
-        head = f"{method} {path} answered {status}" + (f" ({said})" if said else "")
-        headers = response.headers
-        if status == 429 or status >= 500:
-            return GithubUnavailableError(head, retry_after=_retry_after(headers))
-        if status == 403 and (
-            "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
-        ):
-            return GithubUnavailableError(
-                f"{head}: rate limited", retry_after=_retry_after(headers)
-            )
+    def _advice(self, status: int) -> str:
         if status == 401:
-            todo = (
+            return (
                 "check ADE_GITHUB__TOKEN: it is missing, expired or revoked"
                 if self._token
                 else "set ADE_GITHUB__TOKEN to a token with access to the repository"
             )
-        elif status == 403:
-            todo = "give the token in ADE_GITHUB__TOKEN write access to this repository"
-        elif status == 404:
-            todo = (
-                "check the repository and issue number, and that ADE_GITHUB__TOKEN can see "
-                "the repository (GitHub answers 404 for private repositories it hides)"
-            )
-        elif status == 422:
-            todo = "fix the request (e.g. the branch must exist and differ from the base)"
-        else:
-            todo = "check the request and ADE_GITHUB__API_URL"
-        return GithubError(f"{head}; {todo}", status=status)
+        return _ADVICE.get(status, "check the request and ADE_GITHUB__API_URL")
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+    def _json(self, response: httpx.Response, method: str, path: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise self._unexpected(method, path, "JSON") from None
+
+    def _field(self, data: Any, key: str, kind: type[T], method: str, path: str) -> T:
+        value = data.get(key) if isinstance(data, dict) else None
+        if isinstance(value, bool) or not isinstance(value, kind):
+            noun = "an integer" if kind is int else "a string"
+            raise self._unexpected(method, path, f"an object with {noun} {key!r}")
+        return value
+
+    def _unexpected(self, method: str, path: str, expected: str) -> IntegrationError:
+        return self._http.refused(
+            f"{method} {path}: GitHub answered with something other than {expected}; "
+            "check that ADE_GITHUB__API_URL points at the REST API (e.g. https://host/api/v3)"
+        )
 
 
 def _check_repo(repo: str) -> str:
@@ -519,7 +437,16 @@ def _since(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _rate_limited(response: httpx.Response) -> bool:
+    """A 403 that is GitHub's (primary or secondary) rate limit, not a missing permission."""
+    headers = response.headers
+    return response.status_code == 403 and (
+        "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
+    )
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
+    """Retry-After, or else the wait until an exhausted rate limit resets."""
     seconds = retry_after_seconds(headers.get("retry-after"))
     if seconds is not None:
         return seconds
@@ -532,42 +459,15 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 def _github_message(response: httpx.Response) -> str:
+    """GitHub's `message` (and its `errors`) from an error body, or the start of the text."""
     try:
         data = response.json()
     except ValueError:
-        return response.text.strip()[:_EXCERPT]
+        return excerpt(response.text)
     if isinstance(data, dict) and isinstance(data.get("message"), str):
         message: str = data["message"]
         errors = data.get("errors")
         if isinstance(errors, list) and errors:
-            message += f": {errors!r}"[: _EXCERPT + 2]
-        return message[:_EXCERPT]
-    return response.text.strip()[:_EXCERPT]
-
-
-def _json(response: httpx.Response, method: str, path: str) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise _unexpected(method, path, "JSON") from None
-
-
-def _unexpected(method: str, path: str, expected: str) -> GithubError:
-    return GithubError(
-        f"{method} {path}: GitHub answered with something other than {expected}; "
-        "check that ADE_GITHUB__API_URL points at the REST API (e.g. https://host/api/v3)"
-    )
-
-
-def _int(data: Any, key: str, method: str, path: str) -> int:
-    value = data.get(key) if isinstance(data, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _unexpected(method, path, f"an object with an integer {key!r}")
-    return value
-
-
-def _str(data: Any, key: str, method: str, path: str) -> str:
-    value = data.get(key) if isinstance(data, dict) else None
-    if not isinstance(value, str):
-        raise _unexpected(method, path, f"an object with a string {key!r}")
-    return value
+            message += f": {errors!r}"
+        return excerpt(message)
+    return excerpt(response.text)

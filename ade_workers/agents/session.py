@@ -26,11 +26,10 @@ from ade_tasks.settings import ModelPrice
 from ade_workers.agents.providers import (
     Message,
     ModelProvider,
-    ProviderError,
-    ProviderUnavailableError,
     ToolSpec,
 )
 from ade_workers.agents.tools import TOOL_SPECS, ToolContext, ToolResult, run_tool
+from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
 
 TOOL_RESULT_CAP = 20_000
 """Characters of one tool result the model sees and the transcript keeps."""
@@ -151,7 +150,7 @@ def run_session(
                 max_tokens=max_tokens_per_turn,
                 deadline=limits.deadline,
             )
-        except (ProviderError, ProviderUnavailableError) as exc:
+        except (IntegrationError, IntegrationUnavailableError) as exc:
             if time.monotonic() >= limits.deadline:
                 why = f"the session's deadline passed during a model call: {exc.message}"
                 return _outcome(state, limits, tool_ctx, "timed_out", why)

@@ -12,8 +12,9 @@ import pytest
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
-from ade_workers.github import GithubClient, GithubError, GithubUnavailableError
-from ade_workers.notify import NotifyError, NotifyUnavailableError, send_notification
+from ade_workers.github import GithubClient
+from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
+from ade_workers.notify import send_notification
 from tests.fake_http import ScriptedServer
 
 REPO = "acme/widgets"
@@ -151,7 +152,7 @@ def test_timeouts_on_every_attempt_give_a_clear_error(
     # Given GitHub answering every request too late
     github.delay_next(0.6, times=10)
     # When upserting with 3 retries
-    with pytest.raises(GithubUnavailableError) as caught:
+    with pytest.raises(IntegrationUnavailableError) as caught:
         client.upsert_comment(REPO, 7, "x", MARKER)
     # Then the error names what, where and how many attempts, and never the token
     message = str(caught.value)
@@ -167,7 +168,7 @@ def test_a_deadline_stops_retries_early(github: ScriptedServer) -> None:
     github.fail_next(status=502, times=10)
     slow = RetryPolicy(attempts=5, initial_delay=0.2)
     with GithubClient(base_url=github.url, token=TOKEN, timeout=0.3, policy=slow) as client:
-        with pytest.raises(GithubUnavailableError, match="deadline") as caught:
+        with pytest.raises(IntegrationUnavailableError, match="deadline") as caught:
             client.upsert_comment(REPO, 7, "x", MARKER, deadline=time.monotonic() + 0.3)
     assert "gave up after 2 attempts" in str(caught.value)
     assert len(github.requests) == 2
@@ -176,18 +177,18 @@ def test_a_deadline_stops_retries_early(github: ScriptedServer) -> None:
 def test_a_bad_token_is_not_retried_and_names_the_setting(github: ScriptedServer) -> None:
     wrong = "ghp_WRONG_token_456"
     with GithubClient(base_url=github.url, token=wrong, timeout=0.3, policy=FAST) as client:
-        with pytest.raises(GithubError) as caught:
+        with pytest.raises(IntegrationError) as caught:
             client.upsert_comment(REPO, 7, "x", MARKER)
     message = str(caught.value)
     assert caught.value.status == 401
     assert f"GET {COMMENTS}" in message and "401" in message and "Bad credentials" in message
     assert "ADE_GITHUB__TOKEN" in message and wrong not in message
-    assert not isinstance(caught.value, GithubUnavailableError)
+    assert not isinstance(caught.value, IntegrationUnavailableError)
     assert len(github.requests) == 1
 
 
 def test_an_unknown_repository_is_a_404_error(github: ScriptedServer, client: GithubClient) -> None:
-    with pytest.raises(GithubError) as caught:
+    with pytest.raises(IntegrationError) as caught:
         client.add_labels("acme/missing", 7, ["bug"])
     assert caught.value.status == 404
     assert "POST /repos/acme/missing/issues/7/labels answered 404 (Not Found)" in str(caught.value)
@@ -252,7 +253,7 @@ def test_a_refusing_notify_webhook_is_not_named_in_the_error(webhook: ScriptedSe
     url = f"{webhook.url}/hooks/T1/B2/s3cr3t"
     webhook.fail_next(status=404, message=f"no_service for {url}")
     # When notifying
-    with pytest.raises(NotifyError) as caught:
+    with pytest.raises(IntegrationError) as caught:
         send_notification(url, "hi", marker=MARKER, policy=FAST, timeout=0.3)
     # Then the error says what happened without the URL, and was not retried
     assert "the notify webhook answered 404" in str(caught.value)
@@ -265,7 +266,7 @@ def test_a_timing_out_notify_webhook_is_not_named_in_the_error(webhook: Scripted
     webhook.delay_next(0.6, times=2)
     policy = RetryPolicy(attempts=1, initial_delay=0.01)
 
-    with pytest.raises(NotifyUnavailableError) as caught:
+    with pytest.raises(IntegrationUnavailableError) as caught:
         send_notification(url, "hi", marker=MARKER, policy=policy, timeout=0.3)
 
     message = str(caught.value)

@@ -21,17 +21,12 @@ from ade_tasks.errors import NotFoundError
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.settings import Settings
 from ade_workers.agents.provider_check import check_provider
-from ade_workers.agents.providers import (
-    ProviderError,
-    ProviderUnavailableError,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from ade_workers.agents.providers import ToolCall, ToolSpec, Usage
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.anthropic import to_wire as anthropic_wire
 from ade_workers.agents.providers.openai import OpenAIProvider
 from ade_workers.agents.providers.registry import http_provider
+from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
 from tests.fake_llm import Reply, ScriptedModelServer, fixture_text, load_fixture
 
 KEY = "sk-test-9f8e7d6c5b4a-SECRET"
@@ -299,10 +294,10 @@ def test_anthropic_400_is_not_retried_and_carries_the_message(server: ScriptedMo
     )
     with closing(_anthropic(server.url, FAST, 2.0)) as provider:
         # When asked, then it fails at once with the provider's message
-        with pytest.raises(ProviderError) as caught:
+        with pytest.raises(IntegrationError) as caught:
             provider.complete(USER, [], model="m", max_tokens=64, deadline=None)
 
-    assert not isinstance(caught.value, ProviderUnavailableError)
+    assert not isinstance(caught.value, IntegrationUnavailableError)
     assert caught.value.status == 400
     assert "unexpected `tool_use_id`" in caught.value.message
     assert len(server.requests) == 1
@@ -362,7 +357,7 @@ def test_hang_on_every_attempt_gives_up_naming_the_attempts(
     with closing(case.make(server.url, FAST, 0.2)) as provider:
         # When asked
         started = time.monotonic()
-        with pytest.raises(ProviderUnavailableError) as caught:
+        with pytest.raises(IntegrationUnavailableError) as caught:
             provider.complete(USER, [], model="m", max_tokens=64, deadline=None)
 
     # Then all three attempts timed out and the error says so
@@ -378,7 +373,7 @@ def test_deadline_bounds_the_request_timeout(server: ScriptedModelServer, case: 
     with closing(case.make(server.url, FAST, 10.0)) as provider:
         # When asked
         started = time.monotonic()
-        with pytest.raises(ProviderUnavailableError):
+        with pytest.raises(IntegrationUnavailableError):
             provider.complete(USER, [], model="m", max_tokens=64, deadline=started + 0.3)
 
     # Then it gave up at the deadline, not after the timeout
@@ -390,12 +385,12 @@ def test_401_is_not_retried_and_hides_the_key(server: ScriptedModelServer, case:
     server.script(Reply(status=401, body=case.error_envelope()))
     with closing(case.make(server.url, FAST, 2.0)) as provider:
         # When asked
-        with pytest.raises(ProviderError) as caught:
+        with pytest.raises(IntegrationError) as caught:
             provider.complete(USER, [], model="m", max_tokens=64, deadline=None)
         shown = repr(provider)
 
     # Then one request was made, and the error says what to fix without showing the key
-    assert not isinstance(caught.value, ProviderUnavailableError)
+    assert not isinstance(caught.value, IntegrationUnavailableError)
     assert len(server.requests) == 1
     assert caught.value.status == 401
     assert case.key_env in caught.value.message

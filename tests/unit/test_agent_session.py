@@ -21,13 +21,13 @@ from ade_tasks.db.approvals import ToolDecisions
 from ade_workers.agents.providers import (
     Message,
     ModelTurn,
-    ProviderUnavailableError,
     ToolCall,
     ToolSpec,
     Usage,
 )
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools import ToolContext
+from ade_workers.integrations.http import IntegrationUnavailableError
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]
 ALLOW = Policy(fallback="allow", mode="full-auto")
@@ -387,7 +387,7 @@ def test_deadline_stops_the_session(worktree: Path) -> None:
 
 def test_provider_failure_fails_the_session(worktree: Path) -> None:
     # Given a provider that gives up after its own retries on the second turn
-    provider = ScriptedProvider(turn(LOOP), ProviderUnavailableError("gave up after 3 attempts"))
+    provider = ScriptedProvider(turn(LOOP), IntegrationUnavailableError("gave up after 3 attempts"))
     transcript = Transcript()
 
     # When the session runs

@@ -145,7 +145,7 @@ class FakeGithub:
 
 
 class Unavailable(TransientError):
-    """GitHub is unavailable (a stand-in for GithubUnavailableError)."""
+    """GitHub is unavailable (a stand-in for IntegrationUnavailableError)."""
 
     def __init__(self, retry_after: float | None = None) -> None:
         super().__init__("GET /repos/acme/widgets/issues answered 503")

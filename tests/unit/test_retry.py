@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import pytest
 
 from ade_tasks.errors import AdeError, TransientError
-from ade_tasks.retry import RetryPolicy, retry_after_seconds
+from ade_tasks.retry import RetryPolicy
 
 
 class FakeClock:
@@ -167,21 +166,3 @@ def test_on_retry_sees_each_retry_before_its_wait() -> None:
 
 def test_max_tries_counts_the_first_try() -> None:
     assert RetryPolicy(attempts=3).max_tries == 4
-
-
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [
-        ("7", 7.0),
-        (" 1.5 ", 1.5),
-        ("-3", 0.0),
-        ("Wed, 01 Jan 2025 00:00:30 GMT", 30.0),
-        ("Wed, 01 Jan 2025 00:00:00 GMT", 0.0),
-        ("soon", None),
-        ("", None),
-        (None, None),
-    ],
-)
-def test_retry_after_header_parsing(header: str | None, expected: float | None) -> None:
-    now = datetime(2025, 1, 1, tzinfo=UTC)
-    assert retry_after_seconds(header, now) == expected

@@ -16,13 +16,12 @@ from ade_workers.agents.providers import (
     HttpProvider,
     Message,
     ModelTurn,
-    ProviderError,
     ToolCall,
     ToolSpec,
     Usage,
     call_fields,
-    excerpt,
 )
+from ade_workers.integrations.http import excerpt
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -76,10 +75,7 @@ class AnthropicProvider(HttpProvider):
                 }
                 for tool in tools
             ]
-        where = f"{self._http.where}{PATH}"
-        return self._http.call(
-            PATH, body, lambda data: parse_turn(data, where), model=model, deadline=deadline
-        )
+        return self.ask(PATH, body, parse_turn, model=model, deadline=deadline)
 
 
 def to_wire(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -134,12 +130,12 @@ def _assistant_blocks(message: Message) -> str | list[dict[str, Any]]:
     return blocks
 
 
-def parse_turn(data: dict[str, Any], where: str) -> ModelTurn:
-    """A Messages API response body as a `ModelTurn`."""
+def parse_turn(data: dict[str, Any]) -> ModelTurn:
+    """A Messages API response body as a `ModelTurn`; ValueError when it has no content."""
     content = data.get("content")
     if not isinstance(content, list):
-        raise ProviderError(
-            f"{where} answered without content blocks: {excerpt(json.dumps(data))}; "
+        raise ValueError(
+            f"answered without content blocks: {excerpt(json.dumps(data))}; "
             "check that the base URL points at the Anthropic Messages API"
         )
     texts: list[str] = []

@@ -18,13 +18,12 @@ from ade_workers.agents.providers import (
     HttpProvider,
     Message,
     ModelTurn,
-    ProviderError,
     ToolCall,
     ToolSpec,
     Usage,
     call_fields,
-    excerpt,
 )
+from ade_workers.integrations.http import excerpt
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PATH = "/chat/completions"
@@ -85,10 +84,7 @@ class OpenAIProvider(HttpProvider):
                 }
                 for tool in tools
             ]
-        where = f"{self._http.where}{PATH}"
-        return self._http.call(
-            PATH, body, lambda data: parse_turn(data, where), model=model, deadline=deadline
-        )
+        return self.ask(PATH, body, parse_turn, model=model, deadline=deadline)
 
 
 def to_wire(message: Message) -> dict[str, Any]:
@@ -118,12 +114,12 @@ def to_wire(message: Message) -> dict[str, Any]:
     raise InvalidInputError(f"message role must be system, user, assistant or tool: {role!r}")
 
 
-def parse_turn(data: dict[str, Any], where: str) -> ModelTurn:
-    """A Chat Completions response body as a `ModelTurn`."""
+def parse_turn(data: dict[str, Any]) -> ModelTurn:
+    """A Chat Completions response body as a `ModelTurn`; ValueError when it has no choices."""
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ProviderError(
-            f"{where} answered without choices: {excerpt(json.dumps(data))}; "
+        raise ValueError(
+            f"answered without choices: {excerpt(json.dumps(data))}; "
             "check that the base URL points at a Chat Completions API"
         )
     choice = choices[0]
