@@ -82,7 +82,7 @@ class RetryPolicy:
                 attempt += 1
                 if attempt > self.attempts:
                     raise
-                delay = self.delay_for(attempt, _retry_after_of(exc))
+                delay = self.delay_for(attempt, retry_after_of(exc))
                 if deadline is not None and clock() + delay > deadline:
                     raise
                 if on_retry is not None:
@@ -90,7 +90,8 @@ class RetryPolicy:
                 sleep(delay)
 
 
-def _retry_after_of(exc: Exception) -> float | None:
+def retry_after_of(exc: Exception) -> float | None:
+    """The seconds `exc` says a server asked us to wait, if it says (and says it sanely)."""
     value = getattr(exc, "retry_after", None)
     # bool is an int; a stray True must not read as "one second".
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):

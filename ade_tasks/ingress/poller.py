@@ -73,6 +73,7 @@ from ade_tasks.ingress.poll_inference import (
     PolledDelivery,
 )
 from ade_tasks.ingress.poll_window import read_window
+from ade_tasks.retry import retry_after_of
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ class GithubPoller:
                     failures += 1
                     if failures > self.once_retries:
                         raise
-                    self.sleep(self.backoff.delay_for(failures, _retry_after(exc)))
+                    self.sleep(self.backoff.delay_for(failures, retry_after_of(exc)))
                 except AdeError as exc:
                     report.repos.append(RepoReport(repo, error=exc.message))
                     break
@@ -390,7 +391,7 @@ class GithubPoller:
             report = self.poll_repo(repo)
         except AdeError as exc:
             self._failures[key] = failures = self._failures.get(key, 0) + 1
-            retry_after = _retry_after(exc) if isinstance(exc, TransientError) else None
+            retry_after = retry_after_of(exc) if isinstance(exc, TransientError) else None
             wait = self.backoff.delay_for(failures, retry_after)
             until = now + timedelta(seconds=wait)
             self._not_before[key] = until
@@ -450,10 +451,3 @@ class GithubPoller:
                 done,
             )
         self._prepared = True
-
-
-def _retry_after(exc: Exception) -> float | None:
-    value = getattr(exc, "retry_after", None)
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return max(float(value), 0.0)
-    return None
