@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.auth import Principal
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import Problem
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.dispatch import AUTOMATIONS_DISABLED
 from ade_tasks.roles import Role

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ade_api.auth import actor, forcing_admin
 from ade_api.deps import ServicesDep
 from ade_api.routes.rules import NOT_FOUND
-from ade_api.schemas import By, Problem
+from ade_api.schemas.actor import By
+from ade_api.schemas.problem import Problem
 from ade_tasks.backfill import MAX_SLOTS, BackfillReport, BackfillRequest, SlotReport, backfill
 from ade_tasks.scheduling import check_zoned
 

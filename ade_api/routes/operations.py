@@ -9,15 +9,10 @@ from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import (
-    AnsweredInput,
-    ApprovalOut,
-    CleanupOut,
-    InputAnswer,
-    LaneOut,
-    Problem,
-    RunOut,
-)
+from ade_api.schemas.inputs import AnsweredInput, InputAnswer
+from ade_api.schemas.lanes import CleanupOut, LaneOut
+from ade_api.schemas.problem import Problem
+from ade_api.schemas.runs import ApprovalOut, RunOut
 from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.routes.rules import NOT_FOUND
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import Problem
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 

@@ -15,9 +15,9 @@ from fastapi.responses import StreamingResponse
 from ade_api.auth import actor
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.follow import follow_run, hub_of
-from ade_api.schemas import (
+from ade_api.schemas.problem import Problem
+from ade_api.schemas.runs import (
     Decision,
-    Problem,
     ReviewMove,
     RunCancel,
     RunCancelled,

@@ -9,7 +9,9 @@ from fastapi import APIRouter, Query, Request
 
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import Problem, RunCancel, ScheduledRunOut
+from ade_api.schemas.manual_runs import ScheduledRunOut
+from ade_api.schemas.problem import Problem
+from ade_api.schemas.runs import RunCancel
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.states import OneShotStatus
 

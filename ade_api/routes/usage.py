@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.deps import SessionDep
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import Problem
 from ade_tasks.db import usage as usage_db
 from ade_tasks.errors import InvalidInputError
 

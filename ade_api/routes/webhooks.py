@@ -24,7 +24,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ade_api.deps import Services, ServicesDep, SessionDep
-from ade_api.schemas import HookDeliveryOut, Problem
+from ade_api.schemas.ingress import HookDeliveryOut
+from ade_api.schemas.problem import Problem
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.retry import retrying
