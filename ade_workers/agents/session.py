@@ -30,7 +30,8 @@ from ade_workers.agents.providers import (
     ProviderUnavailableError,
     ToolSpec,
 )
-from ade_workers.agents.tools import TOOL_SPECS, ToolContext, ToolResult, run_tool
+from ade_workers.agents.tools.base import Finding, Report, ToolContext, ToolResult
+from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
 
 TOOL_RESULT_CAP = 20_000
 """Characters of one tool result the model sees and the transcript keeps."""
@@ -75,7 +76,7 @@ class SessionOutcome:
 
     status: SessionStatus
     summary: str
-    findings: list[dict[str, Any]]
+    findings: list[Finding]
     confidence: float | None
     input_tokens: int
     output_tokens: int
@@ -99,7 +100,7 @@ class _State:
     asked: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
     questions: list[float] = field(default_factory=list)  # when the session asked (time.time)
-    report: dict[str, Any] | None = None
+    report: Report | None = None
 
 
 def run_session(

@@ -27,7 +27,7 @@ from ade_workers.agents.providers import (
     Usage,
 )
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.tools import ToolContext
+from ade_workers.agents.tools.base import ToolContext
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]
 ALLOW = Policy(fallback="allow", mode="full-auto")

@@ -11,7 +11,9 @@ import pytest
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.tools import READ_CAP, TOOL_SPECS, TOOLS, ToolContext, run_tool
+from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.reading import READ_CAP
+from ade_workers.agents.tools.registry import TOOL_SPECS, TOOLS, run_tool
 
 ENV = {"PATH": os.environ["PATH"]}
 
