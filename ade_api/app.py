@@ -36,6 +36,7 @@ from ade_api.routes import (
     rule_enabling,
     rule_runs,
     rule_schedule,
+    rule_versions,
     rules,
     runs,
     scheduled,
@@ -161,6 +162,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(rules.router)
     app.include_router(rule_enabling.router)
+    app.include_router(rule_versions.router)
     app.include_router(rule_schedule.router)
     app.include_router(rule_runs.router)
     app.include_router(pauses.router)

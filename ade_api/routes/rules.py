@@ -1,6 +1,7 @@
-"""Rules as documents: list, create, read, replace and delete them, their version history,
-and the trust of a shared rules file. What an operator does with a rule lives beside it:
-enabling (`rule_enabling`), manual runs (`rule_runs`), its schedule (`rule_schedule`)."""
+"""Rules as documents: list, create, read, replace and delete them, and the trust of a shared
+rules file. The rest of a rule's endpoints live beside it: enabling (`rule_enabling`), its
+version history (`rule_versions`), its schedule (`rule_schedule`) and manual runs
+(`rule_runs`); the app includes them in that order, so /docs lists them as before."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from ade_api.schemas.rules import (
     RuleDeleted,
     RuleOut,
     RuleProblems,
-    RuleVersionOut,
-    RuleVersionPage,
     RuleWrite,
     TrustGranted,
     TrustRequest,
@@ -205,19 +204,4 @@ def delete_rule(
         rule_id=rule_id,
         version=version,
         message=f"rule {rule_id!r} deleted; its runs and version history are kept",
-    )
-
-
-@router.get("/{rule_id}/versions", responses=NOT_FOUND)
-def rule_versions(
-    rule_id: str,
-    session: SessionDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
-) -> RuleVersionPage:
-    """A rule's version history, newest first: every document it had, who changed it (token name,
-    or `rules sync` for a file) and when; also of a deleted rule."""
-    rows, next_cursor = rules_db.list_versions(session, rule_id, limit=limit, cursor=cursor)
-    return RuleVersionPage(
-        items=[RuleVersionOut.model_validate(row) for row in rows], next_cursor=next_cursor
     )
