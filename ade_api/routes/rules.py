@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.rule_health import live_state, rule_out
-from ade_api.schemas.problem import Problem
+from ade_api.schemas.problem import Problem, Responses, problem_responses
 from ade_api.schemas.rules import (
     FieldProblem,
     RuleDeleted,
@@ -31,18 +31,14 @@ from ade_tasks.rules.rule import Rule
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such rule"}
-}
+NOT_FOUND = problem_responses({404: "no such rule"})
 
 
-CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"model": Problem, "description": "the rule comes from a rules file, or is in use"}
-}
+CONFLICT = problem_responses({409: "the rule comes from a rules file, or is in use"})
 PROBLEM = "application/problem+json"
 
 
-INVALID: dict[int | str, dict[str, Any]] = {
+INVALID: Responses = {
     422: {
         "model": RuleProblems,
         "description": "invalid rule document; `errors` names each wrong field",

@@ -36,7 +36,7 @@ class ManualRunRequest(BaseModel):
 
     @field_validator("run_at", mode="before")
     @classmethod
-    def _zoned(cls, value: Any) -> Any:
+    def _zoned(cls, value: object) -> object:
         return None if value is None else check_zoned(value, "run_at")
 
     @field_validator("run_at")

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 import ade_api.schemas
 from ade_api.app import create_app
+from ade_api.schemas.problem import Problem, problem_responses
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender
 from ade_tasks.settings import Settings
@@ -78,3 +79,15 @@ def test_the_schemas_package_re_exports_nothing() -> None:
 
     # Then it is its docstring alone: callers import from the resource modules
     assert len(tree.body) == 1 and ast.get_docstring(tree)
+
+
+def test_a_routes_errors_are_documented_as_problems_with_their_meaning() -> None:
+    # When a route's errors are documented by status and meaning
+    responses = problem_responses({404: "no such run", 409: "the run already finished"})
+
+    # Then each status answers with a Problem body, described, in the order given
+    assert responses == {
+        404: {"model": Problem, "description": "no such run"},
+        409: {"model": Problem, "description": "the run already finished"},
+    }
+    assert list(responses) == [404, 409]
