@@ -33,13 +33,17 @@ from ade_api.routes import (
     metrics,
     operations,
     pauses,
+    rule_enabling,
+    rule_runs,
+    rule_schedule,
+    rule_versions,
     rules,
     runs,
     scheduled,
     usage,
     webhooks,
 )
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import Problem
 from ade_api.web import controls as web_controls
 from ade_api.web import pages as web_pages
 from ade_api.web import routes as web_routes
@@ -157,6 +161,10 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(health.router)
     app.include_router(rules.router)
+    app.include_router(rule_enabling.router)
+    app.include_router(rule_versions.router)
+    app.include_router(rule_schedule.router)
+    app.include_router(rule_runs.router)
     app.include_router(pauses.router)
     app.include_router(backfill.router)
     app.include_router(runs.router)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
-from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
@@ -27,12 +27,6 @@ from ade_tasks.errors import PolicyViolationError
 from ade_tasks.roles import Role
 
 log = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "ade_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -58,14 +52,14 @@ class Principal:
     token_id: int
 
 
-def actor(request: Any, by: str | None) -> str:
+def actor(request: HTTPConnection, by: str | None) -> str:
     """Who a state-changing call is recorded as: the token's name, with the `by` the caller
     gave (for a token several people share) in parentheses."""
     principal: Principal = request.state.principal
     return principal.name if not by or by == principal.name else f"{principal.name} ({by})"
 
 
-def forcing_admin(request: Any, force: bool, by: str | None) -> str:
+def forcing_admin(request: HTTPConnection, force: bool, by: str | None) -> str:
     """Who forces a manual run past the kill switch ("" when not forcing); only an admin may:
     PolicyViolationError for another role."""
     if not force:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ade_api.auth import SAFE_METHODS, ASGIApp, Message, Receive, Scope, Send
+from ade_api.auth import SAFE_METHODS
 from ade_api.problems import RETRY_AFTER_SECONDS, problem
 from ade_api.web.pages import error_page
 from ade_tasks.db.retry import ATTEMPTS, BACKOFF, is_connection_lost

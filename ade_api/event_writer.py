@@ -32,6 +32,8 @@ WRITERS = 2
 MAX_ROWS = 50
 POOL_WAIT_SECONDS = 5.0
 
+EventKey = tuple[str, str | None, str | None]
+"""What makes an ingress event a duplicate: (source, delivery id, body hash)."""
 Waiting = tuple[dict[str, Any], "asyncio.Future[int | None]"]
 #: Errors of one row, or of two INSERTs crossing each other (a deadlock, a serialization
 #: failure): a batch that meets one is written again row by row.
@@ -127,7 +129,7 @@ class EventWriter:
         next INSERT, which finds it a duplicate)."""
         batch: list[Waiting] = []
         rest: list[Waiting] = []
-        keys: set[tuple[Any, ...]] = set()
+        keys: set[EventKey] = set()
         for item in self._waiting:
             key = _key(item[0])
             if len(batch) < MAX_ROWS and key not in keys:
@@ -181,5 +183,5 @@ class EventWriter:
         return [stored.get(_key(row)) for row in rows]
 
 
-def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+def _key(row: dict[str, Any]) -> EventKey:
     return row["source"], row["delivery_id"], row["body_hash"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from ade_api.schemas import RuleHealthOut, RuleOut
+from ade_api.schemas.rules import RuleHealthOut, RuleOut
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rule_edits as rule_edits_db

@@ -52,6 +52,10 @@ class PortInUseError(AdeError):
     """Something else listens on the API's address."""
 
 
+SocketAddress = tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]
+"""An address `getaddrinfo` gives: IPv4 (host, port), IPv6 (host, port, flow, scope), raw."""
+
+
 def serve(app: str, *, workers: int, host: str, port: int, **options: Any) -> None:
     """Serve the `app` factory (an import string) from `workers` processes on host:port;
     `options` are uvicorn.Config's. Returns when the processes have stopped."""
@@ -81,7 +85,7 @@ def _check_free(host: str, port: int) -> None:
             ) from None
 
 
-def _address(host: str, port: int) -> tuple[socket.AddressFamily, Any]:
+def _address(host: str, port: int) -> tuple[socket.AddressFamily, SocketAddress]:
     family, _type, _proto, _name, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]

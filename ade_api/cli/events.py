@@ -117,7 +117,9 @@ def _blank_to_none(value: str | None) -> str | None:
     return value if value else None
 
 
-def _fields_option(_ctx: click.Context, _param: click.Parameter, value: Any) -> dict[str, str]:
+def _fields_option(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> dict[str, str]:
     return parse_fields(value)
 
 

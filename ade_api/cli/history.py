@@ -25,7 +25,7 @@ HEADER = _ROW.format(id="ID", queued="QUEUED (UTC)", status="STATUS", took="DURA
                      rule="RULE", trigger="TRIGGER")  # fmt: skip
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value for a person to read: `-` when it is missing."""
     return MISSING if value is None or value == "" else str(value)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 import click
@@ -22,7 +22,7 @@ from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 
 
-def _echo_json(data: Any) -> None:
+def _echo_json(data: object) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
@@ -230,8 +230,8 @@ def rules_versions(
 def usage(
     settings: Settings,
     billing_code: str | None,
-    since: Any,
-    until: Any,
+    since: datetime | None,
+    until: datetime | None,
     limit: int,
     url: str | None,
     as_json: bool,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.auth import Principal
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import problem_responses
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.dispatch import AUTOMATIONS_DISABLED
 from ade_tasks.roles import Role
@@ -79,10 +79,7 @@ def principal_of(request: Request) -> Principal:
     return principal
 
 
-TOKEN_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such token"},
-    409: {"model": Problem, "description": "the token is already revoked"},
-}
+TOKEN_ERRORS = problem_responses({404: "no such token", 409: "the token is already revoked"})
 
 
 @router.get("/me")

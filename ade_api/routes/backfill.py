@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
@@ -13,12 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ade_api.auth import actor, forcing_admin
 from ade_api.deps import ServicesDep
 from ade_api.routes.rules import NOT_FOUND
-from ade_api.schemas import By, Problem
+from ade_api.schemas.actor import By
+from ade_api.schemas.problem import Problem, Responses
 from ade_tasks.backfill import MAX_SLOTS, BackfillReport, BackfillRequest, SlotReport, backfill
 from ade_tasks.scheduling import check_zoned
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
-REFUSED: dict[int | str, dict[str, Any]] = {
+REFUSED: Responses = {
     **NOT_FOUND,
     403: {"model": Problem, "description": "force without an admin token"},
     409: {
@@ -64,12 +64,12 @@ class BackfillBody(BaseModel):
 
     @field_validator("start", mode="before")
     @classmethod
-    def _zoned_start(cls, value: Any) -> Any:
+    def _zoned_start(cls, value: object) -> object:
         return check_zoned(value, "from")
 
     @field_validator("end", mode="before")
     @classmethod
-    def _zoned_end(cls, value: Any) -> Any:
+    def _zoned_end(cls, value: object) -> object:
         return check_zoned(value, "to")
 
 

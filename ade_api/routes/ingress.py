@@ -8,13 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import (
-    IngressEventOut,
-    IngressPage,
-    LocalEvent,
-    LocalEventAccepted,
-    Problem,
-)
+from ade_api.schemas.ingress import IngressEventOut, IngressPage, LocalEvent, LocalEventAccepted
+from ade_api.schemas.problem import Problem
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.ingress import intake

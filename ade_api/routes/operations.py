@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import (
-    AnsweredInput,
-    ApprovalOut,
-    CleanupOut,
-    InputAnswer,
-    LaneOut,
-    Problem,
-    RunOut,
-)
+from ade_api.schemas.inputs import AnsweredInput, InputAnswer
+from ade_api.schemas.lanes import CleanupOut, LaneOut
+from ade_api.schemas.problem import problem_responses
+from ade_api.schemas.runs import ApprovalOut, RunOut
 from ade_tasks.approvals import answer_input
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
@@ -37,11 +30,13 @@ def list_inputs(
     return [ApprovalOut.model_validate(row) for row in rows]
 
 
-INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such input"},
-    409: {"model": Problem, "description": "the input is not pending (already answered)"},
-    422: {"model": Problem, "description": "accept_for_session for a gate, or a bad body"},
-}
+INPUT_ERRORS = problem_responses(
+    {
+        404: "no such input",
+        409: "the input is not pending (already answered)",
+        422: "accept_for_session for a gate, or a bad body",
+    }
+)
 
 
 @router.post("/inputs/{input_id}/answer", responses=INPUT_ERRORS)
@@ -70,10 +65,12 @@ def list_cleanups(session: SessionDep, status: CleanupStatus | None = None) -> l
     return [CleanupOut.model_validate(row) for row in rows]
 
 
-CLEANUP_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such cleanup"},
-    409: {"model": Problem, "description": "the cleanup already started or ended"},
-}
+CLEANUP_ERRORS = problem_responses(
+    {
+        404: "no such cleanup",
+        409: "the cleanup already started or ended",
+    }
+)
 
 
 @router.post("/cleanups/{cleanup_id}/cancel", responses=CLEANUP_ERRORS)

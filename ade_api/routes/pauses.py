@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,14 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
 from ade_api.routes.rules import NOT_FOUND
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import problem_responses
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
-INVALID: dict[int | str, dict[str, Any]] = {
-    422: {"model": Problem, "description": "no note, or no such (automatic) trigger"}
-}
+INVALID = problem_responses({422: "no note, or no such (automatic) trigger"})
 
 
 class PauseRequest(BaseModel):

@@ -15,9 +15,9 @@ from fastapi.responses import StreamingResponse
 from ade_api.auth import actor
 from ade_api.deps import Services, ServicesDep, SessionDep
 from ade_api.follow import follow_run, hub_of
-from ade_api.schemas import (
+from ade_api.schemas.problem import Problem, Responses, problem_responses
+from ade_api.schemas.runs import (
     Decision,
-    Problem,
     ReviewMove,
     RunCancel,
     RunCancelled,
@@ -117,10 +117,12 @@ def get_run(run_id: str, session: SessionDep) -> RunDetail:
 CAPABILITIES = "agent.capabilities"
 
 
-DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such run"},
-    409: {"model": Problem, "description": "the run is not waiting for an approval"},
-}
+DECISION_ERRORS = problem_responses(
+    {
+        404: "no such run",
+        409: "the run is not waiting for an approval",
+    }
+)
 
 
 @router.post("/{run_id}/approve", responses=DECISION_ERRORS)
@@ -165,10 +167,7 @@ def move_in_review_queue(run_id: str, move: ReviewMove, services: ServicesDep) -
 
 # --- cancel and retry -------------------------------------------------------------------------
 
-CANCEL_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such run"},
-    409: {"model": Problem, "description": "the run already finished"},
-}
+CANCEL_ERRORS = problem_responses({404: "no such run", 409: "the run already finished"})
 
 
 @router.post("/{run_id}/cancel", responses=CANCEL_ERRORS)
@@ -214,10 +213,12 @@ def _release_buffer(services: Services, rule_id: str) -> None:
         log.exception("releasing the buffer of rule %s after a cancel failed", rule_id)
 
 
-RETRY_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such run (or its rule is gone)"},
-    409: {"model": Problem, "description": "the run is still active, or the rule refused it"},
-}
+RETRY_ERRORS = problem_responses(
+    {
+        404: "no such run (or its rule is gone)",
+        409: "the run is still active, or the rule refused it",
+    }
+)
 
 
 @router.post("/{run_id}/retry", status_code=status.HTTP_202_ACCEPTED, responses=RETRY_ERRORS)
@@ -284,7 +285,7 @@ async def retry_run(
 
 # --- events, and following them live (Server-Sent Events) -------------------------------------
 
-EVENT_ERRORS: dict[int | str, dict[str, Any]] = {
+EVENT_ERRORS: Responses = {
     200: {
         "description": "the events as JSON, or with `follow=true` a `text/event-stream`",
         "content": {"text/event-stream": {}},
@@ -302,7 +303,7 @@ async def run_events(
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
     follow: bool = False,
     last_event_id: Annotated[str | None, Header()] = None,
-) -> Any:
+) -> list[RunEventOut] | StreamingResponse:
     """The run's events, oldest first (page with `after` = the last id you got).
 
     With `follow=true`: Server-Sent Events (`id:` the event id, `event:` its kind, `data:` the

@@ -3,20 +3,20 @@ runs), listed and cancelled before they fire."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
 from ade_api.auth import actor
 from ade_api.deps import ServicesDep, SessionDep
-from ade_api.schemas import Problem, RunCancel, ScheduledRunOut
+from ade_api.schemas.manual_runs import ScheduledRunOut
+from ade_api.schemas.problem import Problem, problem_responses
+from ade_api.schemas.runs import RunCancel
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.states import OneShotStatus
 
 router = APIRouter(prefix="/api/v1/scheduled-runs", tags=["scheduled runs"])
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such scheduled run"}
-}
+NOT_FOUND = problem_responses({404: "no such scheduled run"})
 
 
 @router.get("")

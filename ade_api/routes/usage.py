@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.deps import SessionDep
-from ade_api.schemas import Problem
+from ade_api.schemas.problem import problem_responses
 from ade_tasks.db import usage as usage_db
 from ade_tasks.errors import InvalidInputError
 
 router = APIRouter(prefix="/api/v1/usage", tags=["usage"])
-INVALID: dict[int | str, dict[str, Any]] = {
-    422: {"model": Problem, "description": "bad date range or cursor"}
-}
+INVALID = problem_responses({422: "bad date range or cursor"})
 
 
 class UsageDayOut(BaseModel):

@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ade_api.deps import Services, ServicesDep, SessionDep
-from ade_api.schemas import HookDeliveryOut, Problem
+from ade_api.schemas.ingress import HookDeliveryOut
+from ade_api.schemas.problem import Problem, Responses
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.retry import retrying
@@ -42,9 +42,7 @@ from ade_tasks.settings import Settings
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 PROBLEM = "application/problem+json"
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": Problem} for code in (400, 401, 404, 408, 413, 429)
-}
+ERRORS: Responses = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 429)}
 
 
 class BodyError(Exception):

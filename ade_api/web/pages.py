@@ -11,12 +11,13 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import parse_qsl
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from sqlalchemy.orm import Session
 from starlette.templating import Jinja2Templates
 
 from ade_api.auth import Principal
@@ -48,7 +49,7 @@ def when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def pretty_json(value: Any, limit: int = MAX_JSON_CHARS) -> str:
+def pretty_json(value: object, limit: int = MAX_JSON_CHARS) -> str:
     """Indented JSON, cut at `limit` characters with a note of how much was left out."""
     text = json.dumps(value, indent=2, sort_keys=True, default=str)
     return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
@@ -101,7 +102,7 @@ def render(
     *,
     status_code: int = 200,
     live: bool = False,
-    **context: Any,
+    **context: object,
 ) -> HTMLResponse:
     """A page: `template` with `context`, the layout's title and nav, the security headers."""
     response: HTMLResponse = TEMPLATES.TemplateResponse(
@@ -131,7 +132,7 @@ def services_of(request: Request) -> Services:
     return services
 
 
-def read(request: Request, work: Callable[[Any], T]) -> T:
+def read(request: Request, work: Callable[[Session], T]) -> T:
     """Run `work(session)` in a read-only session."""
     with services_of(request).session_factory() as session:
         return work(session)

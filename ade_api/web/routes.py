@@ -36,11 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import COOKIE, actor
@@ -116,7 +117,7 @@ def _is_uuid(text: str) -> bool:
 _SHORT_ID = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
 
 
-def _full_run_id(session: Any, given: str) -> str | None:
+def _full_run_id(session: Session, given: str) -> str | None:
     """The run a short id (a unique prefix, as the runs table shows) names; None when `given`
     is no prefix at all. NotFoundError when no run or several runs start with it."""
     prefix = given.strip().lower()
@@ -208,7 +209,7 @@ class RunLine:
     spark: charts.Sparkline | None
 
 
-def run_lines(session: Any, rows: Sequence[RunRow]) -> list[RunLine]:
+def run_lines(session: Session, rows: Sequence[RunRow]) -> list[RunLine]:
     """The runs with their durations and one sparkline query for all their rules."""
     recent = history.recent_durations(session, [r.rule_id for r in rows], SPARK_RUNS)
     now = utcnow()
@@ -237,7 +238,7 @@ def runs_page(
             rule_id=rule or None, status=status or None, queue_status=queue_status or None
         )
 
-        def load(session: Any) -> tuple[list[RunLine], str | None, list[str]]:
+        def load(session: Session) -> tuple[list[RunLine], str | None, list[str]]:
             rows, next_cursor = run_views_db.list_runs(
                 session, filters, limit=PAGE_SIZE, cursor=cursor or None
             )
@@ -304,7 +305,7 @@ def _planned_steps(
 class _RunView:
     """What a run page shows, read in one session."""
 
-    def __init__(self, session: Any, run_id: str) -> None:
+    def __init__(self, session: Session, run_id: str) -> None:
         self.run: RunRow = runs_db.get_run(session, run_id)
         self.steps: list[RunStepRow] = list(run_steps_db.list_steps(session, run_id))
         self.approvals: list[ApprovalRow] = list(approvals_db.approvals_of(session, run_id))
@@ -408,7 +409,7 @@ def review_page(request: Request, queue_status: str = "") -> HTMLResponse:
                 known = ", ".join(q.value for q in QueueStatus)
                 raise InvalidInputError(f"queue status {value!r} is unknown; use one of {known}")
 
-        def load(session: Any) -> list[tuple[str, list[RunLine]]]:
+        def load(session: Session) -> list[tuple[str, list[RunLine]]]:
             found = []
             for value in wanted:
                 rows, _ = run_views_db.list_runs(

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy.orm import Session
 
 from ade_api.rule_health import health_of, live_state
 from ade_api.web import charts
@@ -30,7 +31,7 @@ from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_views as run_views_db
-from ade_tasks.db.schema import RuleRow, ScheduledRunRow
+from ade_tasks.db.schema import RuleRow, ScheduledRunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, NotFoundError
 from ade_tasks.rule_health import RuleHealth
 from ade_tasks.rules.rule import Rule
@@ -76,13 +77,16 @@ class RuleLine:
     triggers: str
     upcoming: datetime | None
     problems: list[str]
-    last: Any
+    last: ScheduleOccurrenceRow | None
     health: RuleHealth
     paused: list[pauses_db.Pause]
 
 
 def _rule_line(
-    row: RuleRow, last: Sequence[Any], health: RuleHealth, paused: list[pauses_db.Pause]
+    row: RuleRow,
+    last: Sequence[ScheduleOccurrenceRow],
+    health: RuleHealth,
+    paused: list[pauses_db.Pause],
 ) -> RuleLine:
     rule = stored_rule(row)
     fires = next_fires(rule, 1) if rule else []
@@ -104,7 +108,7 @@ def rules_page(request: Request) -> HTMLResponse:
     """Every rule: enabled or paused, its health, triggers, the next fire, the last occurrence."""
     settings = services_of(request).settings
 
-    def load(session: Any) -> list[RuleLine]:
+    def load(session: Session) -> list[RuleLine]:
         state = live_state(session, settings)
         rows = rules_db.list_rules(session)
         pauses = pauses_db.pauses_of(session, [row.id for row in rows])
@@ -132,7 +136,7 @@ def pausable_triggers(rule: Rule | None) -> list[tuple[int, str]]:
     ]
 
 
-def _just_scheduled(session: Any, rule_id: str, scheduled_id: str) -> ScheduledRunRow | None:
+def _just_scheduled(session: Session, rule_id: str, scheduled_id: str) -> ScheduledRunRow | None:
     """The scheduled run the run form just stored (named by `?scheduled=`), if it is this
     rule's: the page confirms it."""
     if not scheduled_id:
@@ -154,7 +158,7 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
     since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
     settings = services_of(request).settings
 
-    def load(session: Any) -> dict[str, Any]:
+    def load(session: Session) -> dict[str, Any]:
         row = rules_db.get_rule(session, rule_id)
         runs, _ = run_views_db.list_runs(session, run_views_db.RunFilter(rule_id=rule_id), limit=10)
         return {

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from ade_api.auth import actor, forcing_admin
-from ade_api.schemas import ManualRunRequest
+from ade_api.schemas.manual_runs import ManualRunRequest
 from ade_api.web.pages import (
     automations_disabled,
     can_act,

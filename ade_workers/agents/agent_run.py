@@ -43,7 +43,7 @@ from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli_setup import CliSetup
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.tools import ToolContext
+from ade_workers.agents.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 

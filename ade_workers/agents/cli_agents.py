@@ -106,11 +106,11 @@ class CliTranscript:
         """Did the session finish without an error?"""
         return self.completed and not self.errors
 
-    def emit(self, kind: str, **data: Any) -> None:
+    def emit(self, kind: str, **data: object) -> None:
         """Append one neutral event."""
         self.events.append({"kind": kind, "data": data})
 
-    def error(self, message: str, **data: Any) -> None:
+    def error(self, message: str, **data: object) -> None:
         """Record an error and emit it as an `agent.error` event."""
         self.errors.append(message)
         self.emit("agent.error", message=message, **data)
@@ -132,7 +132,7 @@ def _objects(lines: Iterable[str], transcript: CliTranscript) -> Iterable[dict[s
         yield obj
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
@@ -189,7 +189,7 @@ def _claude_blocks(transcript: CliTranscript, obj: dict[str, Any], *, assistant:
             transcript.emit("agent.unknown", type=f"{obj.get('type')}/{btype}", event=block)
 
 
-def _tool_result_text(content: Any) -> str:
+def _tool_result_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -14,7 +14,8 @@ from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli_agents import CapabilityReport, CliFacts
 from ade_workers.agents.cli_setup import CliSetup, Stop
 from ade_workers.agents.session import Record, SessionOutcome, SessionStatus
-from ade_workers.agents.tools import FINDING_SEVERITIES
+from ade_workers.agents.tools.base import Finding
+from ade_workers.agents.tools.notes import FINDING_SEVERITIES
 
 NOISE_LINES = 50
 _JSON_BLOCK = re.compile(r"```json[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL | re.IGNORECASE)
@@ -42,7 +43,7 @@ class Report:
     """The structured end of a session's final message."""
 
     summary: str
-    findings: list[dict[str, Any]]
+    findings: list[Finding]
     confidence: float | None
     notes: list[str] = field(default_factory=list)  # what was dropped or missing, for people
 
@@ -72,7 +73,7 @@ def parse_report(final_text: str | None) -> Report:
     if not isinstance(raw_findings, list):
         notes.append("findings is not a list; ignored")
         raw_findings = []
-    findings: list[dict[str, Any]] = []
+    findings: list[Finding] = []
     for index, raw in enumerate(raw_findings):
         finding = _finding(raw, f"findings[{index}]", notes)
         if finding is not None:
@@ -93,7 +94,7 @@ def parse_report(final_text: str | None) -> Report:
     )
 
 
-def _finding(raw: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
+def _finding(raw: object, where: str, notes: list[str]) -> Finding | None:
     if not isinstance(raw, dict):
         notes.append(f"{where} is not an object; dropped")
         return None
@@ -107,7 +108,7 @@ def _finding(raw: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
     if not isinstance(message, str) or not message.strip():
         notes.append(f"{where} has no message; dropped")
         return None
-    finding: dict[str, Any] = {"severity": severity, "message": message.strip()}
+    finding: Finding = {"severity": severity, "message": message.strip()}
     path, line = raw.get("path"), raw.get("line")
     if isinstance(path, str) and path.strip():
         finding["path"] = path.strip()

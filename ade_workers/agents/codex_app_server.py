@@ -1,12 +1,13 @@
 """One Codex session driven over `codex app-server` (JSON-RPC on stdio), the engine answering
 every approval codex asks for.
 
-`run_codex_session` writes a per-session CODEX_HOME (config.toml, an execpolicy rules file, an
-empty HOME), starts `codex app-server --strict-config` in a container of its own
+`run_codex_session` writes a per-session CODEX_HOME (`codex_home`: config.toml, an execpolicy
+rules file, an empty HOME), starts `codex app-server --strict-config` in a container of its own
 (`ContainedProcess`, stdin and stderr as pipes), does the handshake (`initialize`,
-`thread/start`, `turn/start`) and then answers every server request: approvals by the engine's
-`decide`, anything else refused. Items become the neutral run events the other providers
-record; token usage is checked after every model response. What codex 0.169 lets the engine
+`thread/start`, `turn/start`) over `codex_rpc` and then answers every server request: approvals
+(`codex_requests.approval_request`) by the engine's `decide`, anything else refused. Items
+become the neutral run events the other providers record (`codex_requests.item_events`); token
+usage is checked after every model response. What codex 0.169 lets the engine
 enforce, verified against the real binary by tests/integration/test_codex_real.py:
 
 Per policy item, support in brackets:
@@ -50,35 +51,30 @@ Per policy item, support in brackets:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import queue
-import re
-import shlex
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Literal
 
 from ade_tasks.agents.policy import Decision
 from ade_workers.agent_user import AgentUser
+from ade_workers.agents.codex_home import KEY_VARIABLE, PROVIDER, Sandbox, write_session_home
+from ade_workers.agents.codex_requests import (
+    CodexRequest,
+    Message,
+    approval_request,
+    item_events,
+)
+from ade_workers.agents.codex_rpc import RpcConnection
 from ade_workers.supervisor import ContainedProcess
 
-Sandbox = Literal["read-only", "workspace-write"]
 CodexStatus = Literal["completed", "failed", "timed_out", "budget_exceeded"]
-RequestKind = Literal["command", "file_change"]
+Record = Callable[[str, Message], None]
 
-#: The variable that carries the provider key; only the codex process gets it, and codex keeps
-#: it out of the commands it runs (`shell_environment_policy.inherit = "core"`).
-KEY_VARIABLE = "ADE_CODEX_API_KEY"
-PROVIDER = "ade"
-RULES_FILE = "ade.rules"
 CLIENT_NAME = "ade-tasks"
-STDERR_LINES = 50
 #: Notifications the session never looks at (streaming deltas), suppressed at the source.
 _QUIET = [
     "item/agentMessage/delta",
@@ -91,57 +87,6 @@ _QUIET = [
     "command/exec/outputDelta",
     "account/rateLimits/updated",
 ]
-#: Programs every rules file names, found on PATH or not: shells and their builtins that run
-#: other code (`.`, `source`, `eval`, ...), interpreters, codex's own "known safe" list (which
-#: it would otherwise run without asking) and common tools.
-BASE_PROGRAMS = (
-    "bash sh zsh dash fish ksh env sudo su nohup setsid timeout xargs time nice exec eval "
-    "python python3 node nodejs perl ruby php lua deno bun npm npx pip pip3 uv make git "
-    "cat cd cut echo expr false grep head id ls nl paste pwd rev seq stat tail tr true uname "
-    "uniq wc which whoami base64 find rg sed numfmt tac awk sort diff less more file du df "
-    "touch cp mv rm mkdir rmdir ln chmod chown curl wget tee dd tar gzip unzip apply_patch "
-    "applypatch . source command builtin exec eval trap alias"
-).split()
-_PROGRAM_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
-# Features that bring tools outside the approval protocol (sub-agents, web, images, apps,
-# plugins, memories, goals) or read state outside the session (shell snapshots).
-_FEATURES_OFF = (
-    "goals",
-    "apps",
-    "plugins",
-    "memories",
-    "image_generation",
-    "browser_use",
-    "computer_use",
-    "tool_suggest",
-    "shell_snapshot",
-    "hooks",
-    "view_image",
-    "skill_search",
-)
-
-
-@dataclass(frozen=True)
-class CodexRequest:
-    """One approval codex asks for: a command to run or a file change to apply."""
-
-    kind: RequestKind
-    id: str  # codex's item id (the model's call id)
-    command: str | None
-    argv: tuple[str, ...]
-    cwd: str | None
-    paths: tuple[str, ...]  # the files a change touches (absolute, not normalised); () for commands
-    params: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The request as a run's pending input records it."""
-        return {
-            "kind": self.kind,
-            "id": self.id,
-            "command": self.command,
-            "cwd": self.cwd,
-            "paths": list(self.paths),
-        }
 
 
 @dataclass
@@ -160,214 +105,6 @@ class CodexOutcome:
     stderr: list[str] = field(default_factory=list)
 
 
-# --- configuration ------------------------------------------------------------------------
-
-
-def _toml(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a TOML basic string
-
-
-def session_config(*, model: str, base_url: str, sandbox: Sandbox) -> str:
-    """The `config.toml` of one session: the engine's provider, sandbox and approval policy,
-    and nothing that reaches outside the session."""
-    lines = [
-        f"model = {_toml(model)}",
-        f"model_provider = {_toml(PROVIDER)}",
-        'approval_policy = "on-request"',
-        'approvals_reviewer = "user"',
-        f"sandbox_mode = {_toml(sandbox)}",
-        'web_search = "disabled"',
-        "check_for_update_on_startup = false",
-        "project_doc_max_bytes = 0",
-        "",
-        "[sandbox_workspace_write]",
-        "network_access = false",
-        "exclude_tmpdir_env_var = true",
-        "exclude_slash_tmp = true",
-        "",
-        "[features]",
-        *(f"{name} = false" for name in _FEATURES_OFF),
-        "",
-        "[agents]",
-        "enabled = false",
-        "",
-        "[shell_environment_policy]",
-        'inherit = "core"',
-        "",
-        "[history]",
-        'persistence = "none"',
-        "",
-        "[analytics]",
-        "enabled = false",
-        "",
-        f"[model_providers.{PROVIDER}]",
-        'name = "ADE"',
-        f"base_url = {_toml(base_url)}",
-        f"env_key = {_toml(KEY_VARIABLE)}",
-        'wire_api = "responses"',
-        "request_max_retries = 0",
-        "stream_max_retries = 0",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def program_names(path: str, worktree: Path) -> list[str]:
-    """Every program name a command could start: `BASE_PROGRAMS`, the executables on `path`
-    and those in the worktree (names that cannot be written in a rule are left out)."""
-    names = set(BASE_PROGRAMS)
-    directories = [Path(entry) for entry in path.split(os.pathsep) if entry]
-    for directory in directories:
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(directory):
-                names.add(entry.name)
-    for root, dirs, files in os.walk(worktree):
-        dirs[:] = [d for d in dirs if d != ".git"]
-        for name in files:
-            if os.access(os.path.join(root, name), os.X_OK):
-                names.add(name)
-    return sorted(name for name in names if _PROGRAM_NAME.match(name))
-
-
-def exec_rules(names: Iterable[str]) -> str:
-    """An execpolicy rules file that makes codex ask before running any of `names` (matched
-    by basename, so `/bin/cat` and `./cat` are `cat`)."""
-    alternatives = ", ".join(_toml(name) for name in sorted(set(names)))
-    return (
-        "# Written by ADE Tasks for one session: every command asks the engine first.\n"
-        f'prefix_rule(pattern=[[{alternatives}]], decision="prompt", '
-        'justification="the engine decides every command")\n'
-    )
-
-
-def write_session_home(
-    codex_home: Path, *, model: str, base_url: str, sandbox: Sandbox, path: str, worktree: Path
-) -> Path:
-    """Fill `codex_home` (config, rules, an empty HOME) for one session; the HOME it made."""
-    home = codex_home / "home"
-    (codex_home / "rules").mkdir(parents=True, exist_ok=True)
-    home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(
-        session_config(model=model, base_url=base_url, sandbox=sandbox), encoding="utf-8"
-    )
-    (codex_home / "rules" / RULES_FILE).write_text(
-        exec_rules(program_names(path, worktree)), encoding="utf-8"
-    )
-    return home
-
-
-# --- the protocol -------------------------------------------------------------------------
-
-
-def approval_request(
-    method: str, params: dict[str, Any], items: Mapping[str, dict[str, Any]], worktree: Path
-) -> CodexRequest | None:
-    """The `CodexRequest` of a server request that asks for an approval, None for others."""
-    item_id = str(params.get("itemId") or params.get("callId") or params.get("call_id") or "")
-    if method in ("item/commandExecution/requestApproval", "execCommandApproval"):
-        command = params.get("command")
-        text: str | None
-        if isinstance(command, list):
-            argv = tuple(str(part) for part in command)
-            text = shlex.join(argv)
-        else:
-            text = str(command) if command is not None else None
-            argv = _split(text)
-        cwd = params.get("cwd")
-        return CodexRequest(
-            "command", item_id, text, argv, str(cwd) if cwd else None, (), dict(params)
-        )
-    if method in ("item/fileChange/requestApproval", "applyPatchApproval"):
-        changes = params.get("fileChanges") or items.get(item_id, {}).get("changes") or []
-        paths = tuple(_change_paths(changes, worktree))
-        return CodexRequest("file_change", item_id, None, (), None, paths, dict(params))
-    return None
-
-
-def _split(text: str | None) -> tuple[str, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(shlex.split(text))
-    except ValueError:
-        return ()
-
-
-def _change_paths(changes: Any, worktree: Path) -> Iterable[str]:
-    entries: Iterable[tuple[str, Any]]
-    if isinstance(changes, dict):  # v1: {path: change}
-        entries = changes.items()
-    elif isinstance(changes, list):
-        entries = ((str(c.get("path", "")), c) for c in changes if isinstance(c, dict))
-    else:
-        return
-    for path, change in entries:
-        if path:
-            yield os.path.join(worktree, path)
-        kind = change.get("kind") if isinstance(change, dict) else None
-        moved = kind.get("move_path") if isinstance(kind, dict) else None
-        if moved:
-            yield os.path.join(worktree, str(moved))
-
-
-def item_events(item: dict[str, Any], *, done: bool) -> list[tuple[str, dict[str, Any]]]:
-    """The neutral run events of one `item/started` (done=False) or `item/completed` item."""
-    kind, item_id = item.get("type"), str(item.get("id"))
-    if kind == "agentMessage":
-        return [("agent.message", {"text": item.get("text", "")})] if done else []
-    if kind == "reasoning":
-        parts = [*item.get("summary", []), *item.get("content", [])]
-        text = "\n".join(str(p) for p in parts if p)
-        return [("agent.reasoning", {"text": text})] if done and text else []
-    if kind in ("userMessage", "hookPrompt"):
-        return []
-    if kind == "commandExecution":
-        if not done:
-            call = {"command": item.get("command"), "cwd": item.get("cwd")}
-            return [
-                ("agent.tool_call", {"id": item_id, "name": "command_execution", "input": call})
-            ]
-        status = item.get("status")
-        result = {
-            "id": item_id,
-            "output": item.get("aggregatedOutput") or "",
-            "exit_code": item.get("exitCode"),
-            "is_error": status != "completed" or item.get("exitCode") not in (0, None),
-        }
-        return [("agent.tool_result", result)]
-    if kind == "fileChange":
-        if not done:
-            changes = [
-                {"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")}
-                for c in item.get("changes", [])
-                if isinstance(c, dict)
-            ]
-            return [
-                (
-                    "agent.tool_call",
-                    {"id": item_id, "name": "file_change", "input": {"changes": changes}},
-                )
-            ]
-        status = item.get("status")
-        result = {
-            "id": item_id,
-            "output": status,
-            "exit_code": None,
-            "is_error": status != "completed",
-        }
-        return [("agent.tool_result", result)]
-    # Anything else codex may run (MCP or dynamic tool calls, web searches, ...): recorded, so
-    # a tool the engine did not expect is never silent.
-    if not done:
-        return [("agent.tool_call", {"id": item_id, "name": str(kind), "input": item})]
-    return [
-        ("agent.tool_result", {"id": item_id, "output": item, "exit_code": None, "is_error": False})
-    ]
-
-
-# --- the session --------------------------------------------------------------------------
-
-
 class _Ended(Exception):
     """Ends the conversation with a status (control flow inside the session, never escapes)."""
 
@@ -377,72 +114,28 @@ class _Ended(Exception):
 
 
 class _Session:
-    """The client side of one app-server connection."""
+    """The client side of one app-server connection: what the engine answers and records."""
 
     def __init__(
         self,
-        process: ContainedProcess,
+        rpc: RpcConnection,
         *,
         worktree: Path,
         decide: Callable[[CodexRequest], Decision],
-        record: Callable[[str, dict[str, Any]], None],
+        record: Record,
         over_budget: Callable[[int, int], str | None],
     ) -> None:
-        assert process.stdin is not None
-        self.process = process
-        self.stdin: IO[bytes] = process.stdin
+        self.rpc = rpc
         self.worktree = worktree
         self.decide, self.record, self.over_budget = decide, record, over_budget
         self.outcome = CodexOutcome("failed")
-        self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self.items: dict[str, dict[str, Any]] = {}
-        self.next_id = 0
-        self.waiting: dict[int, str] = {}
+        self.items: dict[str, Message] = {}
         self.turn_done = False
-        self.readers = [
-            threading.Thread(target=self._read_stdout, daemon=True),
-            threading.Thread(target=self._read_stderr, daemon=True),
-        ]
-        for reader in self.readers:
-            reader.start()
 
-    def _read_stdout(self) -> None:
-        for raw in self.process.output:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("{"):
-                if line:
-                    self.stderr.append(line[:500])
-                continue
-            try:
-                self.inbox.put(json.loads(line))
-            except ValueError:
-                self.stderr.append(f"unparsable: {line[:480]}")
-        self.inbox.put(None)
-
-    def _read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for raw in self.process.stderr:
-            line = raw.decode("utf-8", "replace").rstrip()
-            if line:
-                self.stderr.append(line[:500])
-
-    def send(self, message: dict[str, Any]) -> None:
-        try:
-            self.stdin.write(json.dumps(message).encode() + b"\n")
-            self.stdin.flush()
-        except OSError as exc:  # codex is gone; its EOF on stdout says so next
-            self.stderr.append(f"write to codex failed: {exc}")
-
-    def call(self, method: str, params: dict[str, Any]) -> None:
-        self.next_id += 1
-        self.waiting[self.next_id] = method
-        self.send({"id": self.next_id, "method": method, "params": params})
-
-    def handle(self, message: dict[str, Any], on_result: Callable[[str, Any], None]) -> None:
+    def handle(self, message: Message, on_result: Callable[[str, Message | None], None]) -> None:
         method = message.get("method")
         if method is None:  # a response to one of our calls
-            called = self.waiting.pop(int(message.get("id", -1)), "?")
+            called = self.rpc.answered(message)
             if "error" in message:
                 error = message["error"]
                 text = error.get("message") if isinstance(error, dict) else error
@@ -453,7 +146,7 @@ class _Session:
         else:
             self.notice(str(method), message.get("params") or {})
 
-    def answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+    def answer(self, request_id: object, method: str, params: Message) -> None:
         """Answer a request codex sent: an approval by the engine's decision, others refused."""
         request = approval_request(method, params, self.items, self.worktree)
         if request is None:
@@ -461,7 +154,7 @@ class _Session:
                 "id": str(params.get("itemId", "")), "tool": method, "verdict": "deny",
                 "reason": f"ADE does not answer codex's {method}",
             })  # fmt: skip
-            self.send({
+            self.rpc.send({
                 "id": request_id,
                 "error": {"code": -32601, "message": f"ADE Tasks does not support {method}"},
             })  # fmt: skip
@@ -481,9 +174,9 @@ class _Session:
         verdict = "accept" if decision.verdict == "allow" else "decline"
         if method in ("execCommandApproval", "applyPatchApproval"):  # v1 wording
             verdict = "approved" if verdict == "accept" else "denied"
-        self.send({"id": request_id, "result": {"decision": verdict}})
+        self.rpc.send({"id": request_id, "result": {"decision": verdict}})
 
-    def notice(self, method: str, params: dict[str, Any]) -> None:
+    def notice(self, method: str, params: Message) -> None:
         if method in ("item/started", "item/completed"):
             item = params.get("item")
             if isinstance(item, dict):
@@ -537,7 +230,7 @@ def run_codex_session(
     api_key: str,
     sandbox: Sandbox,
     decide: Callable[[CodexRequest], Decision],
-    record: Callable[[str, dict[str, Any]], None],
+    record: Record,
     should_stop: Callable[[], bool],
     deadline: float,
     over_budget: Callable[[int, int], str | None],
@@ -577,8 +270,9 @@ def run_codex_session(
     except OSError as exc:
         return CodexOutcome("failed", error=f"codex could not be started (`{binary}`): {exc}")
     with process:
+        rpc = RpcConnection(process)
         session = _Session(
-            process, worktree=worktree, decide=decide, record=record, over_budget=over_budget
+            rpc, worktree=worktree, decide=decide, record=record, over_budget=over_budget
         )
         status, error = _converse(session, worktree, model, sandbox, prompt, should_stop, deadline)
         outcome = session.outcome
@@ -590,11 +284,10 @@ def run_codex_session(
             outcome.exit_code = None
             if outcome.error is None and status == "completed":
                 outcome.error = f"codex's container did not report: {exc}"
-        for reader in session.readers:
-            reader.join(timeout=kill_grace + 5)
-        outcome.stderr = list(session.stderr)
-        if status == "failed" and session.stderr and error and "exited" in error:
-            outcome.error = f"{error}; last output: {session.stderr[-1]}"
+        rpc.join(timeout=kill_grace + 5)
+        outcome.stderr = list(rpc.stderr)
+        if status == "failed" and rpc.stderr and error and "exited" in error:
+            outcome.error = f"{error}; last output: {rpc.stderr[-1]}"
     return outcome
 
 
@@ -609,10 +302,10 @@ def _converse(
 ) -> tuple[CodexStatus, str | None]:
     """Handshake, one turn, and every message until the turn ends: (status, error)."""
 
-    def on_result(method: str, result: Any) -> None:
+    def on_result(method: str, result: Message | None) -> None:
         if method == "initialize":
-            session.send({"method": "initialized"})
-            session.call("thread/start", {
+            session.rpc.send({"method": "initialized"})
+            session.rpc.call("thread/start", {
                 "cwd": str(worktree), "model": model, "modelProvider": PROVIDER,
                 "approvalPolicy": "on-request", "approvalsReviewer": "user", "sandbox": sandbox,
                 "ephemeral": True,
@@ -620,11 +313,11 @@ def _converse(
         elif method == "thread/start":
             thread_id = str(((result or {}).get("thread") or {}).get("id"))
             session.outcome.thread_id = thread_id
-            session.call("turn/start", {
+            session.rpc.call("turn/start", {
                 "threadId": thread_id, "input": [{"type": "text", "text": prompt}],
             })  # fmt: skip
 
-    session.call("initialize", {
+    session.rpc.call("initialize", {
         "clientInfo": {"name": CLIENT_NAME, "version": "1"},
         "capabilities": {"optOutNotificationMethods": _QUIET},
     })  # fmt: skip
@@ -636,7 +329,7 @@ def _converse(
             if left <= 0:
                 return "timed_out", "codex was killed at the session's deadline"
             try:
-                message = session.inbox.get(timeout=min(left, 0.05))
+                message = session.rpc.inbox.get(timeout=min(left, 0.05))
             except queue.Empty:
                 continue
             if message is None:
@@ -650,7 +343,6 @@ def _converse(
 def _end(session: _Session, *, graceful: bool, kill_grace: float) -> None:
     """Close codex's stdin (it exits at EOF); kill all of it unless it went by itself within
     the grace of a completed session."""
-    with contextlib.suppress(OSError):
-        session.stdin.close()
-    if not (graceful and session.process.wait(kill_grace)):
-        session.process.stop()
+    session.rpc.close()
+    if not (graceful and session.rpc.process.wait(kill_grace)):
+        session.rpc.process.stop()

@@ -38,12 +38,9 @@ from ade_workers.agents.cli_setup import (
     proxy_capabilities,
     taint_refusal,
 )
-from ade_workers.agents.codex_app_server import (
-    CodexOutcome,
-    CodexRequest,
-    Sandbox,
-    run_codex_session,
-)
+from ade_workers.agents.codex_app_server import CodexOutcome, run_codex_session
+from ade_workers.agents.codex_home import Sandbox
+from ade_workers.agents.codex_requests import CodexRequest
 from ade_workers.agents.model_proxy import ModelProxy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

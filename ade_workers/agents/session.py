@@ -28,7 +28,8 @@ from ade_workers.agents.providers import (
     ModelProvider,
     ToolSpec,
 )
-from ade_workers.agents.tools import TOOL_SPECS, ToolContext, ToolResult, run_tool
+from ade_workers.agents.tools.base import Finding, Report, ToolContext, ToolResult
+from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
 from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
 
 TOOL_RESULT_CAP = 20_000
@@ -74,7 +75,7 @@ class SessionOutcome:
 
     status: SessionStatus
     summary: str
-    findings: list[dict[str, Any]]
+    findings: list[Finding]
     confidence: float | None
     input_tokens: int
     output_tokens: int
@@ -98,7 +99,7 @@ class _State:
     asked: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
     questions: list[float] = field(default_factory=list)  # when the session asked (time.time)
-    report: dict[str, Any] | None = None
+    report: Report | None = None
 
 
 def run_session(

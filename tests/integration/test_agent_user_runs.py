@@ -23,7 +23,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings
 from ade_tasks.states import RunStatus
-from ade_workers.agents.tools import ToolContext, run_tool
+from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.registry import run_tool
 from ade_workers.process import run_process
 from ade_workers.runner import RunnerConfig, execute_run
 from tests import agent_user_support

@@ -26,7 +26,7 @@ from ade_workers.agents.providers import (
     Usage,
 )
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.tools import ToolContext
+from ade_workers.agents.tools.base import ToolContext
 from ade_workers.integrations.http import IntegrationUnavailableError
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]

@@ -11,7 +11,10 @@ import pytest
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.tools import READ_CAP, TOOL_SPECS, TOOLS, ToolContext, run_tool
+from ade_workers.agents.tools import notes, reading, shell, writing
+from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.reading import READ_CAP
+from ade_workers.agents.tools.registry import TOOL_SPECS, TOOLS, checked_args, run_tool
 
 ENV = {"PATH": os.environ["PATH"]}
 
@@ -407,6 +410,32 @@ def test_every_tool_has_a_spec() -> None:
     assert set(TOOL_SPECS) == {*TOOLS, "ask_user"}  # the session answers ask_user itself
     for spec in TOOL_SPECS.values():
         assert spec["description"] and spec["parameters"]["type"] == "object"
+
+
+def test_each_tool_family_registers_its_own_tools_once() -> None:
+    # Given the tool families, each with its tools and their specs
+    families = (reading, writing, shell, notes)
+
+    # Then no two families describe one tool, and the registry holds all of their specs
+    names = [name for family in families for name in family.SPECS]
+    assert len(names) == len(set(names)) and set(names) == set(TOOL_SPECS)
+    # And each registered tool is the function of the family that describes it
+    for name, tool in TOOLS.items():
+        family = next(f for f in families if name in f.SPECS)
+        assert tool is getattr(family, name)
+
+
+def test_arguments_that_fit_the_spec_come_back_checked() -> None:
+    # Given arguments that fit read_file's spec, and some that do not
+    fitting = {"path": "src/app.py", "start_line": 2}
+
+    # Then the fitting ones come back as they are, the others as a reason naming the argument
+    assert checked_args("read_file", fitting) == fitting
+    assert (
+        checked_args("read_file", ["src/app.py"])
+        == "read_file takes an object of arguments, got list"
+    )
+    assert checked_args("read_file", {"path": 3}) == "read_file argument 'path' must be a string"
 
 
 def test_unknown_tool_is_an_error_result(ctx: ToolContext) -> None:

@@ -8,16 +8,15 @@ import stat
 import tomllib
 from pathlib import Path
 
-from ade_workers.agents.codex_app_server import (
+from ade_workers.agents.codex_home import (
     BASE_PROGRAMS,
     KEY_VARIABLE,
-    approval_request,
     exec_rules,
-    item_events,
     program_names,
     session_config,
     write_session_home,
 )
+from ade_workers.agents.codex_requests import approval_request, item_events
 from ade_workers.supervisor import ContainedProcess
 
 WORKTREE = Path("/work/tree")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ade_api.auth import ASGIApp, Receive, Scope, Send
 from ade_api.db_faults import DatabaseFaultMiddleware, RoutesReached
 from ade_api.problems import RETRY_AFTER_SECONDS
 

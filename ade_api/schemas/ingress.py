@@ -1,0 +1,79 @@
+"""What came in: deliveries to custom hooks, ingress events, and local git or file events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HookDeliveryOut(BaseModel):
+    """One delivery to a custom hook, as its delivery log keeps it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    hook_id: str
+    received_at: datetime
+    status_code: int
+    outcome: str
+    delivery_id: str | None
+    event_id: int | None
+    headers: dict[str, Any] = Field(description="credentials and signatures redacted")
+    body: str = Field(description="the first 64 KiB")
+    rejected: bool = Field(
+        False, description="refused before it passed authentication (logged on its own ring)"
+    )
+
+
+class IngressEventOut(BaseModel):
+    """A received delivery or event and what came of it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    source: str
+    delivery_id: str | None
+    event_key: str
+    trigger_type: str | None
+    summary: str
+    status: str = Field(description="received | dispatched | failed")
+    runs: list[str] | None
+    error: str | None
+    received_at: datetime
+    processed_at: datetime | None
+    payload: dict[str, Any]
+
+
+class IngressPage(BaseModel):
+    """One page of ingress events, newest first."""
+
+    items: list[IngressEventOut]
+    next_before: int | None = Field(description="pass as `before` for the next page")
+
+
+class LocalEvent(BaseModel):
+    """A git or file event emitted on a developer's or a git server's machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(description="git.commit | git.push | file.changed")
+    repo: str | None = None
+    branch: str | None = None
+    title: str | None = None
+    body: str | None = None
+    author: str | None = None
+    head_sha: str | None = None
+    paths: list[str] = Field(default_factory=list, max_length=10_000)
+    summary: str | None = None
+    delivery_id: str | None = Field(default=None, max_length=255)
+    fields: dict[str, str] = Field(default_factory=dict, description="extra {{trigger.fields.*}}")
+
+
+class LocalEventAccepted(BaseModel):
+    """A local event was stored (or was a duplicate of an earlier one)."""
+
+    event_id: int | None
+    duplicate: bool
+    delivery_id: str
