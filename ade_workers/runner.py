@@ -46,7 +46,7 @@ from ade_tasks.states import RunStatus, StepStatus
 from ade_workers.actions.base import ActionExecutor, StepContext, StepOutcome
 from ade_workers.actions.registry import registry, unknown_action
 from ade_workers.agents.agent_run import park_for_tool
-from ade_workers.chain import ChainState, StepRun, run_step
+from ade_workers.chain import ChainState, StepRun, run_step, template_context
 from ade_workers.publish import publish
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class RunnerConfig:
     and who hears of runs starting and ending (`ade-tasks dev` prints them)."""
 
     settings: Settings
-    executors: Mapping[str, ActionExecutor]
+    executors: Mapping[str, ActionExecutor[Any]]
     base_env: Mapping[str, str]
     monitor: RunMonitor = field(default_factory=RunMonitor)
     sender: TaskSender | None = None  # releases runs buffered by an overlap policy
@@ -611,6 +611,7 @@ def _base_context(
         sessions=session_factory,
         settings=config.settings,
         sender=config.sender,
+        template=template_context(plan.rule, plan.trigger, ChainState()),
     )
 
 

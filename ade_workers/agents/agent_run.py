@@ -64,7 +64,6 @@ Record = Callable[[str, dict[str, Any]], None]
 def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome:
     """Run (or resume) the step's agent session in the step's worktree."""
     sessions, settings, template = context.sessions, context.settings, context.template
-    assert sessions is not None and settings is not None and template is not None
     try:
         prompt = render_prompt(action.prompt, template, f"step {action.id!r} prompt")
         limits = _limits(sessions, settings, context.rule, action, context)

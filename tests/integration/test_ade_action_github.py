@@ -89,6 +89,8 @@ def execute_again(
         rule = rules_db.rule_snapshot(session, "r").rule
     assert rule.execution.kind == "built-in"
     action = rule.execution.actions[index]
+    # Resolved and rendered as the chain does before it calls an executor.
+    template = template_context(rule, {}, ChainState())
     context = StepContext(
         run_id=run_id,
         rule=rule,
@@ -102,9 +104,9 @@ def execute_again(
         step_id=action.id,
         sessions=session_factory,
         settings=config.settings,
+        sender=None,
+        template=template,
     )
-    # Resolved and rendered as the chain does before it calls an executor.
-    template = template_context(rule, {}, ChainState())
     prepared, _ = prepare(action, template, config.base_env, f"step {action.id!r}")
     outcome = ade_action(prepared, context)
     assert outcome.error is None, outcome.error
