@@ -35,7 +35,8 @@ from ade_tasks.db.runs import StepRecord
 from ade_tasks.db.schema import RunStepRow
 from ade_tasks.dispatch import TaskSender, release_buffered
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
-from ade_tasks.guardrails import approval_gate, budget_exhausted, budget_left
+from ade_tasks.guardrails import registry as guardrails
+from ade_tasks.guardrails.base import Admission, Deadline
 from ade_tasks.review import review
 from ade_tasks.rules.outputs import Disposition
 from ade_tasks.rules.rule import Rule
@@ -289,14 +290,6 @@ class _Plan:
         return usage_db.Charge(self.rule.billing_code, usage_db.day_of(utcnow()), spent)
 
 
-@dataclass(frozen=True)
-class _Deadline:
-    """When the run must stop, and which limit that is."""
-
-    at: float
-    reason: str
-
-
 def execute_run(
     session_factory: SessionFactory, config: RunnerConfig, run_id: str, worker: str
 ) -> RunStatus | None:
@@ -308,7 +301,7 @@ def execute_run(
     lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
     claimed_rule: list[str] = []  # the rule of the run, once the claim held
 
-    def claim_and_plan(session: Any) -> tuple[_Plan, _Deadline] | RunStatus | None:
+    def claim_and_plan(session: Any) -> tuple[_Plan, Deadline] | RunStatus | None:
         # One unit of work, so one connection checkout; repeating it after a lost connection
         # is safe because a claim repeated by its own worker holds (`runs_db.claim_run`).
         claimed = runs_db.claim_run(session, run_id, worker, lease_until)
@@ -318,12 +311,14 @@ def execute_run(
         claimed_rule[:] = [claimed.rule_id]
         try:
             plan = _plan(session, config, claimed, started)
-            deadline = _deadline(session, plan.rule, settings, started)
+            # The earliest limit any guardrail sets: max_duration_min, or sooner when a
+            # run-seconds budget runs out first.
+            deadline = guardrails.deadline(session, plan.rule, settings, started)
         except AdeError as exc:
             return _end(session, run_id, worker, RunStatus.FAILED, f"cannot run: {exc.message}")
-        exhausted = budget_exhausted(session, plan.rule, settings.budget_run_seconds_per_day)
-        if exhausted:
-            return _end(session, run_id, worker, RunStatus.SKIPPED, exhausted)
+        refused = guardrails.refusal(Admission(session, plan.rule, utcnow(), settings))
+        if refused:
+            return _end(session, run_id, worker, RunStatus.SKIPPED, refused)
         return plan, deadline
 
     prepared = retrying(sessions, claim_and_plan, what=f"run {run_id}: claim")
@@ -389,26 +384,13 @@ def _plan(session: Any, config: RunnerConfig, claimed: runs_db.ClaimedRun, start
     )
 
 
-def _deadline(session: Any, rule: Rule, settings: Settings, started: float) -> _Deadline:
-    """The run's deadline: its max_duration_min, or sooner when a run-seconds budget (the
-    rule's billing code's, or the cluster's) runs out first."""
-    deadline = _Deadline(
-        started + rule.guardrails.max_duration_min * 60,
-        f"the rule's max_duration_min ({rule.guardrails.max_duration_min:g} min)",
-    )
-    for left, what in budget_left(session, rule, settings.budget_run_seconds_per_day):
-        if started + left < deadline.at:
-            deadline = _Deadline(started + left, what)
-    return deadline
-
-
 def _run_chain(
     session_factory: SessionFactory,
     config: RunnerConfig,
     run_id: str,
     worker: str,
     plan: _Plan,
-    deadline: _Deadline,
+    deadline: Deadline,
     monitor: Watch,
 ) -> RunStatus | None:
     """Run the steps the plan has left, then publish; end the run (or park it for approval)."""
@@ -419,7 +401,7 @@ def _run_chain(
     for row in plan.done:
         state.remember(row.step_id, StepOutcome(StepStatus(row.status), row.exit_code,
                                                 row.output, row.result, row.error))  # fmt: skip
-    gate = approval_gate(rule)
+    gate = guardrails.gate(rule)
     step_run = StepRun(
         base=_base_context(session_factory, config, run_id, plan, deadline, monitor),
         rule=rule,
@@ -591,7 +573,7 @@ def _base_context(
     config: RunnerConfig,
     run_id: str,
     plan: _Plan,
-    deadline: _Deadline,
+    deadline: Deadline,
     monitor: Watch,
 ) -> StepContext:
     def should_stop() -> bool:
@@ -650,7 +632,7 @@ def _park(
 
 
 def _failure(
-    action: Any, index: int, outcome: StepOutcome, deadline: _Deadline
+    action: Any, index: int, outcome: StepOutcome, deadline: Deadline
 ) -> tuple[RunStatus, str] | None:
     """What a step's outcome means for the run (None: carry on)."""
     if outcome.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) or action.continue_on_failure:
