@@ -25,7 +25,8 @@ from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.base import StepContext
 from ade_workers.actions.registry import registry
 from ade_workers.chain import ChainState, prepare, template_context
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
 from tests.git_project import migrated_sqlite

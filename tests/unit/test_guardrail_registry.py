@@ -22,7 +22,8 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_workers.agents import agent_run
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 from tests.unit.test_agent_session import ScriptedProvider, turn
 
