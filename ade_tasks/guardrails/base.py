@@ -76,7 +76,7 @@ class Guardrail:
     even when it is retried), where guardrails read them.
     """
 
-    #: How the guardrail is named in messages and tests.
+    #: What the guardrail is called (for a reader: tests, a debugger, a log line).
     name = "guardrail"
 
     def serialized(self, rule: Rule) -> bool:
