@@ -53,9 +53,9 @@ from ade_tasks.roles import Role
 from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
-from ade_workers import runner
+from ade_workers import run_monitor, runner_config
 from ade_workers.celery_app import CelerySender, create_celery_app
-from ade_workers.runner import RunNotice
+from ade_workers.runner_config import RunNotice
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Console:
         """One line as a run starts or ends: time, rule, short run id, status, duration."""
         clock = datetime.now().strftime("%H:%M:%S")
         text = f"{clock} run {notice.rule_id} {notice.run_id[:8]} {notice.status}"
-        if notice.status != runner.STARTED:
+        if notice.status != runner_config.STARTED:
             text += f" ({notice.seconds:.1f}s)"
         self.line(text)
 
@@ -346,7 +346,7 @@ def run_dev(settings: Settings) -> None:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         echo("stopping: cancelling running commands, stopping worker and beat")
-        runner.SHUTDOWN.set()
+        run_monitor.SHUTDOWN.set()
         if stop_watching is not None:
             stop_watching.set()
         beat.stop()

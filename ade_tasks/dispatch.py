@@ -25,7 +25,8 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
 from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
-from ade_tasks.guardrails import budget_exhausted, rate_limited
+from ade_tasks.guardrails.base import Admission
+from ade_tasks.guardrails.registry import refusal, serialized, unserialized
 from ade_tasks.rules.guardrails import OverlapPolicy
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
@@ -270,7 +271,7 @@ def dispatch_many(
             for r, t in requests
         ]
         admitted = [plan for plan in plans if isinstance(plan, _Plan)]
-        _check_budgets(session, admitted)
+        _check_guardrails(session, admitted)
     inserted = _insert(session_factory, admitted)
     # Keys seen before: a retry, a redelivery, a racing twin, or a refused trigger that was
     # admitted earlier (say, before its rule was disabled) get the run that has the key.
@@ -312,9 +313,8 @@ class _Plan:
 
     @property
     def needs_lock(self) -> bool:
-        guardrails = self.snapshot.rule.guardrails
         skipped = self.values["status"] is RunStatus.SKIPPED
-        return not skipped and (self.limit is not None or guardrails.rate_limit is not None)
+        return not skipped and (self.limit is not None or bool(serialized(self.snapshot.rule)))
 
 
 @dataclass(frozen=True)
@@ -364,28 +364,28 @@ def _plan(
     return _Plan(snapshot, policy, guardrails.concurrency_limit(policy), values)
 
 
-def _check_budgets(session: Session, plans: list[_Plan]) -> None:
-    """Skip the runs of rules whose run-seconds budget for today is used up."""
+def _check_guardrails(session: Session, plans: list[_Plan]) -> None:
+    """Skip the runs the guardrails refuse that need no lock to decide (a run-seconds budget
+    used up, say): one verdict per rule and batch, before any lock is taken."""
     verdicts: dict[str, str | None] = {}
+    now = utcnow()
     for plan in plans:
         rule = plan.snapshot.rule
-        if rule.guardrails.budget.run_seconds_per_day is None:
-            continue
         if rule.id not in verdicts:
-            verdicts[rule.id] = budget_exhausted(session, rule, None)
+            verdicts[rule.id] = refusal(Admission(session, rule, now), unserialized(rule))
         if verdicts[rule.id]:
             _skip(plan.values, str(verdicts[rule.id]))
 
 
 def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
-    """Insert the runs (after the overlap policy and rate limits of the rules that need a lock
-    had their say); returns the idempotency keys inserted (a seen key inserts nothing)."""
+    """Insert the runs (after the guardrails and the overlap policy of the rules that need a
+    lock had their say); returns the idempotency keys inserted (a seen key inserts nothing)."""
     if not plans:
         return set()
     locked = [plan for plan in plans if plan.needs_lock]
     if not locked:
-        # No concurrency or rate limit: one atomic INSERT is the whole transaction, with no
-        # BEGIN/COMMIT round trips (see db.engine.autocommit).
+        # No concurrency limit and no guardrail that counts runs: one atomic INSERT is the
+        # whole transaction, with no BEGIN/COMMIT round trips (see db.engine.autocommit).
         with autocommit(session_factory).begin() as session:
             ids = runs_db.insert_runs_once(session, [plan.values for plan in plans])
         return {plan.key for plan in plans if plan.values["id"] in ids}
@@ -396,7 +396,8 @@ def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
         buffering = overlap_db.rules_buffering(session, rule_ids)
         now = utcnow()
         for plan in locked:
-            limited = rate_limited(session, plan.snapshot.rule, now)
+            rule = plan.snapshot.rule
+            limited = refusal(Admission(session, rule, now), serialized(rule))
             if limited:
                 _skip(plan.values, limited)
             elif plan.limit is not None:

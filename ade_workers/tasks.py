@@ -17,7 +17,8 @@ from ade_tasks.dispatch import TaskSender
 from ade_tasks.ingress.dispatcher import EventDeferredError, dispatch_ingress_event
 from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
-from ade_workers.runner import RunnerConfig, RunNotice, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig, RunNotice
 from ade_workers.sender import CelerySender
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,8 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
-from ade_workers import runner
+from ade_workers import run_monitor, runner
+from ade_workers.runner_config import RunnerConfig
 from bench.common import BenchError, percentile
 
 T = TypeVar("T")
@@ -85,7 +86,7 @@ def one_cancel(root: Path, heartbeat: float) -> float:
     run_id = dispatch(factory, InMemorySender(), "long", TriggerEvent.manual()).run.id
     pid_file = root / "pid"
     pid_file.unlink(missing_ok=True)
-    config = runner.RunnerConfig.from_settings(settings)
+    config = RunnerConfig.from_settings(settings)
     worker = threading.Thread(
         target=runner.execute_run, args=(factory, config, run_id, "bench:1"), daemon=True
     )
@@ -102,7 +103,7 @@ def one_cancel(root: Path, heartbeat: float) -> float:
 
 
 def measure(root: Path, samples: int, heartbeat: float, cancel_check: float) -> list[float]:
-    runner.CANCEL_CHECK = cancel_check
+    run_monitor.CANCEL_CHECK = cancel_check
     return [one_cancel(root, heartbeat) for _ in range(samples)]
 
 
@@ -121,7 +122,7 @@ def main() -> int:
         loaded, _ = sync_rules_dir(create_session_factory(engine), root / "rules")
         if loaded.problems:
             raise BenchError(f"the bench rule did not load: {loaded.problems}")
-        shipped = runner.CANCEL_CHECK
+        shipped = run_monitor.CANCEL_CHECK
         baseline = measure(root, args.samples, args.heartbeat, math.inf)
         ade = measure(root, args.samples, args.heartbeat, shipped)
     for name, values in (("baseline (heartbeat only)", baseline), ("ADE (row check)", ade)):

@@ -95,7 +95,6 @@ class Call:
 
     def session(self) -> AbstractContextManager[Session]:
         """A transaction on the step's database sessions."""
-        assert self.context.sessions is not None  # the runner always provides them
         return self.context.sessions.begin()
 
 
@@ -331,7 +330,6 @@ def github_add_labels(args: GithubLabelsArgs, call: Call) -> StepOutcome:
 
 def _github(call: Call, repo: str) -> GithubClient:
     settings = call.context.settings
-    assert settings is not None  # the runner always provides them
     if settings.github.token is None:
         raise AdeError(
             f"ADE_GITHUB__TOKEN is not set on this worker, so nothing was sent to {repo}; "

@@ -6,21 +6,26 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.dispatch import TaskSender
 from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import Step
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateContext
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepContext:
-    """What an executor may know about the run it serves."""
+    """What an executor may know about the run it serves.
+
+    The runner builds one per run (`ade_workers.step_context`) and the chain narrows it per
+    step, so everything a real run has is required here and no executor checks for it.
+    """
 
     run_id: str
     rule: Rule
@@ -31,19 +36,22 @@ class StepContext:
     base_env: Mapping[str, str]
     time_left: Callable[[], float]
     should_stop: Callable[[], bool]
+    #: Transactions for what an executor records (lanes, cleanups, events it dispatches).
+    sessions: SessionFactory
+    settings: Settings
+    #: Dispatches the lane events a step emits to the rules they trigger. None only for a
+    #: runner configured without a broker (a test, a tool): its steps emit no lane events.
+    sender: TaskSender | None
+    #: What `{{...}}` may refer to at this step (an agent step renders its prompt with it).
+    template: TemplateContext
     kill_grace: float = 3.0
     step_id: str = ""
     #: Where the step runs: its lane's worktree, or the project root.
     cwd_root: Path = Path()
+    #: The lane the step targets; None when it runs in the project root (no lane is a state,
+    #: not a missing value).
     lane: LaneRef | None = None
     masker: Masker = field(default_factory=Masker.none)
-    #: Transactions for what an executor records (lanes, cleanups, events it dispatches).
-    sessions: SessionFactory | None = None
-    settings: Settings | None = None
-    #: Dispatches the lane events a step emits to the rules they trigger.
-    sender: TaskSender | None = None
-    #: What `{{...}}` may refer to at this step (an agent step renders its prompt with it).
-    template: TemplateContext | None = None
 
     @property
     def root(self) -> Path:
@@ -62,7 +70,12 @@ class StepOutcome:
     error: str | None = None
 
 
-class ActionExecutor(Protocol):
-    """Runs one action of a built-in rule."""
+#: The step model an executor runs (contravariant: an executor of `Step` runs any step).
+StepT_contra = TypeVar("StepT_contra", bound=Step, contravariant=True)
 
-    def __call__(self, action: Any, context: StepContext) -> StepOutcome: ...
+
+class ActionExecutor(Protocol[StepT_contra]):
+    """Runs one action of a built-in rule: `ActionExecutor[CreateLaneAction]` runs
+    `create-lane` steps. The registry pairs a step's `type` with its executor."""
+
+    def __call__(self, action: StepT_contra, context: StepContext) -> StepOutcome: ...

@@ -26,7 +26,6 @@ from ade_workers.actions.base import StepContext, StepOutcome
 
 def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:
     """Add a worktree on a new branch from `base`; record the lane and its `lane.created` event."""
-    assert context.settings is not None and context.sessions is not None
     allowed = context.rule.guardrails.allowed_lanes
     if allowed and not lanes.name_allowed(action.name, allowed):
         return _refused(action.id, action.name, allowed)
@@ -59,7 +58,6 @@ def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:
 
 def delete_lane(action: DeleteLaneAction, context: StepContext) -> StepOutcome:
     """Delete the target lane now, or schedule its deletion `after_minutes` from now."""
-    assert context.settings is not None and context.sessions is not None
     try:
         lane = _target(action.id, action.target, context)
     except AdeError as exc:
@@ -112,7 +110,6 @@ def remove_lane(
     delete_branch: bool = True,
 ) -> lanes.DeleteResult:
     """Delete the worktree and branch (a lane already gone is a no-op) and mark the row."""
-    assert context.sessions is not None
     repo = lanes.require_repository(context.project_root)
     deleted = lanes.delete_lane(
         repo, lane.path, lane.branch, force=force, remote=remote, delete_branch=delete_branch
@@ -153,9 +150,9 @@ def predict_conflicts(action: PredictConflictsAction, context: StepContext) -> S
 
 def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
     """Start the runs of rules triggered by this lane event; their ids."""
-    if context.sender is None or context.sessions is None:
+    if context.sender is None:
         return []
-    disabled = context.settings is not None and context.settings.disable_automations
+    disabled = context.settings.disable_automations
     return emit_lane_event(context.sessions, context.sender, kind, lane, context.rule.project,
                            context.run_id, automations_disabled=disabled)  # fmt: skip
 
@@ -163,7 +160,6 @@ def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
 def _target(step_id: str, name: str | None, context: StepContext) -> LaneRef:
     """The named lane, else the run's or the trigger's lane; an error rather than a guess."""
     if name:
-        assert context.sessions is not None
         with context.sessions.begin() as session:
             row = lanes_db.active_lane(session, context.rule.project, name)
         if row is None:

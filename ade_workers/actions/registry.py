@@ -7,6 +7,7 @@ union), its executor module here in `ade_workers/actions/`, and one entry in `EX
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ade_tasks.errors import not_registered
 from ade_workers.actions.ade_action import ade_action
@@ -16,7 +17,9 @@ from ade_workers.actions.run_command import run_command
 from ade_workers.actions.run_tests import run_tests
 from ade_workers.agents.agent_run import agent_session
 
-EXECUTORS: dict[str, ActionExecutor] = {
+#: Each executor takes its own step model; the `type` key is what pairs a step with it, a
+#: pairing the type system cannot see, so the registry holds executors of any step model.
+EXECUTORS: dict[str, ActionExecutor[Any]] = {
     "run-command": run_command,
     "run-tests": run_tests,
     "create-lane": create_lane,
@@ -27,7 +30,7 @@ EXECUTORS: dict[str, ActionExecutor] = {
 }
 
 
-def registry() -> dict[str, ActionExecutor]:
+def registry() -> dict[str, ActionExecutor[Any]]:
     """Action type -> executor: a copy a runner may extend (tests add their own)."""
     return dict(EXECUTORS)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
+from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.process import ProcessResult, run_process
@@ -23,7 +24,7 @@ NO_BARE_DISCOVERY = {
 }
 
 
-def child_env(context: StepContext, action: Any) -> dict[str, str]:
+def child_env(context: StepContext, action: Step) -> dict[str, str]:
     """The allow-listed part of the worker's environment, the run's identity and manual inputs
     (`ADE_INPUT_<NAME>`), then the step's own variables."""
     env = {k: v for k, v in context.base_env.items() if k in context.env_allowlist}
@@ -35,7 +36,7 @@ def child_env(context: StepContext, action: Any) -> dict[str, str]:
     if context.lane is not None:
         env["ADE_LANE_NAME"] = context.lane.name
         env["ADE_LANE_BRANCH"] = context.lane.branch
-    if context.settings is not None and context.settings.agent_user:
+    if context.settings.agent_user:
         env.update(NO_BARE_DISCOVERY)
     env.update(getattr(action, "env", {}))  # an agent step has no env of its own
     return env
@@ -55,7 +56,7 @@ class CommandRun:
 
 
 def start_command(
-    action: Any, context: StepContext, extra_env: Mapping[str, str] | None = None
+    action: CommandStep, context: StepContext, extra_env: Mapping[str, str] | None = None
 ) -> CommandRun | StepOutcome:
     """Run the action's command in its cwd (contained in the lane or project root); a
     StepOutcome instead when it could not start."""
@@ -87,7 +88,7 @@ def start_command(
     return CommandRun(result, cwd, budget)
 
 
-def command_outcome(run: CommandRun, action: Any) -> StepOutcome:
+def command_outcome(run: CommandRun, action: CommandStep) -> StepOutcome:
     """How the command's exit decides the step."""
     result = run.result
     if result.timed_out:
@@ -113,7 +114,7 @@ def command_outcome(run: CommandRun, action: Any) -> StepOutcome:
     return StepOutcome(status, result.exit_code, result.output, run.details, error)
 
 
-def run_command(action: Any, context: StepContext) -> StepOutcome:
+def run_command(action: CommandStep, context: StepContext) -> StepOutcome:
     """Run the command; refuse before starting anything if its cwd leaves the project."""
     run = start_command(action, context)
     return run if isinstance(run, StepOutcome) else command_outcome(run, action)

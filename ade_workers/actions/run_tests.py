@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.junit import JunitError, summarize_reports
 from ade_tasks.paths import resolve_inside
+from ade_tasks.rules.steps import RunTestsAction
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import command_outcome, start_command
 
 
-def run_tests(action: Any, context: StepContext) -> StepOutcome:
+def run_tests(action: RunTestsAction, context: StepContext) -> StepOutcome:
     """Run the tests, then turn their reports into counts, failing ids and findings."""
     with tempfile.TemporaryDirectory(prefix="ade-junit-") as scratch:
         report = Path(scratch) / "junit.xml"
@@ -53,7 +53,7 @@ def run_tests(action: Any, context: StepContext) -> StepOutcome:
     return StepOutcome(status, outcome.exit_code, outcome.output, result, error)
 
 
-def _reports(action: Any, cwd: Path, report: Path) -> list[Path]:
+def _reports(action: RunTestsAction, cwd: Path, report: Path) -> list[Path]:
     """The report the command wrote to $ADE_JUNIT_XML, then the step's globs (kept inside
     the step's directory)."""
     found = [report] if report.is_file() else []

@@ -26,9 +26,10 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
-from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
+from ade_tasks.guardrails import registry as guardrails
+from ade_tasks.guardrails.base import Allowance, Cost
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AgentSessionStep
@@ -64,7 +65,6 @@ Record = Callable[[str, dict[str, Any]], None]
 def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome:
     """Run (or resume) the step's agent session in the step's worktree."""
     sessions, settings, template = context.sessions, context.settings, context.template
-    assert sessions is not None and settings is not None and template is not None
     try:
         prompt = render_prompt(action.prompt, template, f"step {action.id!r} prompt")
         limits = _limits(sessions, settings, context.rule, action, context)
@@ -257,18 +257,13 @@ def _limits(
     action: AgentSessionStep,
     context: StepContext,
 ) -> SessionLimits:
-    """The session's own limits, tightened by what the rule's daily budget has left."""
-    budget = rule.guardrails.budget
-    max_tokens, max_cost = action.max_tokens, action.max_cost_usd
-    if budget.tokens_per_day is not None or budget.cost_per_day_usd is not None:
-        with sessions() as session:
-            used = usage_db.usage_on(session, usage_db.day_of(utcnow()), rule.billing_code)
-        if budget.tokens_per_day is not None:
-            left = max(0, budget.tokens_per_day - used.tokens)
-            max_tokens = left if max_tokens is None else min(max_tokens, left)
-        if budget.cost_per_day_usd is not None:
-            left_usd = max(0.0, budget.cost_per_day_usd - used.cost_usd)
-            max_cost = left_usd if max_cost is None else min(max_cost, left_usd)
+    """The session's own limits, tightened by what the guardrails allow (the rule's daily
+    token and dollar budgets' remainder)."""
+    with sessions() as session:  # opens a connection only if a guardrail reads one
+        allowed = guardrails.allowance(
+            session, rule, Allowance(action.max_tokens, action.max_cost_usd)
+        )
+    max_tokens, max_cost = allowed.tokens, allowed.cost_usd
     price = settings.model_prices.get(action.model)
     if max_cost is not None and price is None:
         raise AdeError(
@@ -292,7 +287,8 @@ def _charge(
     history: list[tuple[str, dict[str, Any]]],
     limits: SessionLimits,
 ) -> None:
-    """Charge what this attempt spent (not what earlier attempts did) to the billing code."""
+    """Charge what this attempt spent (not what earlier attempts did) through the guardrails
+    (the budget adds it to the billing code's usage)."""
     earlier_in = earlier_out = 0
     for kind, data in history:
         if kind == "agent.model_turn":
@@ -304,13 +300,7 @@ def _charge(
         return
     cost = (outcome.cost_usd or 0.0) - (limits.cost(earlier_in, earlier_out) or 0.0)
     with sessions.begin() as session:
-        usage_db.add_usage(
-            session,
-            rule.billing_code,
-            usage_db.day_of(utcnow()),
-            tokens=spent_in + spent_out,
-            cost_usd=max(0.0, cost),
-        )
+        guardrails.charge(session, rule, Cost(spent_in + spent_out, max(0.0, cost)))
 
 
 STEP_STATUS = {

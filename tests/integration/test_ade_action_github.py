@@ -25,7 +25,8 @@ from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.base import StepContext
 from ade_workers.actions.registry import registry
 from ade_workers.chain import ChainState, prepare, template_context
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
 from tests.git_project import migrated_sqlite
@@ -89,6 +90,8 @@ def execute_again(
         rule = rules_db.rule_snapshot(session, "r").rule
     assert rule.execution.kind == "built-in"
     action = rule.execution.actions[index]
+    # Resolved and rendered as the chain does before it calls an executor.
+    template = template_context(rule, {}, ChainState())
     context = StepContext(
         run_id=run_id,
         rule=rule,
@@ -102,9 +105,9 @@ def execute_again(
         step_id=action.id,
         sessions=session_factory,
         settings=config.settings,
+        sender=None,
+        template=template,
     )
-    # Resolved and rendered as the chain does before it calls an executor.
-    template = template_context(rule, {}, ChainState())
     prepared, _ = prepare(action, template, config.base_env, f"step {action.id!r}")
     outcome = ade_action(prepared, context)
     assert outcome.error is None, outcome.error

@@ -27,7 +27,8 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import Answer, QueueStatus, RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 from tests.unit.conftest import add_rule

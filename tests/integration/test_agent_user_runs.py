@@ -26,7 +26,8 @@ from ade_tasks.states import RunStatus
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import run_tool
 from ade_workers.process import run_process
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests import agent_user_support
 from tests.agent_user_support import AGENT_USER, agent_user
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text

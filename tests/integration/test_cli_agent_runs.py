@@ -20,7 +20,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn

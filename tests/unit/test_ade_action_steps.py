@@ -19,7 +19,8 @@ from ade_tasks.db.schema import RuleRow, RunRow, RunStepRow, ScheduledCleanupRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
 from ade_tasks.states import CleanupStatus, RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 
 

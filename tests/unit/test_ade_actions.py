@@ -18,7 +18,7 @@ from ade_tasks.ade_actions import (
     validate_args,
 )
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.guardrails import approval_gate
+from ade_tasks.guardrails.approval import approval_gate
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AdeActionStep

@@ -18,7 +18,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import LaneRow, RunRow
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import QueueStatus, RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.git_project import SECRET
 from tests.unit.conftest import add_rule
 

@@ -9,8 +9,9 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import RunStatus
-from ade_workers import runner
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers import run_monitor
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.support import pid_alive, wait_until
 from tests.unit.conftest import add_rule
 
@@ -29,7 +30,7 @@ execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {com
 
     def shut_down_once_the_daemon_runs() -> None:
         wait_until(lambda: daemon.exists() and daemon.read_text().strip(), 30, "the daemon")
-        runner.SHUTDOWN.set()  # what `ade-tasks dev` does on Ctrl-C
+        run_monitor.SHUTDOWN.set()  # what `ade-tasks dev` does on Ctrl-C
 
     host = threading.Thread(target=shut_down_once_the_daemon_runs)
     host.start()
@@ -37,7 +38,7 @@ execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {com
         execute_run(session_factory, config, run_id, "test-worker")
     finally:
         host.join()
-        runner.SHUTDOWN.clear()
+        run_monitor.SHUTDOWN.clear()
 
     with session_factory() as session:
         assert runs_db.get_run(session, run_id).status == RunStatus.CANCELLED

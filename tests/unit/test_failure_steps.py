@@ -15,7 +15,8 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.loader import load_rules_dir
 from ade_tasks.states import RunStatus
 from ade_tasks.templating import TemplateContext
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.unit.conftest import add_rule
 

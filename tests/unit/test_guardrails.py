@@ -23,7 +23,8 @@ from ade_tasks.errors import ConflictError
 from ade_tasks.review import confidence, review
 from ade_tasks.states import CleanupStatus, QueueStatus, RunStatus
 from ade_workers.cleanups import sweep_cleanups
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.git_project import git
 from tests.unit.conftest import add_rule
 

@@ -20,7 +20,8 @@ from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import normalize
 from ade_tasks.states import IngressStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 

@@ -18,7 +18,8 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import DeleteLaneAction
 from ade_tasks.states import CleanupStatus, RunStatus
 from ade_workers.cleanups import sweep_cleanups
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.git_project import git
 from tests.unit.test_guardrails import run_of, start
 from tests.unit.test_rule_admission import document, problems_of

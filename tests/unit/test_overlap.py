@@ -15,7 +15,8 @@ from ade_tasks.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_workers.actions.registry import registry
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 
 

@@ -22,7 +22,8 @@ from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.states import RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.conftest import write_rule
 
 FILE_RULE = """

@@ -15,7 +15,8 @@ from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import AdmissionError, NotFoundError
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.states import RunStatus
-from ade_workers.runner import RunnerConfig, execute_run
+from ade_workers.runner import execute_run
+from ade_workers.runner_config import RunnerConfig
 from tests.conftest import write_rule
 
 RULE = """
