@@ -59,7 +59,7 @@ SELECT md5(:tag || n::text)::uuid::text, 'rule-' || (n % CAST(:rules AS bigint))
        md5(:tag || n::text), CASE WHEN n % 10 = 0 THEN 'failed' ELSE 'succeeded' END,
        'auto:rule-' || (n % CAST(:rules AS bigint)), '{}', 'ade.builtin', 1, false, 1,
        f - interval '1 minute', f - (n % 600) * interval '1 second', f
-FROM (SELECT n, :end - (n * interval '1 second' * 2592000 / :total) AS f
+FROM (SELECT n, :end - (n * 2592000.0 / :total) * interval '1 second' AS f
       FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS n) AS s
 """
 INSERT_UNFINISHED = """
