@@ -2,13 +2,13 @@
 
 `ADE_LOG_FORMAT=json` switches the worker, beat and API processes from text lines to JSON lines:
 
-    {"ts": "2026-01-05T10:00:00.123Z", "level": "INFO", "logger": "ade_workers.runner",
+    {"ts": "2026-01-05T10:00:00.123Z", "level": "INFO", "logger": "ade_workers.engine.runner",
      "pid": 4242, "message": "run 0b1c... finished: succeeded",
      "run_id": "0b1c...", "rule_id": "hello", "task_id": "5f3e..."}
 
 The run, rule and task ids come from context variables that the worker sets around each task
-(`ade_workers.metrics` does it from Celery's task_prerun/task_postrun signals), so every line a
-run logs, from any module, carries them without that module knowing; keys whose value is unknown
+(`ade_workers.celery.metrics` does it from Celery's task_prerun/task_postrun signals), so every line
+a run logs, from any module, carries them without that module knowing; keys whose value is unknown
 are left out. Only the formatted message (and a traceback) is written: a record's arguments and
 `extra` fields are never dumped wholesale, so a trigger payload or an environment cannot slip
 into a line by way of logging. Secret values are masked where they are produced (the runner masks

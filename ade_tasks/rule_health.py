@@ -2,7 +2,7 @@
 
 `rule_health(rule, state)` is a pure function of a rule and a `LiveState` snapshot (what the
 settings configure and which beats and pollers are alive, `ade_tasks.db.heartbeats`); the API
-builds the snapshot (`ade_api.rule_health`). Per trigger it answers `ready` with the path that
+builds the snapshot (`ade_api.http.health_state`). Per trigger it answers `ready` with the path that
 will fire it, or the setup error in words:
 
 - `schedule`: ready when a beat's heartbeat is within its interval; path `beat <id>`.

@@ -226,7 +226,7 @@ class Settings(BaseSettings):
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     # The unprivileged users (names or uids, comma-separated) agent sessions and their tools
     # run as, one leased per session; None: the worker's own. Needs a worker running as root
-    # (ade_workers/agent_user.py).
+    # (ade_workers/engine/agent_user.py).
     agent_user: str | None = None
     worker_concurrency: int = Field(default=2, ge=1)
 

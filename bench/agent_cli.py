@@ -44,11 +44,11 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
-from ade_workers.agents import claude_hook
-from ade_workers.agents.claude_calls import CallJudge
-from ade_workers.agents.cli_session import run_cli_session
-from ade_workers.agents.cli_setup import CliSetup
-from ade_workers.agents.decision_server import DecisionServer
+from ade_workers.agents.cli import claude_hook
+from ade_workers.agents.cli.claude_calls import CallJudge
+from ade_workers.agents.cli.decision_server import DecisionServer
+from ade_workers.agents.cli.session import run_cli_session
+from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from bench.common import BenchError, percentile
 from tests import fake_anthropic, fake_responses

@@ -3,19 +3,19 @@
 What it measures, in one run (each side against its own minute boundary, one after the other):
 
 (a) ADE: N rules (`--rules`, default 10,000), each with one `* * * * *` schedule trigger and one
-    built-in `run-command: true` step, synced into a scratch PostgreSQL database. `--beats`
-    (default 3) real `celery beat -S ade_workers.beat:DatabaseScheduler` processes are started
-    before a minute boundary and must all have loaded the rules before it (each has claimed the
-    hourly housekeeping slot, which it does right after its first schedule refresh). No worker
-    runs, so each fired occurrence leaves one `queued` run: "queued" means the run row exists
-    (its message is sent to the broker right after). Reported: seconds from the boundary to the
-    first and to the last run (`runs.queued_at`), p50/p95 of queued_at - boundary, claims/s
-    (N / seconds to the last run), how the occurrences split between the beats, the duplicate
-    claims (every beat claims every slot; the losers' claims are counted), and CPU per
-    occurrence: the beat processes plus the PostgreSQL backends of the scratch database
-    (utime + stime from /proc), from just before the boundary until the last run was queued.
-    Exactly once: for the boundary's slot there are N queued runs of N distinct rules, all keys
-    (rule, slot) are distinct, and N occurrences with outcome `fired` point at those runs.
+    built-in `run-command: true` step, synced into a scratch PostgreSQL database. `--beats` (default
+    3) real `celery beat -S ade_workers.celery.beat:DatabaseScheduler` processes are started before
+    a minute boundary and must all have loaded the rules before it (each has claimed the hourly
+    housekeeping slot, which it does right after its first schedule refresh). No worker runs, so
+    each fired occurrence leaves one `queued` run: "queued" means the run row exists (its message is
+    sent to the broker right after). Reported: seconds from the boundary to the first and to the
+    last run (`runs.queued_at`), p50/p95 of queued_at - boundary, claims/s (N / seconds to the last
+    run), how the occurrences split between the beats, the duplicate claims (every beat claims every
+    slot; the losers' claims are counted), and CPU per occurrence: the beat processes plus the
+    PostgreSQL backends of the scratch database (utime + stime from /proc), from just before the
+    boundary until the last run was queued. Exactly once: for the boundary's slot there are N queued
+    runs of N distinct rules, all keys (rule, slot) are distinct, and N occurrences with outcome
+    `fired` point at those runs.
 (b) vanilla Celery: a plain Celery app (this module's `app`, `celery -A bench.beat beat`) whose
     `beat_schedule` holds N `crontab()` entries sending `bench.noop` to the queue
     `bench.vanilla`, which nobody consumes, run by one real `celery beat` process with the
@@ -74,7 +74,7 @@ from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_workers.celery_app import BUILTIN_QUEUE
+from ade_workers.celery.app import BUILTIN_QUEUE
 from bench import beat_once
 from bench.common import (
     BenchError,
@@ -637,8 +637,8 @@ def bench_ade(
     try:
         for index in range(args.beats):
             argv = [
-                sys.executable, "-m", "celery", "-A", "ade_workers.celery_app", "beat",
-                "-S", "ade_workers.beat:DatabaseScheduler", "--loglevel", "WARNING",
+                sys.executable, "-m", "celery", "-A", "ade_workers.celery.app", "beat",
+                "-S", "ade_workers.celery.beat:DatabaseScheduler", "--loglevel", "WARNING",
                 "-s", str(work / f"beat-{index}.schedule"),
             ]  # fmt: skip
             beats.append(start_child(f"beat-{index}", argv, env, work, work))

@@ -9,8 +9,8 @@ What it measures, in one run:
     each task records its finish time (`time.time()`) into a Redis list in the benchmark's
     Redis database; latency is that time minus the send time.
 (b) ADE: runs of the rule `bench-true` (one built-in step, `run-command: [true]`), created with
-    `ade_tasks.dispatch.dispatch` from this process and executed by a real ADE worker
-    (`celery -A ade_workers.celery_app worker`, same pool and flags) against PostgreSQL.
+    `ade_tasks.runs.dispatch.dispatch` from this process and executed by a real ADE worker
+    (`celery -A ade_workers.celery.app worker`, same pool and flags) against PostgreSQL.
     Trigger-to-finished latency is `runs.finished_at` minus the time of the `dispatch()` call.
 
 Throughput: N tasks/runs are sent as fast as one thread can (`--n`, default 300) and measured
@@ -63,11 +63,11 @@ from sqlalchemy import Engine, bindparam, text
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.dispatch import TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from ade_tasks.settings import Settings, get_settings
-from ade_workers.celery_app import BUILTIN_QUEUE, CelerySender, create_celery_app
-from ade_workers.process import group_alive
+from ade_workers.celery.app import BUILTIN_QUEUE, CelerySender, create_celery_app
+from ade_workers.engine.process import group_alive
 from bench.common import (
     BenchError,
     exit_on_sigterm,
@@ -553,7 +553,7 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result]:
                     )
                 print("ADE phase ...", flush=True)
                 with running_worker(
-                    "ade_workers.celery_app", env, raw_app, work, args.concurrency
+                    "ade_workers.celery.app", env, raw_app, work, args.concurrency
                 ) as pgid:
                     sender = CelerySender(ade_app)
                     ade = bench_ade(engine, session_factory, sender, args, pgid)

@@ -36,7 +36,7 @@ import httpx
 import uvicorn
 from sqlalchemy import text
 
-from ade_api.app import create_app
+from ade_api.http.app import create_app
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory

@@ -2,7 +2,7 @@
 only verifies the signature and pushes the body to Redis, both under the same concurrent load.
 
 In one run, one side after the other, each served by `--processes` uvicorn processes the way
-`ade-tasks api --workers N` serves them (`ade_api.serve`: one SO_REUSEPORT socket per process;
+`ade-tasks api --workers N` serves them (`ade_api.cli.serve`: one SO_REUSEPORT socket per process;
 default 2, one per core here; access log off on both sides):
 
 (a) minimal: a FastAPI route that checks X-Hub-Signature-256 (HMAC-SHA256 of the raw body),
@@ -82,7 +82,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine, text
 
-from ade_api.serve import serve
+from ade_api.cli.serve import serve
 from ade_tasks.db.engine import create_db_engine
 from ade_tasks.db.ingress import KEEP_UNDISPATCHED
 from bench import rawhttp
@@ -109,7 +109,7 @@ OWNER = "bench/webhooks.py"
 
 PATH = "/api/v1/webhooks/github"
 MINIMAL_KEY = "bench:webhooks:minimal"
-INGRESS_QUEUE = "ade.control"  # where the API queues ingress messages (ade_workers.sender)
+INGRESS_QUEUE = "ade.control"  # where the API queues ingress messages (ade_workers.celery.sender)
 SECRET_ENV = "BENCH_WEBHOOKS_SECRET"
 REDIS_ENV = "BENCH_WEBHOOKS_REDIS_URL"
 
@@ -166,7 +166,7 @@ def minimal_from_environment() -> FastAPI:
 
 def serve_minimal(port: int, processes: int) -> None:
     """Serve the minimal endpoint the way `ade-tasks api --workers N` serves ADE's: the same
-    uvicorn processes (`ade_api.serve`: one SO_REUSEPORT socket each) and access log (off)."""
+    uvicorn processes (`ade_api.cli.serve`: one SO_REUSEPORT socket each) and access log (off)."""
     serve(
         "bench.webhooks:minimal_from_environment",
         workers=processes,

@@ -1,9 +1,9 @@
 """Worker memory benchmark: RSS of one real ADE worker's processes over N runs.
 
-One real prefork worker (`celery -A ade_workers.celery_app worker`, `--concurrency` pool
+One real prefork worker (`celery -A ade_workers.celery.app worker`, `--concurrency` pool
 processes, started as `bench/dispatch.py` starts it) executes `--runs` runs (default 10,000) of
 the rule `bench-true` (one built-in `run-command: [true]` step), dispatched from this process in
-bursts of `--every` (default 1,000) with `ade_tasks.dispatch.dispatch`; after each burst has
+bursts of `--every` (default 1,000) with `ade_tasks.runs.dispatch.dispatch`; after each burst has
 finished (every run `succeeded`), the resident set size (VmRSS from /proc) of every process of
 the worker's process group is printed: the main process and each pool process, by pid.
 
@@ -41,7 +41,7 @@ from pathlib import Path
 import redis
 
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_workers.celery_app import CelerySender, create_celery_app
+from ade_workers.celery.app import CelerySender, create_celery_app
 from bench.common import (
     BenchError,
     exit_on_sigterm,
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> list[tuple[int, dict[int, int]]]:
                 deadline = time.monotonic() + args.deadline
                 env = worker_env(settings)
                 with running_worker(
-                    "ade_workers.celery_app", env, app, work, args.concurrency
+                    "ade_workers.celery.app", env, app, work, args.concurrency
                 ) as pgid:
                     print(f"worker pid {pgid}: {args.runs:,} runs in bursts of {args.every:,}")
                     done = 0

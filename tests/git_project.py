@@ -13,7 +13,7 @@ from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.settings import Settings
 from ade_workers.actions.registry import registry
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner_config import RunnerConfig
 
 SECRET = "s3cr3t-'value'\\x"
 

@@ -331,7 +331,7 @@ def worker(
     celery_args: tuple[str, ...],
 ) -> None:
     """A Celery worker (extra arguments go to `celery worker`)."""
-    from ade_workers.celery_app import create_celery_app
+    from ade_workers.celery.app import create_celery_app
 
     if metrics_port is not None:
         settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
@@ -353,11 +353,18 @@ def worker(
 @click.pass_obj
 def beat(settings: Settings, celery_args: tuple[str, ...]) -> None:
     """Celery beat: fires rule schedules and housekeeping; run as many as you like."""
-    from ade_workers.celery_app import create_celery_app
+    from ade_workers.celery.app import create_celery_app
 
     app = create_celery_app(settings)
     app.start(
-        ["beat", "-S", "ade_workers.beat:DatabaseScheduler", "--loglevel", "INFO", *celery_args]
+        [
+            "beat",
+            "-S",
+            "ade_workers.celery.beat:DatabaseScheduler",
+            "--loglevel",
+            "INFO",
+            *celery_args,
+        ]
     )
 
 
@@ -381,9 +388,9 @@ def api(
     """Serve the HTTP API."""
     import uvicorn
 
-    from ade_api.app import app_from_environment
-    from ade_api.header_timeout import HTTP_PROTOCOL
-    from ade_api.serve import serve
+    from ade_api.cli.serve import serve
+    from ade_api.http.app import app_from_environment
+    from ade_api.http.header_timeout import HTTP_PROTOCOL
     from ade_tasks.db.engine import create_db_engine, create_session_factory
     from ade_tasks.errors import AdeError
     from ade_tasks.logs import uvicorn_log_config
@@ -404,9 +411,9 @@ def api(
     log_config = uvicorn_log_config(settings.log_format)
     if log_config is not None:
         options["log_config"] = log_config
-    if workers > 1:  # each process builds its app from the environment (ade_api.serve)
+    if workers > 1:  # each process builds its app from the environment (ade_api.cli.serve)
         try:
-            serve("ade_api.app:app_from_environment", workers=workers, **options)
+            serve("ade_api.http.app:app_from_environment", workers=workers, **options)
         except AdeError as exc:
             fail(exc.message)
     else:
@@ -418,7 +425,7 @@ def api(
 @click.pass_obj
 def dev(settings: Settings, port: int | None) -> None:
     """Run API, worker and beat in one process on SQLite and an in-memory broker."""
-    from ade_api.dev import run_dev
+    from ade_api.cli.dev import run_dev
 
     if port is not None:
         settings = settings.model_copy(update={"api_port": port})

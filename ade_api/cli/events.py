@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import click
 import httpx
 
-from ade_api import git_hooks
+from ade_api.cli import git_hooks
 from ade_api.cli.base import Api, fail, json_option, main, url_option
 from ade_tasks.globs import path_matches
 from ade_tasks.rules.triggers import canonical_trigger_type

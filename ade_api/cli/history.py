@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ade_api.cli.base import Api, json_option, runs, url_option
-from ade_api.step_lines import step_line
+from ade_api.cli.step_lines import step_line
 from ade_tasks.settings import Settings
 
 SHORT_ID = 8

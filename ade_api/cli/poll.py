@@ -67,8 +67,8 @@ def poll_github(
     )
     from ade_tasks.ingress.poller import GithubPoller
     from ade_tasks.retry import RetryPolicy
-    from ade_workers.celery_app import CelerySender, create_celery_app
-    from ade_workers.github import GithubClient
+    from ade_workers.celery.app import CelerySender, create_celery_app
+    from ade_workers.integrations.github import GithubClient
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:

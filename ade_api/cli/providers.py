@@ -11,7 +11,7 @@ import click
 
 from ade_api.cli.base import json_option, main
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli_agents import ProviderStatus, providers_report
+from ade_workers.agents.cli.facts import ProviderStatus, providers_report
 
 
 def _line(status: ProviderStatus) -> str:

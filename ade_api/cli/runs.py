@@ -20,7 +20,7 @@ import httpx
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
 from ade_api.cli.history import step_event_data
-from ade_api.step_lines import step_line
+from ade_api.cli.step_lines import step_line
 from ade_tasks.settings import Settings
 
 #: The API sends a comment every 15 s; a silent connection this long is dead.
@@ -459,7 +459,7 @@ def run(
 def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
     """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
     from ade_tasks.errors import AdeError
-    from ade_tasks.scheduling import check_zoned, parse_delay
+    from ade_tasks.schedule.slots import check_zoned, parse_delay
 
     if at is None and delay is None:
         return {}

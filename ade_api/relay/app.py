@@ -28,10 +28,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from ade_api.body_limits import BodyLimitMiddleware
+from ade_api.http.body_limits import BodyLimitMiddleware
+from ade_api.http.routes.webhooks import problem
 from ade_api.relay.ingest import RelayServices, router, services_of
 from ade_api.relay.wake import WakeHub
-from ade_api.routes.webhooks import problem
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.errors import AdeError

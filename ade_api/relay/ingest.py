@@ -21,8 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ade_api.relay.wake import WakeHub
-from ade_api.routes.webhooks import (
+from ade_api.http.routes.webhooks import (
     ERRORS,
     TITLES,
     BodyError,
@@ -30,6 +29,7 @@ from ade_api.routes.webhooks import (
     read_body,
     verified_github_delivery,
 )
+from ade_api.relay.wake import WakeHub
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.ingress import intake

@@ -18,7 +18,7 @@ from ade_tasks.errors import ConflictError, NotFoundError
 from ade_tasks.states import OneShotStatus
 
 if TYPE_CHECKING:
-    from ade_tasks.one_shots import TriggerOnce
+    from ade_tasks.schedule.one_shots import TriggerOnce
 
 SCHEDULED = cast(Table, ScheduledRunRow.__table__)
 CLAIM_BATCH = 200  # as for cron slots: beats ticking together share the due runs

@@ -2,8 +2,8 @@
 running runs whose worker died (queued again, or failed after too many losses), and what the
 worker that resumes such a run reads of the losses before it.
 
-The orchestration (what to send, how often) is `ade_tasks.recovery`; what the resuming worker
-does with the interrupted step is `ade_workers.runner`.
+The orchestration (what to send, how often) is `ade_tasks.runs.recovery`; what the resuming worker
+does with the interrupted step is `ade_workers.engine.runner`.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def fail_expired_leases(session: Session, now: datetime | None = None) -> Expire
 
     The next worker continues the run after its last finished step (every finished step is
     recorded before the next one starts) and decides what to do with the step that was running
-    when the worker died (see `ade_workers.runner`): an agent session continues from its
+    when the worker died (see `ade_workers.engine.runner`): an agent session continues from its
     recorded events; another step runs again only if its `retry` allows it, and is otherwise
     recorded failed, its command having been killed with its worker. A run that lost its worker
     MAX_WORKER_LOST_RESUMES times already fails instead, "worker lost". A step left `running`

@@ -42,10 +42,10 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost, retrying
-from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
+from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.states import IngressStatus
 from ade_tasks.triggers.base import TriggerTest
 from ade_tasks.triggers.local_events import emit

@@ -14,10 +14,10 @@ from typing import Any
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory, autocommit
-from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.limits import loads_json
+from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.states import IngressStatus
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def store_event(session_factory: SessionFactory, sender: TaskSender, row: dict[s
     Every `PRUNE_EVERY`th event applies the table's retention bounds.
 
     For the poller and the workers; the API's routes store through
-    `ade_api.intake.EventIntake`, which does not wait for the broker."""
+    `ade_api.http.delivery_intake.EventIntake`, which does not wait for the broker."""
     with autocommit(session_factory).begin() as session:
         event_id = ingress_db.record_event(session, row)
     if event_id is None:

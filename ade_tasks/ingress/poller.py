@@ -62,7 +62,6 @@ from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import TaskSender
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
 from ade_tasks.ingress import poll_cursors
 from ade_tasks.ingress.intake import event_row, hand_over
@@ -74,6 +73,7 @@ from ade_tasks.ingress.poll_inference import (
 )
 from ade_tasks.ingress.poll_window import read_window
 from ade_tasks.retry import retry_after_of
+from ade_tasks.runs.dispatch import TaskSender
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ HEARTBEAT_SECONDS = 10.0
 
 
 class PollClient(Protocol):
-    """The GitHub reads a poll makes; `ade_workers.github.GithubClient` implements them.
+    """The GitHub reads a poll makes; `ade_workers.integrations.github.GithubClient` implements
+    them.
 
     `list_issues` and `list_issue_comments` are ordered by updated_at, oldest first;
     `list_issue_events` newest first, back to `since`. Each holds at most `limit` items and

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ade_tasks.ade_actions import check_step
+from ade_tasks.ade_action_allowlist import check_step
 from ade_tasks.conditions import check_condition
 from ade_tasks.rules.base import ADE_ACTION_NAME
 from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id

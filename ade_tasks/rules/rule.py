@@ -27,7 +27,7 @@ class Rule(Document):
     `review_required: true` puts every finished run in the review queue (`pending-review`);
     by default a deterministic run that succeeded with no findings lands in `completed-clean`
     and only agent runs are gated by confidence (`review_profile`, `review_threshold`; see
-    `ade_tasks.review`).
+    `ade_tasks.runs.review`).
     """
 
     id: str = Field(pattern=SLUG)

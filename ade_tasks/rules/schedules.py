@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.scheduling import ScheduleError, ScheduleSpec, next_fire_times
+from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec, next_fire_times
 
 
 @dataclass(frozen=True)

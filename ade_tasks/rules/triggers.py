@@ -29,7 +29,7 @@ from ade_tasks.rules.base import (
     Regex,
     admitting,
 )
-from ade_tasks.scheduling import ScheduleError, check_fires, check_not_past, check_zoned
+from ade_tasks.schedule.slots import ScheduleError, check_fires, check_not_past, check_zoned
 
 
 @functools.lru_cache(maxsize=4096)
@@ -118,7 +118,7 @@ class ScheduleTrigger(Document):
     an edit that stores a new version schedules it anew). Exactly one of the three.
 
     A one-shot trigger fires once through the same beat claims as a cron slot (catch-up and
-    overlap apply); `ade_tasks.one_shots` turns it into a stored scheduled run.
+    overlap apply); `ade_tasks.schedule.one_shots` turns it into a stored scheduled run.
     """
 
     type: Literal["schedule"]

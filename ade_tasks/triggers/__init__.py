@@ -1,12 +1,12 @@
 """Trigger matching: which of a rule's triggers an event starts, and the local events (lanes)
 that are matched and dispatched without passing through ingress.
 
-One module per trigger family behind the `Matcher` protocol (`base.py`), looked up by trigger
-kind in `registry.py`; the ingress dispatcher and `local_events.py` ask the registry instead of
-branching on the kind. Schedules are claimed by the beat (`ade_tasks.scheduler`) and manual runs
-are dispatched by the API, so neither needs a matcher.
+One module per trigger family behind the `Matcher` protocol (`base.py`), looked up by trigger kind
+in `registry.py`; the ingress dispatcher and `local_events.py` ask the registry instead of branching
+on the kind. Schedules are claimed by the beat (`ade_tasks.schedule.scheduler`) and manual runs are
+dispatched by the API, so neither needs a matcher.
 
 May import the rule models (`ade_tasks.rules`), the normalized event (`ade_tasks.ingress.event`),
-globs and patterns, `ade_tasks.dispatch` and the query functions in `ade_tasks.db`; never the
+globs and patterns, `ade_tasks.runs.dispatch` and the query functions in `ade_tasks.db`; never the
 ingress dispatcher, which imports this package.
 """

@@ -13,10 +13,10 @@ from fnmatch import fnmatchcase
 
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import TriggerEvent
 from ade_tasks.ingress.event import EventSource
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import LaneTrigger, Trigger, TriggerType
+from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.triggers.base import TriggerTest
 
 SOURCE: EventSource = "lane"

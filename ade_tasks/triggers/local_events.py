@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.errors import AdeError
+from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.triggers.base import TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
 from ade_tasks.triggers.lane import lane_event

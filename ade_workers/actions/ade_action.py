@@ -1,4 +1,5 @@
-"""The `ade-action` step: one allow-listed internal action (`ade_tasks.ade_actions.CATALOG`).
+"""The `ade-action` step: one allow-listed internal action
+(`ade_tasks.ade_action_allowlist.CATALOG`).
 
 The chain has already resolved the step's `${env:NAME}` secrets and rendered its `{{...}}`
 templates. The executor drops identity arguments (a rule acts as itself), validates the
@@ -36,7 +37,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ade_tasks.ade_actions import (
+from ade_tasks.ade_action_allowlist import (
     CATALOG,
     CleanupsCancelArgs,
     CleanupsListArgs,
@@ -70,8 +71,8 @@ from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.steps import AdeActionStep
 from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
-from ade_workers.github import GithubClient
-from ade_workers.notify import send_notification
+from ade_workers.integrations.github import GithubClient
+from ade_workers.integrations.notify import send_notification
 
 #: The run event that records a notification as delivered by a step.
 NOTIFY_SENT = "ade-action.notify.sent"

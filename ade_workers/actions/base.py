@@ -10,9 +10,9 @@ from typing import Any, Protocol, TypeVar
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
-from ade_tasks.dispatch import TaskSender
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import Step
+from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
@@ -23,7 +23,7 @@ from ade_tasks.templating import TemplateContext
 class StepContext:
     """What an executor may know about the run it serves.
 
-    The runner builds one per run (`ade_workers.step_context`) and the chain narrows it per
+    The runner builds one per run (`ade_workers.engine.step_context`) and the chain narrows it per
     step, so everything a real run has is required here and no executor checks for it.
     """
 

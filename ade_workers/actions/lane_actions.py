@@ -4,7 +4,7 @@ A lane is a git worktree on its own branch under `<lanes root>/<project>/`; the 
 creates is threaded into its later steps (they run in its worktree). `delete-lane` targets the
 lane named in `target`, else the lane of this run or of its trigger, and fails rather than
 guess when there is none; with `after_minutes` it records a scheduled cleanup that the 60 s
-sweep carries out (see `ade_workers.cleanups`).
+sweep carries out (see `ade_workers.engine.cleanups`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ade_tasks.errors import AdeError
 from ade_tasks.rules.steps import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_tasks.states import StepStatus
 from ade_tasks.triggers.local_events import emit_lane_event
-from ade_workers import lanes
 from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.integrations import git_lanes as lanes
 
 
 def create_lane(action: CreateLaneAction, context: StepContext) -> StepOutcome:

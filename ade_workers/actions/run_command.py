@@ -13,7 +13,7 @@ from ade_tasks.paths import resolve_inside
 from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
-from ade_workers.process import ProcessResult, run_process
+from ade_workers.engine.process import ProcessResult, run_process
 
 #: With agent users, a worktree holds directories an agent wrote into: git run by a command
 #: step (as the worker) must not take one for a bare repository whose config runs commands.

@@ -38,13 +38,13 @@ from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
-from ade_workers.agent_user import SETTING as AGENT_USER_SETTING
-from ade_workers.agent_user import AgentUser, AgentUsers
-from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
-from ade_workers.agents.cli_setup import CliSetup
+from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools.base import ToolContext
+from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
+from ade_workers.engine.agent_user import AgentUser, AgentUsers
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli_session import CLI_BINARIES, run_cli_session
-from ade_workers.agents.cli_setup import CliSetup
+from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 

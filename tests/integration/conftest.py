@@ -26,7 +26,7 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.roles import Role
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import CelerySender, create_celery_app
+from ade_workers.celery.app import CelerySender, create_celery_app
 from tests.conftest import write_rule
 from tests.support import BIN, Child, child_env, free_port, redis_db_url, wait_until
 
@@ -139,7 +139,7 @@ class Cluster:
             *(prefix or []),
             str(BIN / "celery"),
             "-A",
-            "ade_workers.celery_app",
+            "ade_workers.celery.app",
             "worker",
             "-Q",
             queues,
@@ -154,7 +154,7 @@ class Cluster:
             "--loglevel=INFO",
         ]
         if beat:
-            argv += ["-B", "--scheduler", "ade_workers.beat:DatabaseScheduler"]
+            argv += ["-B", "--scheduler", "ade_workers.celery.beat:DatabaseScheduler"]
         child = Child(argv, {**self.env, **(env or {})}, self.tmp / f"worker-{name}.log", self.tmp)
         self.children.append(child)
         control = self.celery.control

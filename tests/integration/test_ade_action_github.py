@@ -17,16 +17,16 @@ import pytest
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
 from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.base import StepContext
 from ade_workers.actions.registry import registry
-from ade_workers.chain import ChainState, prepare, template_context
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.chain import ChainState, prepare, template_context
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
 from tests.git_project import migrated_sqlite

@@ -17,7 +17,7 @@ import pytest
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.integration.conftest import Cluster

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from ade_tasks.approvals import answer_input, decide_run, expire_inputs
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
@@ -23,12 +22,13 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApprovalRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, InvalidInputError
+from ade_tasks.runs.approvals import answer_input, decide_run, expire_inputs
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import Answer, QueueStatus, RunStatus
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 from tests.unit.conftest import add_rule

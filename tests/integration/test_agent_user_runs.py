@@ -20,14 +20,14 @@ from pydantic import SecretStr
 
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings
 from ade_tasks.states import RunStatus
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import run_tool
-from ade_workers.process import run_process
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.process import run_process
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests import agent_user_support
 from tests.agent_user_support import AGENT_USER, agent_user
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text

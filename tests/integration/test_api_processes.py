@@ -164,14 +164,14 @@ def test_a_port_in_use_is_refused_with_what_to_do(cluster: Cluster) -> None:
     [
         ("ade_api.no_such_module:app", {}, 'Could not import module "ade_api.no_such_module"'),
         # The factory raises (the settings refuse a pool of 0): not restarted once a second.
-        ("ade_api.app:app_from_environment", {"ADE_DB_POOL_SIZE": "0"}, "db_pool_size"),
+        ("ade_api.http.app:app_from_environment", {"ADE_DB_POOL_SIZE": "0"}, "db_pool_size"),
     ],
 )
 def test_an_app_that_cannot_start_stops_every_process(
     tmp_path: Path, app: str, env: dict[str, str], logged: str
 ) -> None:
     serve = (
-        "from ade_api.serve import serve; "
+        "from ade_api.cli.serve import serve; "
         f"serve({app!r}, workers=2, host='127.0.0.1', port={free_port()})"
     )
     argv = [sys.executable, "-c", serve]

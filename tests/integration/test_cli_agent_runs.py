@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from ade_tasks.approvals import decide_run
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.approvals import decide_run
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import RunStatus
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn

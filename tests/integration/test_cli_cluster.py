@@ -13,7 +13,7 @@ from sqlalchemy import select
 from ade_tasks.db.engine import create_db_engine
 from ade_tasks.db.migrate import alembic_config
 from ade_tasks.db.schema import RuleRow
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, _admin_execute
 from tests.integration.test_run_path import add_rule, finished

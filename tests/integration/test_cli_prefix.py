@@ -11,7 +11,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.integration.test_run_path import add_rule, finished

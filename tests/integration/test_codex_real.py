@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from ade_tasks.agents.policy import Decision
-from ade_workers.agents.codex_app_server import CodexOutcome, run_codex_session
-from ade_workers.agents.codex_home import KEY_VARIABLE, Sandbox
-from ade_workers.agents.codex_requests import CodexRequest
+from ade_workers.agents.cli.codex_app_server import CodexOutcome, run_codex_session
+from ade_workers.agents.cli.codex_home import KEY_VARIABLE, Sandbox
+from ade_workers.agents.cli.codex_requests import CodexRequest
 from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
 from tests.real_clis import real_cli
 from tests.support import child_pids, pid_alive

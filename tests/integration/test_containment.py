@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import pid_alive, wait_until

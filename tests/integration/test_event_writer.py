@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select, text
 
-from ade_api.event_writer import EventWriter
+from ade_api.http.event_writer import EventWriter
 from ade_tasks.db.engine import create_db_engine
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.errors import DatabaseUnavailableError, InvalidInputError

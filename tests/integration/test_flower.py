@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from ade_tasks.db import run_steps as run_steps_db
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import BIN, Child, free_port, wait_until

@@ -12,9 +12,9 @@ import pytest
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
-from ade_workers.github import GithubClient
+from ade_workers.integrations.github import GithubClient
 from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
-from ade_workers.notify import send_notification
+from ade_workers.integrations.notify import send_notification
 from tests.fake_http import ScriptedServer
 
 REPO = "acme/widgets"

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from ade_api.body_limits import MANUAL_RUN_BODY_BYTES
-from ade_api.header_timeout import HEADER_TIMEOUT_SECONDS
+from ade_api.http.body_limits import MANUAL_RUN_BODY_BYTES
+from ade_api.http.header_timeout import HEADER_TIMEOUT_SECONDS
 from ade_tasks.db.schema import IngressEventRow, RuleRow, RunRow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule

@@ -17,13 +17,13 @@ import pytest
 
 from ade_tasks.retry import RetryPolicy
 from ade_workers.agents.providers.openai import OpenAIProvider
-from ade_workers.github import GithubClient
+from ade_workers.integrations.github import GithubClient
 from ade_workers.integrations.http import (
     IntegrationClient,
     IntegrationError,
     IntegrationUnavailableError,
 )
-from ade_workers.notify import send_notification
+from ade_workers.integrations.notify import send_notification
 from tests.fake_http import ScriptedServer
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.support import free_port

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from ade_api.git_hooks import EMIT_TIMEOUT_SECONDS
+from ade_api.cli.git_hooks import EMIT_TIMEOUT_SECONDS
 from ade_tasks.db.schema import IngressEventRow, RunRow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.roles import Role
-from ade_tasks.scheduler import Scheduler
+from ade_tasks.schedule.scheduler import Scheduler
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.scheduler_support import FakeClock

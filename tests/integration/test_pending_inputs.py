@@ -17,7 +17,7 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.fake_llm import ScriptedModelServer
 from tests.integration.conftest import Cluster

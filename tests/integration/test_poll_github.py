@@ -15,11 +15,11 @@ from sqlalchemy import select
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX
 from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.retry import RetryPolicy
-from ade_workers.github import GithubClient
+from ade_tasks.runs.dispatch import InMemorySender
+from ade_workers.integrations.github import GithubClient
 from tests.fake_http import RecordedRequest, ScriptedServer
 from tests.git_project import migrated_sqlite
 from tests.support import BIN, child_env

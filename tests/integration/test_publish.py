@@ -14,10 +14,10 @@ from sqlalchemy import update
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import RunStatus
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_http import ScriptedServer
 from tests.git_project import git, make_git_project, make_runner_config, migrated_sqlite
 from tests.unit.conftest import add_rule

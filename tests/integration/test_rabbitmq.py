@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ade_tasks.dispatch import TriggerEvent, dispatch
-from ade_workers.celery_app import CelerySender, create_celery_app
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_workers.celery.app import CelerySender, create_celery_app
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
 

@@ -12,7 +12,7 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import group_pids, pid_alive, rss_kib, wait_until

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.dispatch import InMemorySender
-from ade_tasks.scheduler import Scheduler
+from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.schedule.scheduler import Scheduler
 from tests.scheduler_support import FakeClock, write_minutely_rules
 
 

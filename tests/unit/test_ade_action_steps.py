@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from ade_tasks.approvals import decide_run
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow, RunRow, RunStepRow, ScheduledCleanupRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
+from ade_tasks.runs.approvals import decide_run
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import CleanupStatus, RunStatus
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 
 

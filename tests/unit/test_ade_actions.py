@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from ade_tasks.ade_actions import (
+from ade_tasks.ade_action_allowlist import (
     CATALOG,
     IDENTITY_FIELDS,
     GithubCommentArgs,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-import ade_api.schemas
-from ade_api.app import create_app
-from ade_api.schemas.problem import Problem, problem_responses
+import ade_api.http.schemas
+from ade_api.http.app import create_app
+from ade_api.http.schemas.problem import Problem, problem_responses
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender
+from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import create_celery_app
+from ade_workers.celery.app import create_celery_app
 
 RULE_ENDPOINTS = [
     ("/api/v1/rules", ["get", "post"]),
@@ -57,9 +57,9 @@ def test_every_rule_endpoint_is_served_in_the_order_docs_lists_it(
 
 
 def test_no_two_resource_schema_modules_define_a_model_of_one_name() -> None:
-    # Given every model the resource modules of ade_api.schemas define
+    # Given every model the resource modules of ade_api.http.schemas define
     defined: dict[str, list[str]] = {}
-    for found in pkgutil.iter_modules(ade_api.schemas.__path__, "ade_api.schemas."):
+    for found in pkgutil.iter_modules(ade_api.http.schemas.__path__, "ade_api.http.schemas."):
         module = importlib.import_module(found.name)
         for name, value in vars(module).items():
             if (
@@ -75,7 +75,7 @@ def test_no_two_resource_schema_modules_define_a_model_of_one_name() -> None:
 
 def test_the_schemas_package_re_exports_nothing() -> None:
     # Given the package's __init__
-    tree = ast.parse(Path(ade_api.schemas.__file__ or "").read_text())
+    tree = ast.parse(Path(ade_api.http.schemas.__file__ or "").read_text())
 
     # Then it is its docstring alone: callers import from the resource modules
     assert len(tree.body) == 1 and ast.get_docstring(tree)

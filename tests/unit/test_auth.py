@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ade_api.auth import _credentials, required_role
+from ade_api.http.auth import _credentials, required_role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApiTokenRow

@@ -10,14 +10,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from ade_tasks.backfill import (
-    MAX_SLOTS,
-    BackfillReport,
-    BackfillRequest,
-    SlotResult,
-    backfill,
-    slots_in_range,
-)
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rule_edits as rule_edits_db
@@ -25,8 +17,16 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
+from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.schedule.backfill import (
+    MAX_SLOTS,
+    BackfillReport,
+    BackfillRequest,
+    SlotResult,
+    backfill,
+    slots_in_range,
+)
 from ade_tasks.states import OccurrenceOutcome
 from tests.unit.conftest import add_rule
 

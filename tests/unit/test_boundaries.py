@@ -14,7 +14,7 @@ def test_ade_tasks_never_imports_celery_or_fastapi() -> None:
     # Given every module of ade_tasks (migrations included)
     modules = [m.name for m in pkgutil.walk_packages(ade_tasks.__path__, "ade_tasks.")]
     modules = [m for m in modules if ".migrations" not in m]
-    assert "ade_tasks.dispatch" in modules and "ade_tasks.db.runs" in modules
+    assert "ade_tasks.runs.dispatch" in modules and "ade_tasks.db.runs" in modules
     # When a fresh interpreter imports all of them
     script = (
         "import importlib, sys\n"
@@ -30,7 +30,7 @@ def test_ade_tasks_never_imports_celery_or_fastapi() -> None:
 
 def test_ade_workers_never_imports_fastapi() -> None:
     script = (
-        "import ade_workers.celery_app, ade_workers.tasks, ade_workers.runner, sys\n"
+        "import ade_workers.celery.app, ade_workers.celery.tasks, ade_workers.engine.runner, sys\n"
         "print([m for m in sys.modules if m.split('.')[0] == 'fastapi'])"
     )
     out = subprocess.run(

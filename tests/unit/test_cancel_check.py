@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ade_workers.run_monitor import CANCEL_CHECK
+from ade_workers.engine.run_monitor import CANCEL_CHECK
 from tests.unit.test_lease_fence import ReachableDatabase, watch
 
 
@@ -15,13 +15,13 @@ def test_a_cancel_is_seen_at_the_next_check_long_before_the_heartbeat(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a watched run whose lease renews fine (heartbeat every second) and that is cancelled
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.renew_lease", lambda *_: True)
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.is_cancelled", lambda *_: True)
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.renew_lease", lambda *_: True)
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.is_cancelled", lambda *_: True)
     run, t0 = watch(ReachableDatabase())
     # When the monitor tends it before and after the first cancel check
     run.tend(t0 + CANCEL_CHECK / 2)
     assert not run.lost.is_set()
-    with caplog.at_level(logging.INFO, logger="ade_workers.run_monitor"):
+    with caplog.at_level(logging.INFO, logger="ade_workers.engine.run_monitor"):
         run.tend(t0 + CANCEL_CHECK + 0.01)
     # Then it is stopped as cancelled, with an info line and no warning
     assert run.cancelled.is_set() and run.lost.is_set()
@@ -34,10 +34,12 @@ def test_a_refused_renewal_of_a_cancelled_run_is_no_warning(
 ) -> None:
     # Given a run cancelled between two checks, when its renewal comes first
     answers = iter([False, True])  # not yet cancelled at the check, then cancelled
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.is_cancelled", lambda *_: next(answers))
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.renew_lease", lambda *_: False)
+    monkeypatch.setattr(
+        "ade_workers.engine.run_monitor.runs_db.is_cancelled", lambda *_: next(answers)
+    )
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.renew_lease", lambda *_: False)
     run, t0 = watch(ReachableDatabase())
-    with caplog.at_level(logging.INFO, logger="ade_workers.run_monitor"):
+    with caplog.at_level(logging.INFO, logger="ade_workers.engine.run_monitor"):
         run.tend(t0 + 1.01)  # the cancel check and the heartbeat (1 s) both due
     assert run.cancelled.is_set() and run.lost.is_set()
     assert all(r.levelno < logging.WARNING for r in caplog.records), caplog.records
@@ -46,8 +48,8 @@ def test_a_refused_renewal_of_a_cancelled_run_is_no_warning(
 def test_a_run_taken_over_elsewhere_still_warns(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.is_cancelled", lambda *_: False)
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.renew_lease", lambda *_: False)
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.is_cancelled", lambda *_: False)
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.renew_lease", lambda *_: False)
     run, t0 = watch(ReachableDatabase())
     run.tend(t0 + 1.01)
     assert run.lost.is_set() and not run.cancelled.is_set()

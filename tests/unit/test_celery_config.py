@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import LONGEST_RUN_SECONDS, create_celery_app
+from ade_workers.celery.app import LONGEST_RUN_SECONDS, create_celery_app
 
 
 def test_reliable_delivery_settings() -> None:

@@ -17,12 +17,12 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import ToolPolicy
-from ade_workers.agents import claude_hook
 from ade_workers.agents.agent_run import interrupted_note
-from ade_workers.agents.claude_calls import CallJudge, call_paths, engine_name
-from ade_workers.agents.cli_setup import call_id
-from ade_workers.agents.decision_server import DecisionServer
-from ade_workers.agents.model_proxy import ModelProxy, UsageReader
+from ade_workers.agents.cli import claude_hook
+from ade_workers.agents.cli.claude_calls import CallJudge, call_paths, engine_name
+from ade_workers.agents.cli.decision_server import DecisionServer
+from ade_workers.agents.cli.model_proxy import ModelProxy, UsageReader
+from ade_workers.agents.cli.setup import call_id
 from tests.fake_anthropic import ScriptedAnthropic, Turn
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from ade_api.cli import main
-from ade_workers.agents.cli_agents import (
+from ade_workers.agents.cli.facts import (
     Usage,
     parse_claude_stream,
     providers_report,
 )
-from ade_workers.process import run_process
+from ade_workers.engine.process import run_process
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "agents"

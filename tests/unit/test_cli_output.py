@@ -14,10 +14,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ade_api import follow
 from ade_api.cli import base as cli
 from ade_api.cli import history as cli_history
 from ade_api.cli import runs as cli_runs
+from ade_api.http import follow
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_views as run_views_db
 from tests.support import BIN

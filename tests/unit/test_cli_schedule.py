@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ade_api.cli import base as cli
 from ade_api.cli import main
-from ade_api.routes.rule_schedule import schedule_preview
+from ade_api.http.routes.rule_schedule import schedule_preview
 from ade_tasks.db.engine import SessionFactory
 from tests.unit.test_schedule_boundaries import IMPOSSIBLE, store_rule
 

@@ -8,7 +8,7 @@ import stat
 import tomllib
 from pathlib import Path
 
-from ade_workers.agents.codex_home import (
+from ade_workers.agents.cli.codex_home import (
     BASE_PROGRAMS,
     KEY_VARIABLE,
     exec_rules,
@@ -16,8 +16,8 @@ from ade_workers.agents.codex_home import (
     session_config,
     write_session_home,
 )
-from ade_workers.agents.codex_requests import approval_request, item_events
-from ade_workers.supervisor import ContainedProcess
+from ade_workers.agents.cli.codex_requests import approval_request, item_events
+from ade_workers.engine.supervisor import ContainedProcess
 
 WORKTREE = Path("/work/tree")
 

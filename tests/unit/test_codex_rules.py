@@ -16,9 +16,9 @@ from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.secrets import Masker
-from ade_workers.agents.cli_setup import CliSetup, Stop
-from ade_workers.agents.codex_requests import CodexRequest
-from ade_workers.agents.codex_session import CodexJudge, sandbox_for, unenforceable
+from ade_workers.agents.cli.codex_requests import CodexRequest
+from ade_workers.agents.cli.codex_session import CodexJudge, sandbox_for, unenforceable
+from ade_workers.agents.cli.setup import CliSetup, Stop
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 
 RULE = """

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import RunStatus
-from ade_workers import run_monitor
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine import run_monitor
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.support import pid_alive, wait_until
 from tests.unit.conftest import add_rule
 

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ade_api.db_faults import DatabaseFaultMiddleware, RoutesReached
-from ade_api.problems import RETRY_AFTER_SECONDS
+from ade_api.http.db_faults import DatabaseFaultMiddleware, RoutesReached
+from ade_api.http.problems import RETRY_AFTER_SECONDS
 
 
 class QueryCanceled(Exception):

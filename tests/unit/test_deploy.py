@@ -27,13 +27,13 @@ from flower.options import options as flower_options
 from pydantic import BaseModel
 
 from ade_api.cli import main as cli
-from ade_api.routes.health import router as health_router
+from ade_api.http.routes.health import router as health_router
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import AGENT_QUEUE, DEFAULT_QUEUES, create_celery_app
+from ade_workers.celery.app import AGENT_QUEUE, DEFAULT_QUEUES, create_celery_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-CELERY_APP_MODULE = "ade_workers.celery_app"
+CELERY_APP_MODULE = "ade_workers.celery.app"
 
 # Variables the deploy files may set that are not ADE settings, each with its reason. Anything
 # else that does not start with ADE_ must be a real setting (see `is_setting`).

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from ade_api.dev import Console, api_server_config, cli_hint, ensure_data_dir
-from ade_api.header_timeout import HeaderTimeoutProtocol
+from ade_api.cli.dev import Console, api_server_config, cli_hint, ensure_data_dir
+from ade_api.http.header_timeout import HeaderTimeoutProtocol
 from ade_tasks.db.rule_sync import SyncReport
 from ade_tasks.errors import RuleProblem
 from ade_tasks.rules.loader import LoadResult

@@ -12,9 +12,15 @@ from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import DispatchResult, InMemorySender, TriggerEvent, dispatch, dispatch_many
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
-from ade_tasks.recovery import recover
+from ade_tasks.runs.dispatch import (
+    DispatchResult,
+    InMemorySender,
+    TriggerEvent,
+    dispatch,
+    dispatch_many,
+)
+from ade_tasks.runs.recovery import recover
 from ade_tasks.states import RunStatus
 from tests.unit.conftest import add_rule
 

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import psycopg
 import pytest
 
-from ade_api.event_writer import EventWriter
+from ade_api.http.event_writer import EventWriter
 from ade_tasks.errors import DatabaseUnavailableError
 from ade_tasks.ingress.intake import event_row
 
@@ -87,7 +87,7 @@ def test_a_sender_refused_while_the_database_is_down_is_not_told_where_it_is(
             return exc
         return None
 
-    with caplog.at_level(logging.WARNING, logger="ade_api.event_writer"):
+    with caplog.at_level(logging.WARNING, logger="ade_api.http.event_writer"):
         refused = asyncio.run(record())
 
     # Then the sender hears what happened and what to do, and the log says where

@@ -16,15 +16,15 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.guardrails import registry
 from ade_tasks.guardrails.base import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.rules.rule import Rule
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_workers.agents import agent_run
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 from tests.unit.test_agent_session import ScriptedProvider, turn
 

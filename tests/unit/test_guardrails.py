@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from ade_tasks.approvals import decide_run
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import lanes as lanes_db
@@ -18,13 +17,14 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduledCleanupRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError
-from ade_tasks.review import confidence, review
+from ade_tasks.runs.approvals import decide_run
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.review import confidence, review
 from ade_tasks.states import CleanupStatus, QueueStatus, RunStatus
-from ade_workers.cleanups import sweep_cleanups
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.cleanups import sweep_cleanups
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.git_project import git
 from tests.unit.conftest import add_rule
 

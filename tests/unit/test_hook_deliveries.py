@@ -16,15 +16,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from ade_api.deps import Services
-from ade_api.intake import EventIntake
-from ade_api.routes import webhooks
+from ade_api.http.delivery_intake import EventIntake
+from ade_api.http.deps import Services
+from ade_api.http.routes import webhooks
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress.hooks import CHECK_ORDER, HookConfig
+from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import create_celery_app
+from ade_workers.celery.app import create_celery_app
 
 SECRET = "hook-secret"
 URL = "/api/v1/webhooks/deploys"

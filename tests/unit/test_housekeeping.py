@@ -33,7 +33,7 @@ def test_a_failing_job_does_not_stop_the_others(session_factory: SessionFactory)
 
 def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory) -> None:
     from ade_tasks import housekeeping
-    from ade_tasks.dispatch import InMemorySender
+    from ade_tasks.runs.dispatch import InMemorySender
     from ade_tasks.settings import Settings
 
     def sweep_factory(*_args: object) -> Job:
@@ -53,9 +53,9 @@ def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory)
 
 
 def test_the_beat_runs_the_lane_cleanup_sweep_every_minute(session_factory: SessionFactory) -> None:
-    import ade_workers.beat  # noqa: F401  (the beat imports the sweep, which registers it)
+    import ade_workers.celery.beat  # noqa: F401  (the beat imports the sweep, which registers it)
     from ade_tasks import housekeeping
-    from ade_tasks.dispatch import InMemorySender
+    from ade_tasks.runs.dispatch import InMemorySender
     from ade_tasks.settings import Settings
 
     jobs = housekeeping.standard_jobs(session_factory, InMemorySender(), Settings())

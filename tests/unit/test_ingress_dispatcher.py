@@ -19,7 +19,6 @@ from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RuleRow, RunRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.dispatcher import (
     EventDeferredError,
@@ -27,10 +26,11 @@ from ade_tasks.ingress.dispatcher import (
     is_database_error,
 )
 from ade_tasks.ingress.github import normalize
-from ade_tasks.recovery import recover
+from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import IngressStatus
-from ade_workers.celery_app import create_celery_app
+from ade_workers.celery.app import create_celery_app
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 

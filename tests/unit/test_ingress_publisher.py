@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from ade_api.ingress_publisher import MAX_BATCH, IngressPublisher
+from ade_api.http.ingress_publisher import MAX_BATCH, IngressPublisher
 from ade_tasks.db.ingress import PRUNE_EVERY
-from ade_tasks.dispatch import InMemorySender
+from ade_tasks.runs.dispatch import InMemorySender
 from tests.support import wait_until
 
 
@@ -52,7 +52,7 @@ def test_a_broker_outage_loses_the_message_not_the_thread(caplog: pytest.LogCapt
     sender = RecordingSender()
     publisher = IngressPublisher(sender, prune=lambda: None)
     sender.down = True
-    with caplog.at_level(logging.WARNING, logger="ade_api.ingress_publisher"):
+    with caplog.at_level(logging.WARNING, logger="ade_api.http.ingress_publisher"):
         publisher.submit(1)
         wait_until(lambda: "recovery sweep sends them" in caplog.text, 5, "the warning")
     assert "ingress events [1] are stored but their message was not sent" in caplog.text
@@ -84,7 +84,7 @@ def test_a_failing_prune_is_logged_and_publishing_goes_on(caplog: pytest.LogCapt
 
     sender = RecordingSender()
     publisher = IngressPublisher(sender, prune=broken)
-    with caplog.at_level(logging.ERROR, logger="ade_api.ingress_publisher"):
+    with caplog.at_level(logging.ERROR, logger="ade_api.http.ingress_publisher"):
         publisher.submit(PRUNE_EVERY)
         wait_until(lambda: "retention bounds" in caplog.text, 5, "the prune error")
     publisher.submit(PRUNE_EVERY + 1)

@@ -14,14 +14,14 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RunRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import normalize
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import IngressStatus
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 

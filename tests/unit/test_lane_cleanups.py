@@ -17,9 +17,9 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import DeleteLaneAction
 from ade_tasks.states import CleanupStatus, RunStatus
-from ade_workers.cleanups import sweep_cleanups
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.cleanups import sweep_cleanups
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.git_project import git
 from tests.unit.test_guardrails import run_of, start
 from tests.unit.test_rule_admission import document, problems_of

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.errors import AdeError
-from ade_workers import lanes
-from ade_workers.lanes import (
+from ade_workers.integrations import git_lanes as lanes
+from ade_workers.integrations.git_lanes import (
     DeleteResult,
     LaneError,
     changed_paths,

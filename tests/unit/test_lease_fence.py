@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 from ade_tasks.settings import Settings
-from ade_workers.run_monitor import RunMonitor, Watch
+from ade_workers.engine.run_monitor import RunMonitor, Watch
 
 SETTINGS = Settings(lease_seconds=10, heartbeat_seconds=1, kill_grace_seconds=2)
 
@@ -47,7 +47,7 @@ def test_unrenewable_lease_stops_the_run_before_it_expires() -> None:
 
 
 def test_renewed_lease_keeps_the_run_going(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("ade_workers.run_monitor.runs_db.renew_lease", lambda *_: True)
+    monkeypatch.setattr("ade_workers.engine.run_monitor.runs_db.renew_lease", lambda *_: True)
     kept, t0 = watch(ReachableDatabase())
     for later in range(1, 40):
         kept.tend(t0 + later)

@@ -20,9 +20,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import TypeAdapter
 
-from ade_api import git_hooks
 from ade_api.cli import events as cli_events
-from ade_api.cli import main
+from ade_api.cli import git_hooks, main
 from ade_api.cli.events import (
     ApiCallError,
     changed_paths,

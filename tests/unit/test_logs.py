@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ade_tasks import logs
-from ade_workers import metrics as worker_metrics
-from ade_workers.sender import EXECUTE_TASK
+from ade_workers.celery import metrics as worker_metrics
+from ade_workers.celery.sender import EXECUTE_TASK
 
 
 @pytest.fixture

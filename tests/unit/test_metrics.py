@@ -14,9 +14,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from ade_api.deps import Services
-from ade_api.intake import EventIntake
-from ade_api.routes import metrics as metrics_route
+from ade_api.http.delivery_intake import EventIntake
+from ade_api.http.deps import Services
+from ade_api.http.routes import metrics as metrics_route
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.metrics import RUN_DURATION_BUCKETS, cluster_facts
@@ -28,10 +28,10 @@ from ade_tasks.db.schema import (
     ScheduleOccurrenceRow,
     UsageRow,
 )
-from ade_tasks.dispatch import InMemorySender
+from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
-from ade_workers import metrics as worker_metrics
-from ade_workers.celery_app import create_celery_app
+from ade_workers.celery import metrics as worker_metrics
+from ade_workers.celery.app import create_celery_app
 from tests.unit.conftest import add_rule
 
 NOW = utcnow()

@@ -10,11 +10,11 @@ from urllib.parse import urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from ade_api.app import OPENAPI_ASSETS, create_app
+from ade_api.http.app import OPENAPI_ASSETS, create_app
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender
+from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
-from ade_workers.celery_app import create_celery_app
+from ade_workers.celery.app import create_celery_app
 
 ASSET_ATTR = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']+)["']""")
 ABSOLUTE_URL = re.compile(r"""\b(?:https?:)?//[A-Za-z0-9.-]+[^\s"'<>)]*""")

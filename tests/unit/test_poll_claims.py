@@ -13,11 +13,11 @@ from sqlalchemy import select
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, ScheduleOccurrenceRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.ingress.poll_claims import POLL_CLAIMS
 from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX, source_of
 from ade_tasks.ingress.poller import GithubPoller
+from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.states import OccurrenceOutcome
 from tests.unit.conftest import add_rule
 from tests.unit.test_poller import (

@@ -15,7 +15,6 @@ from sqlalchemy import select
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.errors import InvalidInputError, TransientError
 from ade_tasks.ingress.poll_claims import PollBackoff
 from ade_tasks.ingress.poll_cursors import (
@@ -27,6 +26,7 @@ from ade_tasks.ingress.poll_cursors import (
 )
 from ade_tasks.ingress.poll_inference import comment_delivery, issue_deliveries
 from ade_tasks.ingress.poller import NO_REPOS, NO_RULES, GithubPoller
+from ade_tasks.runs.dispatch import InMemorySender
 from tests.unit.conftest import add_rule
 
 REPO = "acme/widgets"

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from ade_api.rule_health import provider_readiness
+from ade_api.http.health_state import provider_readiness
 from ade_tasks.db.heartbeats import BEAT, POLLER, Heartbeat
 from ade_tasks.rule_health import (
     GITHUB_REFUSED,

@@ -18,8 +18,8 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.db.schema import ApprovalRow
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.errors import ConflictError, IllegalTransitionError
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import (
     CANCEL,
     FAIL_AFTER_CLEANUP,

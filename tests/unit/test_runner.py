@@ -11,12 +11,12 @@ import pytest
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ProviderSettings, Settings
 from ade_tasks.states import RunStatus
 from ade_workers.actions.registry import registry
-from ade_workers.runner import execute_run
-from ade_workers.runner_config import RunnerConfig
+from ade_workers.engine.runner import execute_run
+from ade_workers.engine.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ade_api import follow
 from ade_api.cli import runs as cli_runs
+from ade_api.http import follow
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_views as run_views_db
 

@@ -13,13 +13,13 @@ from sqlalchemy import select
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
-from ade_tasks.dispatch import InMemorySender
 from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.loader import content_hash
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
-from ade_tasks.scheduler import Scheduler
-from ade_tasks.scheduling import ScheduleError, ScheduleSpec
+from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.schedule.scheduler import Scheduler
+from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec
 from ade_tasks.states import OccurrenceOutcome
 from tests.scheduler_support import FakeClock, write_minutely_rules
 
@@ -115,7 +115,7 @@ def test_a_trigger_that_fails_while_due_is_dropped_alone(
 def test_an_occurrence_that_cannot_be_dispatched_is_skipped_with_the_reason_alone(
     session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ade_tasks.scheduler as scheduler_module
+    import ade_tasks.schedule.scheduler as scheduler_module
 
     write_minutely_rules(session_factory, rules_dir, 3)
     real = scheduler_module.dispatch_many
@@ -167,7 +167,7 @@ def test_rule_schedules_give_each_trigger_its_times_or_its_problem() -> None:
 
 def test_an_unknown_stored_time_zone_is_a_schedule_error() -> None:
     with pytest.raises(ScheduleError, match="time zone"):
-        from ade_tasks.scheduling import CronCursor
+        from ade_tasks.schedule.slots import CronCursor
 
         CronCursor(ScheduleSpec("r", 0, "* * * * *", "Mars/Olympus_Mons"), utcnow())
 
@@ -176,8 +176,8 @@ def test_the_beat_runs_housekeeping_when_the_schedules_fail(
     session_factory: SessionFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ade_tasks.settings import Settings
-    from ade_workers.beat import DatabaseScheduler
-    from ade_workers.celery_app import create_celery_app
+    from ade_workers.celery.app import create_celery_app
+    from ade_workers.celery.beat import DatabaseScheduler
 
     app = create_celery_app(Settings(), session_factory=session_factory)
     beat = DatabaseScheduler(app)
@@ -202,8 +202,8 @@ def test_the_beat_fires_schedules_when_housekeeping_fails(
     session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ade_tasks.settings import Settings
-    from ade_workers.beat import DatabaseScheduler
-    from ade_workers.celery_app import create_celery_app
+    from ade_workers.celery.app import create_celery_app
+    from ade_workers.celery.beat import DatabaseScheduler
 
     write_minutely_rules(session_factory, rules_dir, 1)
     app = create_celery_app(Settings(), session_factory=session_factory)

@@ -1,4 +1,4 @@
-"""The web page's chart geometry (ade_api.web.charts) and its SVG templates, without a server:
+"""The web page's chart geometry (ade_api.http.web.charts) and its SVG templates, without a server:
 scales, ticks, stacking, the live timeline's headroom, and that data in labels is escaped."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-from ade_api.web import charts
-from ade_api.web.pages import TEMPLATES
+from ade_api.http.web import charts
+from ade_api.http.web.pages import TEMPLATES
 from ade_tasks.db.history import DayDurations, DayOutcomes, RecentRun
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

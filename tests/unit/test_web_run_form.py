@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ade_api.web.controls import posted_trigger
-from ade_api.web.run_form import posted_request
+from ade_api.http.web.controls import posted_trigger
+from ade_api.http.web.run_form import posted_request
 from ade_tasks.errors import InvalidInputError
 
 

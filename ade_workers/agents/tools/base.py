@@ -11,7 +11,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
-from ade_workers.agent_user import AgentUser
+from ade_workers.engine.agent_user import AgentUser
 
 JsonObject = dict[str, Any]
 """A JSON object as the model or a recorded event gives it: a tool's arguments (checked

@@ -16,7 +16,7 @@ from ade_workers.agents.tools.base import (
     ToolSpec,
     spec,
 )
-from ade_workers.process import run_process
+from ade_workers.engine.process import run_process
 
 BASH_OUTPUT_CAP = 30_000
 BASH_DEFAULT_TIMEOUT = 120.0

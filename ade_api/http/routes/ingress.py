@@ -1,0 +1,85 @@
+"""Ingress events: what webhooks and local events delivered, and what became of each."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ade_api.http.deps import ServicesDep, SessionDep
+from ade_api.http.schemas.ingress import (
+    IngressEventOut,
+    IngressPage,
+    LocalEvent,
+    LocalEventAccepted,
+)
+from ade_api.http.schemas.problem import Problem
+from ade_tasks.db import ingress as ingress_db
+from ade_tasks.errors import InvalidInputError
+from ade_tasks.ingress import intake
+from ade_tasks.ingress.event import EventSource, NormalizedEvent
+from ade_tasks.rules.triggers import canonical_trigger_type
+from ade_tasks.states import IngressStatus
+
+router = APIRouter(prefix="/api/v1/ingress", tags=["ingress"])
+
+
+@router.get("/events")
+def list_events(
+    session: SessionDep,
+    source: str | None = None,
+    status: IngressStatus | None = None,
+    before: int | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> IngressPage:
+    """Events, newest first (the table keeps 7 days, at most 10,000)."""
+    rows = ingress_db.list_events(
+        session, source=source, status=status.value if status else None, before=before,
+        limit=limit,
+    )  # fmt: skip
+    items = [IngressEventOut.model_validate(row) for row in rows]
+    return IngressPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+
+
+LOCAL_TYPES = ("git.commit", "git.push", "file.changed")
+
+
+@router.post("/events", status_code=202, responses={422: {"model": Problem}})
+async def emit_event(request: LocalEvent, services: ServicesDep) -> LocalEventAccepted:
+    """A local event (`ade-tasks emit`, the git hooks it installs, `ade-tasks watch`): stored
+    like a webhook delivery and matched to rules by the ingress workers. A repeated
+    `delivery_id` stores nothing."""
+    kind = canonical_trigger_type(request.type)
+    if kind not in LOCAL_TYPES:
+        raise InvalidInputError(
+            f"event type {request.type!r} cannot be emitted locally; use one of "
+            f"{', '.join(LOCAL_TYPES)} (GitHub events arrive through /api/v1/webhooks/github)"
+        )
+    source: EventSource = "file" if kind == "file.changed" else "git"
+    delivery = request.delivery_id or f"{source}-{uuid.uuid4()}"
+    event = NormalizedEvent(
+        source=source,
+        delivery_id=delivery,
+        event_key=kind,
+        trigger_type=kind,
+        repo=request.repo,
+        branch=request.branch,
+        title=request.title,
+        body=request.body,
+        author=request.author,
+        head_sha=request.head_sha,
+        paths=tuple(sorted(set(request.paths))),
+        summary=request.summary or f"{kind} in {request.repo or 'the project'}",
+    )
+    event_id = await services.intake.store(
+        intake.event_row(
+            source=source,
+            delivery_id=delivery,
+            event=event,
+            event_key=kind,
+            payload={**event.to_payload(), "fields": request.fields},
+            digest=None,
+        )
+    )
+    return LocalEventAccepted(event_id=event_id, duplicate=event_id is None, delivery_id=delivery)

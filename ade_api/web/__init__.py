@@ -1,1 +1,0 @@
-"""The run-history web page: server-rendered HTML under `/ui` (see `ade_api.web.routes`)."""

@@ -1,0 +1,443 @@
+"""The database-claimed cron scheduler: any number of beats, each occurrence fired once.
+
+Every beat computes the due minute slots of all enabled `schedule` triggers, then claims them in
+`schedule_occurrences` (unique per rule, trigger, cron and UTC minute). Only the beat whose INSERT
+won a slot dispatches it, with the occurrence as the run's idempotency key, so a claimant that
+crashes between claim and dispatch cannot cause two runs: its claim is re-fired by any beat after
+`STALE_CLAIM`, and the idempotency key finds the run if it had been created.
+
+Timing rules:
+* a slot fires on time when it is at most `LATE_TOLERANCE` old (a slow tick, a beat restart);
+* an older slot (all beats were down) fires if it lies within the trigger's `catchup_window`,
+  oldest first, and is otherwise recorded as `missed` (at most `MISSED_RECORDED` per trigger);
+* a trigger seen for the first time (a new rule, an edited cron) starts at the next slot;
+  a known one resumes after its newest claimed slot.
+
+One-shot triggers (`run_at`, `delay_seconds`) and scheduled manual runs are stored as scheduled
+runs and fired on the same ticks with the same timing rules (`ade_tasks.schedule.one_shots`).
+
+Error boundaries: each trigger of each rule is evaluated on its own. A stored document this
+version cannot read, or a trigger whose schedule cannot be evaluated (a cron that never fires,
+stored before validation refused such crons; a time zone this machine does not know), becomes
+that rule's entry in `Scheduler.problems` (logged once) and is left out until its rule changes;
+every other trigger keeps firing. A batch of occurrences that fails to fire is retried one
+occurrence at a time, so one that cannot be dispatched is recorded `skipped` with the reason
+instead of holding back the rest; database errors still stop the tick (the next one retries,
+and claims left unfired are re-fired after `STALE_CLAIM`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import rules as rules_db
+from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.occurrences import OccurrenceKey
+from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
+from ade_tasks.errors import AdeError, TransientError
+from ade_tasks.rules.loader import validation_problems
+from ade_tasks.rules.triggers import ScheduleTrigger
+from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.schedule.one_shots import OneShotFirer, TriggerOnce
+from ade_tasks.schedule.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
+from ade_tasks.states import OccurrenceOutcome, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+def simulated_clock(origin: datetime, speed: float, started: datetime | None = None) -> Clock:
+    """A clock that starts at `origin` now and runs `speed` times as fast (tests drive real
+    beat processes through simulated hours with it; production uses the real clock)."""
+    real_start = started or utcnow()
+
+    def now() -> datetime:
+        return origin + (utcnow() - real_start) * speed
+
+    return now
+
+
+STALE_CLAIM = timedelta(minutes=1)
+LOCK_TIMEOUT = timedelta(seconds=2)
+MISSED_RECORDED = 1000
+Clock = Callable[[], datetime]
+SpecKey = tuple[str, int, str]
+#: Whose problem it is: (rule id, trigger index), or (rule id, None) for the whole rule.
+ProblemKey = tuple[str, int | None]
+
+
+@dataclass
+class TickReport:
+    """What one tick did."""
+
+    fired: dict[OccurrenceKey, str] = field(default_factory=dict)
+    skipped: dict[OccurrenceKey, str] = field(default_factory=dict)
+    missed: list[OccurrenceKey] = field(default_factory=list)
+    lost: int = 0  # due slots another beat had claimed first
+    once: dict[str, str] = field(default_factory=dict)  # scheduled run id -> what came of it
+
+
+_UNREADABLE: dict[str, str] = {}  # content hash -> why its document cannot be read
+_UNREADABLE_MAX = 10_000
+
+
+def _parse_stored(content_hash: str, document: object) -> None:
+    """Parse a stored document into the cache, or remember why it cannot be read."""
+    try:
+        rules_db.parse_document(content_hash, document)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        reason = "; ".join(f"{p.field}: {p.reason}" for p in validation_problems("", exc))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        return
+    if len(_UNREADABLE) >= _UNREADABLE_MAX:
+        _UNREADABLE.clear()
+    _UNREADABLE[content_hash] = reason
+
+
+def schedule_specs(
+    session_factory: SessionFactory,
+) -> tuple[dict[SpecKey, ScheduleSpec], list[TriggerOnce], dict[ProblemKey, str]]:
+    """The cron and one-shot schedule triggers of every enabled rule, and the rules whose
+    stored document this version cannot read (those are left out; the others are not held
+    back by them).
+
+    Reads only ids and content hashes; documents are loaded (and parsed once per process) only
+    for hashes not seen before, so a refresh over 10,000 unchanged rules stays cheap.
+    """
+    table = RuleRow.__table__
+    with session_factory() as session:
+        rows = session.execute(
+            select(table.c.id, table.c.content_hash, table.c.updated_at).where(table.c.enabled)
+        ).all()
+        unseen = sorted(
+            {h for _, h, _ in rows if rules_db.cached_rule(h) is None and h not in _UNREADABLE}
+        )
+        for start in range(0, len(unseen), 1000):
+            chunk = unseen[start : start + 1000]
+            for content_hash, document in session.execute(
+                select(table.c.content_hash, table.c.document).where(
+                    table.c.content_hash.in_(chunk)
+                )
+            ):
+                _parse_stored(content_hash, document)
+    specs = {}
+    once: list[TriggerOnce] = []
+    problems: dict[ProblemKey, str] = {}
+    for rule_id, content_hash, updated_at in rows:
+        rule = rules_db.cached_rule(content_hash)
+        if rule is None:  # unreadable, or changed between the two reads (the next refresh)
+            if content_hash in _UNREADABLE:
+                problems[(rule_id, None)] = (
+                    f"its stored document cannot be read ({_UNREADABLE[content_hash]}); "
+                    "none of its schedules fire until the rule is fixed"
+                )
+            continue
+        for index, trigger in enumerate(rule.triggers):
+            if not isinstance(trigger, ScheduleTrigger):
+                continue
+            if (
+                trigger.cron is None
+            ):  # run_at / delay_seconds: fired once (ade_tasks.schedule.one_shots)
+                stored_at = updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
+                once.append(TriggerOnce(rule_id, index, trigger, stored_at))
+            else:
+                spec = ScheduleSpec(
+                    rule_id, index, trigger.cron, trigger.timezone, trigger.catchup_window
+                )
+                specs[(rule_id, index, trigger.cron)] = spec
+    return specs, once, problems
+
+
+class Scheduler:
+    """One beat's view of the schedules; call `tick()` often (every few seconds)."""
+
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        sender: TaskSender,
+        beat_id: str,
+        *,
+        clock: Clock = utcnow,
+        refresh_every: timedelta = timedelta(seconds=5),
+        stale_after: timedelta = STALE_CLAIM,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
+        automations_disabled: bool = False,
+    ) -> None:
+        self._session_factory = session_factory
+        # The kill switch: slots are still claimed, and recorded skipped with why, so the
+        # occurrences show what did not run.
+        self._automations_disabled = automations_disabled
+        self._sender = sender
+        self.beat_id = beat_id
+        self._clock = clock
+        self._refresh_every = refresh_every
+        self._cursors: dict[SpecKey, CronCursor] = {}
+        self._refreshed_at: datetime | None = None
+        self._stale_checked_at: datetime | None = None
+        self._stale_after = stale_after
+        self._lock_timeout = lock_timeout
+        self._backlog_fire: list[OccurrenceKey] = []
+        self._backlog_missed: list[OccurrenceKey] = []
+        self._failed: dict[SpecKey, tuple[ScheduleSpec, str]] = {}  # left out until edited
+        self.problems: dict[ProblemKey, str] = {}
+        self._one_shots = OneShotFirer(
+            session_factory, sender, beat_id, stale_after, automations_disabled
+        )
+
+    def now(self) -> datetime:
+        """This beat's clock."""
+        return self._clock()
+
+    def refresh(self, now: datetime) -> None:
+        """Pick up added, edited and removed rules; cursors of unchanged triggers are kept."""
+        specs, once, problems = schedule_specs(self._session_factory)
+        self._one_shots.store_triggers(once)
+        self._failed = {k: f for k, f in self._failed.items() if specs.get(k) == f[0]}
+        new = [key for key in specs if key not in self._cursors and key not in self._failed]
+        resume: dict[SpecKey, datetime] = {}
+        if new:
+            with self._session_factory() as session:
+                resume = occ_db.last_slots(session, new)
+        cursors = {}
+        for key, spec in specs.items():
+            if key in self._failed:
+                continue
+            cursor = self._cursors.get(key)
+            if cursor is None or cursor.spec != spec:
+                last = resume.get(key)
+                start = max(last, now - occ_db.RETENTION) if last else now
+                try:
+                    cursor = CronCursor(spec, start)
+                except Exception as exc:  # this trigger's problem, not the other rules'
+                    self._failed[key] = (spec, _reason(exc))
+                    continue
+            cursors[key] = cursor
+        self._cursors = cursors
+        self._refreshed_at = now
+        for (rule_id, index, _cron), (_spec, reason) in self._failed.items():
+            problems[(rule_id, index)] = reason
+        self._report_problems(problems)
+
+    def _report_problems(self, problems: dict[ProblemKey, str]) -> None:
+        """Keep `problems` as this beat's view; log each one when it appears or goes away."""
+        for (rule_id, index), reason in problems.items():
+            if self.problems.get((rule_id, index)) != reason:
+                where = "" if index is None else f" trigger #{index}"
+                log.warning(
+                    "rule %s%s is not scheduled: %s (every other schedule still fires)",
+                    rule_id,
+                    where,
+                    reason,
+                )
+        for rule_id, index in self.problems.keys() - problems.keys():
+            log.info("rule %s trigger #%s is scheduled again", rule_id, index)
+        self.problems = problems
+
+    def tick(self) -> TickReport:
+        """Claim and fire every slot due by now; re-fire claims a crashed beat left behind."""
+        now = self._clock()
+        if self._refreshed_at is None or now - self._refreshed_at >= self._refresh_every:
+            self.refresh(now)
+        report = TickReport()
+        fire, missed = self._due(now)
+        # Slots whose claim waited too long on another beat's locks (say, a beat frozen in the
+        # middle of its claim) are retried on the next tick with the class they had when due,
+        # so a blocked beat neither loses them nor misfiles them as missed.
+        self._backlog_fire += fire
+        self._backlog_missed += missed
+        missed, self._backlog_missed = self._backlog_missed, []
+        if missed:
+            won_missed = self._claim(missed, OccurrenceOutcome.MISSED)
+            if won_missed is None:
+                self._backlog_missed = missed
+            else:
+                report.missed = won_missed
+                report.lost += len(missed) - len(won_missed)
+        # Claim and fire batch by batch, each claim committed on its own: beats that tick
+        # together then share the work (one fires a batch while the others claim the next)
+        # instead of the first claimant owning every slot of the minute.
+        # Sorted by rule and trigger, then slot, so a trigger's catch-up fires oldest first.
+        ordered, self._backlog_fire = sorted(self._backlog_fire), []
+        for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
+            batch = ordered[start : start + occ_db.CLAIM_BATCH]
+            won = self._claim(batch, OccurrenceOutcome.CLAIMED)
+            if won is None:
+                self._backlog_fire += batch
+                continue
+            report.lost += len(batch) - len(won)
+            self._fire_all(won, report)
+        # Staleness is real elapsed time since the claim (claimed_at is the real clock), even
+        # when a test drives this beat with a simulated one.
+        real_now = utcnow()
+        if (
+            self._stale_checked_at is None
+            or real_now - self._stale_checked_at >= self._stale_after / 2
+        ):
+            self._stale_checked_at = real_now
+            self._refire_stale_claims(real_now, report)
+        report.once = self._one_shots.tick(now)
+        return report
+
+    def _due(self, now: datetime) -> tuple[list[OccurrenceKey], list[OccurrenceKey]]:
+        """The slots that came due since the last tick: to fire, and to record as missed."""
+        fire: list[OccurrenceKey] = []
+        missed: list[OccurrenceKey] = []
+        for key, cursor in list(self._cursors.items()):
+            overdue: list[OccurrenceKey] = []
+            window = cursor.spec.catchup_window or timedelta(0)
+            try:
+                due = cursor.due(now)
+            except Exception as exc:  # this trigger's problem: drop it until its rule changes
+                del self._cursors[key]
+                self._failed[key] = (cursor.spec, _reason(exc))
+                self._report_problems({**self.problems, (key[0], key[1]): _reason(exc)})
+                continue
+            for slot in due:
+                occurrence = OccurrenceKey(key[0], key[1], key[2], slot)
+                late = now - slot
+                if late <= LATE_TOLERANCE or late <= window:
+                    fire.append(occurrence)
+                else:
+                    overdue.append(occurrence)
+            missed += overdue[-MISSED_RECORDED:]
+        return fire, missed
+
+    def _claim(
+        self, keys: list[OccurrenceKey], outcome: OccurrenceOutcome
+    ) -> list[OccurrenceKey] | None:
+        """Claim `keys`; None when another beat's locks held them past the lock timeout."""
+        try:
+            with self._session_factory.begin() as session:
+                occ_db.limit_lock_wait(session, self._lock_timeout)
+                return occ_db.claim(session, keys, self.beat_id, outcome)
+        except OperationalError as exc:
+            if not occ_db.is_lock_timeout(exc):
+                raise
+            log.warning(
+                "claiming %d slots waited over %s on another beat's locks; retrying next tick",
+                len(keys),
+                self._lock_timeout,
+            )
+            return None
+
+    def _fire_all(self, keys: list[OccurrenceKey], report: TickReport) -> None:
+        """Fire the occurrences as one batch; if that fails, one at a time, so one occurrence
+        that cannot be dispatched is recorded `skipped` with the reason and the others fire.
+        Database errors are raised (the claims stay and are re-fired when stale)."""
+        if not keys:
+            return
+        try:
+            self._fire_batch(keys, report)
+            return
+        except Exception as exc:
+            if _transient(exc):
+                raise
+            log.exception(
+                "firing %d occurrences together failed; firing them one by one", len(keys)
+            )
+        for key in keys:
+            try:
+                self._fire_batch([key], report)
+            except Exception as exc:
+                if _transient(exc):
+                    raise
+                reason = f"could not be dispatched: {_reason(exc)}"
+                log.exception("occurrence %s %s", key, reason)
+                report.skipped[key] = reason
+                with self._session_factory.begin() as session:
+                    outcome = occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, reason)
+                    occ_db.record_outcomes(session, [outcome])
+
+    def _fire_batch(self, keys: list[OccurrenceKey], report: TickReport) -> None:
+        """Dispatch the occurrences as one batch, then record what came of them in one
+        transaction (a crash in between leaves claims that are re-fired, and their idempotency
+        keys find the runs)."""
+        requests = [(key.rule_id, schedule_event(key)) for key in keys]
+        results = dispatch_many(
+            self._session_factory,
+            self._sender,
+            requests,
+            automations_disabled=self._automations_disabled,
+        )
+        outcomes = [
+            _outcome(key, result, report) for key, result in zip(keys, results, strict=True)
+        ]
+        with self._session_factory.begin() as session:
+            occ_db.record_outcomes(session, outcomes)
+
+    def _refire_stale_claims(self, now: datetime, report: TickReport) -> None:
+        with self._session_factory() as session:
+            stale = session.scalars(
+                select(ScheduleOccurrenceRow)
+                .where(
+                    ScheduleOccurrenceRow.outcome == OccurrenceOutcome.CLAIMED.value,
+                    ScheduleOccurrenceRow.claimed_at < now - self._stale_after,
+                )
+                .order_by(ScheduleOccurrenceRow.slot)
+                .limit(100)
+            ).all()
+            keys = [OccurrenceKey(r.rule_id, r.trigger_index, r.cron, r.slot) for r in stale]
+        if keys:
+            log.warning("re-firing %d claims whose claimant recorded no outcome", len(keys))
+        self._fire_all(keys, report)
+
+
+def _reason(exc: Exception) -> str:
+    """An exception as a problem's text."""
+    return exc.message if isinstance(exc, AdeError) else f"{type(exc).__name__}: {exc}"
+
+
+def _transient(exc: Exception) -> bool:
+    """Is this a failure of the database or broker (retried later), not of one occurrence?"""
+    return isinstance(exc, DBAPIError | TransientError)
+
+
+def schedule_event(
+    key: OccurrenceKey, *, summary: str = "", extra: dict[str, object] | None = None
+) -> TriggerEvent:
+    """The trigger of one occurrence; the occurrence is its idempotency key, so a beat and a
+    backfill (`ade_tasks.schedule.backfill`) firing the same slot find the same run. `extra` adds
+    payload fields (who backfilled it)."""
+    return TriggerEvent(
+        type="schedule",
+        summary=summary or f"schedule {key.cron} at {key.slot:%Y-%m-%d %H:%M} UTC",
+        payload={
+            "trigger_index": key.trigger_index,
+            "cron": key.cron,
+            "slot": key.slot.isoformat(),
+            **(extra or {}),
+        },
+        idempotency_key=key.idempotency_key,
+    )
+
+
+def occurrence_outcome(key: OccurrenceKey, result: DispatchResult | AdeError) -> occ_db.Outcome:
+    """What came of one occurrence's dispatch, as its row records it."""
+    if isinstance(result, AdeError):  # not admitted: the rule is gone, disabled or edited
+        return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, result.message)
+    run = result.run
+    if run.status == RunStatus.SKIPPED:  # the overlap policy (or a guardrail) said no
+        return occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, run.id, run.error)
+    return occ_db.Outcome(key, OccurrenceOutcome.FIRED, run.id, None)
+
+
+def _outcome(
+    key: OccurrenceKey, result: DispatchResult | AdeError, report: TickReport
+) -> occ_db.Outcome:
+    """`occurrence_outcome`, noted in this tick's report."""
+    outcome = occurrence_outcome(key, result)
+    if outcome.outcome == OccurrenceOutcome.FIRED:
+        report.fired[key] = outcome.run_id or ""
+    else:
+        report.skipped[key] = outcome.reason or ""
+    return outcome

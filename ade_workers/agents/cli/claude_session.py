@@ -1,0 +1,291 @@
+"""One headless Claude Code session, bounded by the engine.
+
+What the engine sets up around `claude -p`, and why:
+
+- **Decisions.** The session's settings (`--settings`, the only settings it loads:
+  `--setting-sources ""`) hold one PreToolUse hook, `claude_hook.py`, that sends every tool
+  call to this worker's decision socket; `CallJudge` answers with the engine's policy. Behind
+  it, Claude's own permission mode is `plan` or `default`, never a bypass, so the
+  `full-auto` mode also works for a worker running as root (`--dangerously-skip-permissions`
+  refuses root) and a hook that cannot run at all still leaves headless Claude refusing writes
+  and commands (reads inside its working directory would pass). `--tools` offers only the
+  Claude tools of the engine tools the mode and palette allow.
+- **Nothing of the worktree's or the worker user's configuration.** No project, local or user
+  settings (so no hooks of the checked-out tree), `--strict-mcp-config` with no MCP servers,
+  and a private HOME and `CLAUDE_CONFIG_DIR` per session, removed afterwards.
+- **Credentials.** The CLI talks to the engine's model proxy (`model_proxy.py`) with a
+  per-session token; the provider's key (`ADE_PROVIDERS__CLAUDE_CODE__API_KEY`) and endpoint
+  (`..._BASE_URL`) stay in the worker, so no `Bash` call of the model can read them.
+- **Budgets.** The proxy meters every answer; past `max_tokens` or `max_cost_usd` it refuses
+  further calls and the session is stopped (its process tree killed), ending with the budget
+  status and its transcript kept. `--max-turns` bounds turns; `--max-budget-usd` is passed too.
+- **Ask.** A call the policy answers with `ask` stops the session; the step ends `waiting`
+  with the call pending, so the run parks as a pending input and no worker waits. After the
+  answer the session starts afresh (Claude keeps its transcript in the private config home,
+  which is gone), and the repeated call meets the answer (`setup.call_id`).
+- **Processes.** Claude, its hooks and its tools run in one container (`run_process`):
+  nothing survives the session or the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ade_tasks.rules.agent import AgentSession
+from ade_workers.agents.cli import claude_hook
+from ade_workers.agents.cli.claude_calls import CallJudge, claude_tools_for
+from ade_workers.agents.cli.decision_server import DecisionServer
+from ade_workers.agents.cli.facts import Capability, CapabilityReport, Support
+from ade_workers.agents.cli.model_proxy import ModelProxy
+from ade_workers.agents.cli.setup import (
+    CliSetup,
+    Stop,
+    budget_meter,
+    engine_data_out_of_reach,
+    private_home,
+    proxy_capabilities,
+)
+from ade_workers.engine.process import ProcessResult, run_process
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+KEY_SETTING = "ADE_PROVIDERS__CLAUDE_CODE__API_KEY"
+#: Claude Code's own timeout for the hook; the decision socket answers in milliseconds.
+HOOK_TIMEOUT_SEC = 30
+#: Variables that keep the CLI from calling home (updates, telemetry) on a closed network.
+QUIET_ENV = {
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+
+
+@dataclass(frozen=True)
+class Hook:
+    """How Claude runs the engine's hook: the Python, the script and the decision socket."""
+
+    socket_path: Path
+    python: str = sys.executable
+    script: str = claude_hook.__file__
+
+
+def session_settings(hook: Hook) -> dict[str, Any]:
+    """The only settings the session loads: the engine's PreToolUse hook for every tool."""
+    command = " ".join(
+        json.dumps(part) for part in (hook.python, "-I", "-S", hook.script, str(hook.socket_path))
+    )
+    entry = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SEC}
+    return {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}}
+
+
+def claude_argv(
+    execution: AgentSession,
+    setup: CliSetup,
+    *,
+    prompt: str,
+    system: str | None,
+    hook: Hook,
+) -> list[str]:
+    """The `claude -p` command line of one engine-bounded session."""
+    argv = [
+        setup.binary,
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        execution.model,
+        "--max-turns",
+        str(execution.max_turns),
+        "--permission-mode",
+        "plan" if execution.permission_mode == "plan" else "default",
+        "--setting-sources",
+        "",
+        "--strict-mcp-config",
+        "--settings",
+        json.dumps(session_settings(hook)),
+        "--tools",
+        ",".join(claude_tools_for(setup.tools, setup.policy)),
+    ]
+    if setup.limits.max_cost_usd is not None:
+        argv += ["--max-budget-usd", f"{setup.limits.max_cost_usd:g}"]
+    if system is not None:
+        flag = "--system-prompt" if execution.system_mode == "replace" else "--append-system-prompt"
+        argv += [flag, system]
+    return [*argv, "--", prompt]
+
+
+def session_env(setup: CliSetup, proxy: ModelProxy, home: Path) -> dict[str, str]:
+    """The CLI's environment: the allow-listed one, the provider's extra settings, the proxy,
+    and a private home; never the provider's key."""
+    extra = setup.provider.env if setup.provider else {}
+    return {
+        **setup.env,
+        **extra,
+        **QUIET_ENV,
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "ANTHROPIC_BASE_URL": proxy.url,
+        "ANTHROPIC_API_KEY": proxy.token,
+    }
+
+
+def _hook(setup: CliSetup, sockets: Path) -> Hook:
+    """The hook of a session whose decision socket lives in `sockets`. For an agent user the
+    directory only lets it in (0711): it can reach the socket, which is its own, and run a copy
+    of the hook that it cannot change, with a Python it may run."""
+    socket_path = sockets / "decide.sock"
+    if setup.user is None:
+        return Hook(socket_path)
+    script = sockets / "claude_hook.py"
+    shutil.copyfile(claude_hook.__file__, script)
+    script.chmod(0o644)
+    sockets.chmod(0o711)
+    setup.user.check_reachable(sockets, "the decision socket")
+    return Hook(socket_path, python=setup.user.python(), script=str(script))
+
+
+def capabilities(
+    setup: CliSetup, execution: AgentSession, init: dict[str, Any] | None
+) -> CapabilityReport:
+    """What the engine enforces on this session and how, checked against Claude's init event
+    (the tools it really offered, its MCP servers) once it has run."""
+    E, U = Support.ENFORCED, Support.UNSUPPORTED
+    offered = claude_tools_for(setup.tools, setup.policy)
+    hook = "the engine's PreToolUse hook decides every call"
+    items = [
+        Capability(
+            "permission_mode",
+            E,
+            f"{execution.permission_mode}: {hook}; claude's own "
+            f"--permission-mode {'plan' if execution.permission_mode == 'plan' else 'default'} "
+            "behind it (never a bypass)",
+        ),
+        Capability("allowed_tools", E, hook),
+        Capability("denied_tools", E, hook),
+        Capability("sandbox_root", E, f"{hook}: paths resolved (symlinks followed) and contained"),
+        Capability("fallback", E, f"{hook}; ask parks the run as a pending input"),
+        Capability("engine_data", E, f"{hook}: the engine's data and .git internals are refused")
+        if "bash" not in setup.tools
+        else engine_data_out_of_reach(setup)
+        or Capability(
+            "engine_data",
+            Support.BEST_EFFORT,
+            f"{hook} refuses file tools on it; Bash names no path and acts as the worker's user, "
+            "but the engine's secrets are masked in everything sent to the model",
+        ),
+        Capability("max_turns", E, "--max-turns"),
+        *proxy_capabilities(setup, f"{hook}: only read-only tools run"),
+    ]
+    if init is None:
+        items.append(
+            Capability(
+                "settings",
+                E,
+                "--setting-sources '' --strict-mcp-config, "
+                "private HOME and CLAUDE_CONFIG_DIR (not yet checked: no init)",
+            )
+        )
+        items.append(Capability("tools", E, f"--tools {','.join(offered) or '(none)'}"))
+        return CapabilityReport(cli="claude-code", items=tuple(items))
+    servers = init.get("mcp_servers") or []
+    items.append(
+        Capability("settings", E, "no project, local or user settings; no MCP servers (init)")
+        if not servers
+        else Capability("settings", U, f"claude started MCP servers anyway: {servers}")
+    )
+    reported = [str(t) for t in init.get("tools") or []]
+    extra = sorted(set(reported) - set(offered))
+    missing = [t for t in offered if t not in reported]
+    if extra:
+        items.append(Capability("tools", U, f"claude offered tools it was not given: {extra}"))
+    elif missing:
+        items.append(
+            Capability("tools", E, f"offered {reported}; this claude has no {', '.join(missing)}")
+        )
+    else:
+        items.append(Capability("tools", E, f"offered exactly {reported} (init)"))
+    return CapabilityReport(cli="claude-code", items=tuple(items))
+
+
+@dataclass(frozen=True)
+class ClaudeRun:
+    """A finished Claude process and what the engine did to it."""
+
+    result: ProcessResult
+    stop: Stop
+    spend_input: int
+    spend_output: int
+
+
+def run_claude(
+    execution: AgentSession,
+    setup: CliSetup,
+    *,
+    prompt: str,
+    system: str | None,
+    deadline: float,
+    should_stop: Callable[[], bool],
+    kill_grace: float,
+    output_cap: int,
+) -> ClaudeRun:
+    """Start the proxy and the decision socket, run `claude -p` under them, and tear
+    everything down, the private home included."""
+    stop = Stop()
+    home = private_home(setup, "ade-claude-")
+    # The socket lives apart from the home: a Unix socket's path has at most 107 bytes, and
+    # `config_home` may be deep.
+    sockets = Path(tempfile.mkdtemp(prefix="ade-decide-"))
+    key = setup.api_key()
+    upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
+    judge = CallJudge(
+        policy=setup.policy,
+        tainted=setup.tainted,
+        worktree=setup.worktree,
+        protected=setup.protected,
+        decisions=setup.decisions,
+        record=setup.record,
+        on_ask=lambda pending: stop.set("waiting", str(pending["reason"]), pending),
+        masker=setup.masker,
+        stopping=stop.refusal,
+    )
+    try:
+        hook = _hook(setup, sockets)
+        with (
+            ModelProxy(
+                upstream=upstream,
+                api_key=key,
+                style="anthropic",
+                meter=budget_meter(setup.limits, stop),
+                stopped=stop.refusal,
+                masker=setup.masker,
+                on_refused=lambda reason: stop.set("failed", f"{reason}: check {KEY_SETTING}"),
+            ) as proxy,
+            DecisionServer(hook.socket_path, judge, owner=setup.user),
+        ):
+            argv = claude_argv(execution, setup, prompt=prompt, system=system, hook=hook)
+            masker = setup.masker.with_values([proxy.token, *([key] if key else [])])
+            result = run_process(
+                argv,
+                cwd=setup.worktree,
+                env=session_env(setup, proxy, home),
+                timeout=max(deadline - time.monotonic(), 0.0),
+                kill_grace=kill_grace,
+                should_stop=lambda: stop.event.is_set() or should_stop(),
+                cap=output_cap,
+                masker=masker,
+                user=setup.user.ids if setup.user else None,
+            )
+            spend = proxy.spend
+            return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)

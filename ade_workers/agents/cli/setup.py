@@ -1,0 +1,183 @@
+"""What the engine gives a CLI agent session (Claude Code, Codex), whichever CLI it is.
+
+`CliSetup` is everything besides the rule: the binary, the worktree, the allow-listed
+environment, the limits, the policy with the session's mode, the tools left after mode, palette
+and taint, the operator's earlier answers, the engine's protected paths, the provider's settings,
+the masker and the event recorder. `Stop` is how the engine ends a session early (a budget, a
+call parked for approval, a key the provider refused); `budget_meter` is the model proxy's meter
+against the session's limits; `private_home` is the session's own config home; `call_id` names a
+call so that an answer meets the same call again in the fresh session a resumed run starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ade_tasks.agents.policy import TAINTED_TOOLS, Decision, Policy
+from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.secrets import Masker
+from ade_tasks.settings import ProviderSettings
+from ade_workers.agents.cli.facts import Capability, Support
+from ade_workers.agents.session import Record, SessionLimits, SessionStatus
+from ade_workers.engine.agent_user import AgentUser
+
+
+@dataclass(frozen=True)
+class CliSetup:
+    """Everything a CLI session needs from the engine besides the rule."""
+
+    binary: str
+    worktree: Path
+    env: Mapping[str, str]
+    limits: SessionLimits
+    policy: Policy  # with the session's permission mode
+    tools: list[str]  # the engine tools the mode, palette and taint leave
+    tainted: bool
+    decisions: ToolDecisions
+    protected: ProtectedPaths | None
+    provider: ProviderSettings | None
+    masker: Masker
+    record: Record
+    user: AgentUser | None = None  # who the CLI runs as, when not the worker (ADE_AGENT_USER)
+
+    def api_key(self) -> str | None:
+        """The provider's key (it stays in the worker's model proxy)."""
+        key = self.provider.api_key if self.provider else None
+        return key.get_secret_value() if key else None
+
+
+@dataclass
+class Stop:
+    """Why the engine ended the session early, if it did; the first reason wins."""
+
+    status: SessionStatus | None = None
+    reason: str | None = None
+    pending: dict[str, Any] | None = None
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def set(
+        self, status: SessionStatus, reason: str, pending: dict[str, Any] | None = None
+    ) -> None:
+        if self.status is None:
+            self.status, self.reason, self.pending = status, reason, pending
+        self.event.set()
+
+    def refusal(self) -> str | None:
+        """What the model proxy answers once the session is stopping."""
+        return self.reason if self.event.is_set() else None
+
+
+def proxy_capabilities(setup: CliSetup, taint: str) -> list[Capability]:
+    """The items every CLI session gets the same way from the engine: budgets and credentials
+    (its model proxy) and taint narrowing (`taint` says how this CLI's calls are refused)."""
+    E = Support.ENFORCED
+    budgeted = setup.limits.max_tokens is not None or setup.limits.max_cost_usd is not None
+    return [
+        Capability(
+            "budget",
+            E,
+            "metered by the engine's model proxy; the session is stopped once over "
+            "(at most one answer past it)",
+        )
+        if budgeted
+        else Capability("budget", E, "none requested"),
+        Capability("taint", E, f"{taint} while the prompt holds outsiders' text")
+        if setup.tainted
+        else Capability("taint", E, "the prompt holds no outsiders' text"),
+        Capability(
+            "credentials",
+            E,
+            "the key stays in the worker's model proxy; the CLI has a per-session token",
+        ),
+    ]
+
+
+def engine_data_out_of_reach(setup: CliSetup) -> Capability | None:
+    """`engine_data` enforced by the operating system: the session runs as an agent user who
+    may read none of the engine's data (None when there is no agent user, or it may)."""
+    user, protected = setup.user, setup.protected
+    if user is None or protected is None:
+        return None
+    if any(user.may_read(path) for path, _ in protected.engine_data):
+        return None
+    return Capability(
+        "engine_data",
+        Support.ENFORCED,
+        f"every process of the session runs as {user.name}, who may not read the engine's "
+        "data nor write .git; the engine's own checks refuse file tools on them too",
+    )
+
+
+def budget_meter(limits: SessionLimits, stop: Stop) -> Callable[[int, int], str | None]:
+    """The proxy's meter: the running totals against the session's token and cost budgets."""
+    spent = [0, 0]
+
+    def meter(input_tokens: int, output_tokens: int) -> str | None:
+        spent[0] += input_tokens
+        spent[1] += output_tokens
+        total = spent[0] + spent[1]
+        if limits.max_tokens is not None and total > limits.max_tokens:
+            reason = f"spent {total} tokens, over the budget of {limits.max_tokens}"
+            stop.set("token_budget", reason)
+            return reason
+        cost = limits.cost(spent[0], spent[1])
+        if limits.max_cost_usd is not None and cost is not None and cost > limits.max_cost_usd:
+            reason = f"spent ${cost:.4f}, over the budget of ${limits.max_cost_usd:g}"
+            stop.set("cost_budget", reason)
+            return reason
+        return None
+
+    return meter
+
+
+def private_home(setup: CliSetup, prefix: str) -> Path:
+    """A fresh directory only this session uses (0700, the agent user's when there is one),
+    under the provider's `config_home` if set."""
+    provider = setup.provider
+    base = provider.config_home if provider and provider.config_home else None
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+    if setup.user is not None:
+        parent = os.path.realpath(base or tempfile.gettempdir())
+        setup.user.check_reachable(Path(parent), "the config home")
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    if setup.user is not None:
+        setup.user.hand_over(home)
+    return home
+
+
+def taint_refusal(tool: str, tainted: bool) -> Decision | None:
+    """The refusal of a tainted session's call that is not read-only, or None."""
+    if not tainted or tool in TAINTED_TOOLS:
+        return None
+    return Decision(
+        "deny",
+        f"{tool} refused: the prompt holds outsiders' text (untrusted_input: narrow), "
+        "so this session may only read",
+    )
+
+
+def answered(decisions: ToolDecisions, ident: str, tool: str) -> Decision | None:
+    """An operator's earlier answer to the call `ident` (or to every call of `tool`), if any:
+    a CLI session that parked on `ask` meets it when the call comes again."""
+    if ident in decisions.declined:
+        return Decision("deny", f"an operator declined this {tool} call")
+    if ident in decisions.approved or tool in decisions.tools_for_session:
+        return Decision("allow", f"an operator approved this {tool} call")
+    return None
+
+
+def call_id(tool: str, tool_input: Mapping[str, Any]) -> str:
+    """A stable id for a call: the same tool with the same input gets the same id in any
+    session, so an operator's answer meets the call again after the run resumes."""
+    canonical = json.dumps([tool, tool_input], sort_keys=True, separators=(",", ":"))
+    return "cli-" + hashlib.sha256(canonical.encode()).hexdigest()[:24]

@@ -1,0 +1,138 @@
+"""The Celery beat scheduler of ADE Tasks: several beats may run at once, all active.
+
+`celery -A ade_workers.celery.app beat -S ade_workers.celery.beat:DatabaseScheduler` (what
+`ade-tasks beat` runs). Each tick fires the rules' schedules and the housekeeping jobs through the
+claims in the database (`ade_tasks.schedule.scheduler`, `ade_tasks.housekeeping`); Celery's own
+schedule entries, if any are configured, still run as with the default scheduler.
+
+Each part of a tick fails on its own: Celery's entries, the rules' schedules and the housekeeping
+jobs (each job in its own boundary too), so a database error while firing schedules, or one rule
+the scheduler cannot evaluate, never stops the recovery sweep, retention or lane cleanups.
+
+A beat also polls GitHub in a thread of its own, claimed per repository across the beats
+(`ade_workers.celery.beat_poller`; `ADE_GITHUB__POLL` turns it on or off).
+
+Every `HEARTBEAT_SECONDS` a beat also writes its heartbeat (`ade_tasks.db.heartbeats`, real
+time even on a simulated clock), which is how rule health knows a schedule will fire.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from celery.beat import Scheduler as CeleryScheduler
+
+from ade_tasks.clock import utcnow
+from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.housekeeping import Housekeeping, standard_jobs
+from ade_tasks.schedule.scheduler import Scheduler, simulated_clock
+from ade_workers.celery import beat_poller
+from ade_workers.celery.app import CelerySender
+from ade_workers.celery.relay_drain import relay_jobs
+from ade_workers.engine import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+
+log = logging.getLogger(__name__)
+
+#: How often a beat ticks: a slot fires within about this long after its minute begins.
+TICK_SECONDS = 1.0
+#: How often a beat says it is alive (rule health counts it gone after this and a grace).
+HEARTBEAT_SECONDS = 10.0
+
+
+class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
+    """Fires rule schedules and housekeeping from claims in the database."""
+
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(app, *args, **kwargs)
+        runtime = app.ade_runtime
+        self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        sender = CelerySender(app)
+        settings = runtime.settings
+        clock = utcnow
+        if settings.beat_clock_origin is not None:
+            clock = simulated_clock(
+                settings.beat_clock_origin, settings.beat_clock_speed, settings.beat_clock_anchor
+            )
+            log.warning("beat %s runs on a simulated clock (tests only)", self.beat_id)
+        self._schedules = Scheduler(
+            runtime.session_factory,
+            sender,
+            self.beat_id,
+            clock=clock,
+            stale_after=timedelta(seconds=settings.beat_stale_claim_seconds),
+            automations_disabled=settings.disable_automations,
+        )
+        jobs = standard_jobs(runtime.session_factory, sender, runtime.settings)
+        # Only beats drain the relay (a worker's housekeeping has no slot thread to spare).
+        jobs += relay_jobs(runtime.session_factory, sender, runtime.settings, self.beat_id)
+        self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
+        self._session_factory = runtime.session_factory
+        self._last_heartbeat: float | None = None
+        self._sender = sender
+        self.poller: beat_poller.BeatPoller | None = None
+        self._poller_checked = False
+        log.info("beat %s fires schedules claimed in the database", self.beat_id)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        interval = _guarded("Celery's schedule entries", partial(super().tick, *args, **kwargs))
+        _guarded("firing the rules' schedules", self._fire_schedules)
+        _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
+        _guarded("the heartbeat", self._heartbeat)
+        if not self._poller_checked:
+            # On the first tick, not in __init__: Celery builds more than one scheduler per beat
+            # process, and only the one that ticks may poll (else one beat would poll twice).
+            self._poller_checked = True
+            self.poller = _guarded("starting GitHub polling", self._start_poller)
+        return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
+
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.stop()
+        super().close()
+
+    def _start_poller(self) -> beat_poller.BeatPoller | None:
+        settings = self.app.ade_runtime.settings
+        return beat_poller.start_if_enabled(
+            self._session_factory, self._sender, settings, self.beat_id
+        )
+
+    def _fire_schedules(self) -> None:
+        report = self._schedules.tick()
+        if report.fired or report.skipped or report.missed:
+            log.info(
+                "fired %d, skipped %d, missed %d (%d claimed by other beats)",
+                len(report.fired),
+                len(report.skipped),
+                len(report.missed),
+                report.lost,
+            )
+        for key, reason in report.skipped.items():
+            log.warning("skipped %s: %s", key, reason)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if self._last_heartbeat is not None and now - self._last_heartbeat < HEARTBEAT_SECONDS:
+            return
+        with self._session_factory.begin() as session:
+            heartbeats_db.record(
+                session, self.beat_id, heartbeats_db.BEAT, every=HEARTBEAT_SECONDS, now=utcnow()
+            )
+        self._last_heartbeat = now
+
+
+def _guarded(what: str, work: Callable[[], Any]) -> Any:
+    """Run one part of a tick; its failure is logged and leaves the other parts running (the
+    database may be briefly away: the next tick retries)."""
+    try:
+        return work()
+    except Exception:
+        log.exception("beat tick: %s failed", what)
+        return None

@@ -1,0 +1,147 @@
+"""Run a command in a container of its own, with a deadline, capped output and a clean kill.
+
+Everything the command starts stays in its container (`ade_workers.engine.supervisor`), daemons that
+left its session with `setsid` or a double fork included. All of it is killed (TERM, then KILL
+after a grace period) on timeout or cancellation, at once after a normal exit, and within a few
+seconds when the worker dies, so a step's processes never outlive the step or its worker.
+Output is read in chunks into a head + tail buffer, so a command printing gigabytes keeps the
+worker's memory flat. Given a `Masker`, secrets are masked as the chunks arrive, before the
+capping, so neither a chunk boundary nor the cap boundary can let part of a secret through.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ade_tasks.secrets import Masker, StreamMasker
+from ade_workers.engine.supervisor import ContainedProcess
+
+OUTPUT_CAP = 80_000
+STOP_CHECK_INTERVAL = 0.25
+_CHUNK = 64 * 1024
+
+
+class CappedOutput:
+    """Keeps the first and last `cap // 2` characters of a stream and counts what it dropped."""
+
+    def __init__(self, cap: int = OUTPUT_CAP) -> None:
+        self._head_cap = cap // 2
+        self._tail_cap = cap - self._head_cap
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self.dropped = 0
+
+    def write(self, text: str) -> None:
+        if self._head_len < self._head_cap:
+            take = text[: self._head_cap - self._head_len]
+            self._head.append(take)
+            self._head_len += len(take)
+            text = text[len(take) :]
+        if not text:
+            return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        while self._tail_len - len(self._tail[0]) >= self._tail_cap:
+            self.dropped += len(self._tail[0])
+            self._tail_len -= len(self._tail.popleft())
+        if self._tail_len > self._tail_cap:  # trim the oldest chunk to fit exactly
+            excess = self._tail_len - self._tail_cap
+            self._tail[0] = self._tail[0][excess:]
+            self._tail_len -= excess
+            self.dropped += excess
+
+    def text(self) -> str:
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if self.dropped:
+            return f"{head}\n[... {self.dropped} characters omitted ...]\n{tail}"
+        return head + tail
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a command ended."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    cancelled: bool
+    duration: float
+
+
+def group_alive(pgid: int) -> bool:
+    """Does any process of the group still exist?"""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    kill_grace: float = 3.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    cap: int = OUTPUT_CAP,
+    masker: Masker | None = None,
+    user: tuple[int, int] | None = None,
+) -> ProcessResult:
+    """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
+    `user` is the (uid, gid) to run it as; the worker's own by default."""
+    started = time.monotonic()
+    with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user) as process:
+        output = CappedOutput(cap)
+        stream = StreamMasker(masker) if masker else None
+        reader = threading.Thread(target=_drain, args=(process.output, output, stream), daemon=True)
+        reader.start()
+        deadline = started + timeout
+        timed_out = cancelled = False
+        while not process.wait(min(deadline - time.monotonic(), STOP_CHECK_INTERVAL)):
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            if should_stop():
+                cancelled = True
+                break
+        if timed_out or cancelled:
+            process.stop()
+        try:
+            exit_code = process.finish()  # returns once nothing of the command is left
+        finally:
+            reader.join(timeout=5)
+    return ProcessResult(
+        exit_code=None if (timed_out or cancelled) else exit_code,
+        output=output.text(),
+        timed_out=timed_out,
+        cancelled=cancelled,
+        duration=time.monotonic() - started,
+    )
+
+
+def _drain(stream: io.BufferedReader, output: CappedOutput, masking: StreamMasker | None) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with stream:
+        while chunk := stream.read1(_CHUNK):
+            text = _printable(decoder.decode(chunk))
+            output.write(masking.feed(text) if masking else text)
+    rest = _printable(decoder.decode(b"", final=True))
+    output.write((masking.feed(rest) + masking.flush()) if masking else rest)
+
+
+def _printable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; binary output is shown as replacement characters.
+    return text.replace("\x00", "\ufffd")
