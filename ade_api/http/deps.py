@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ade_api.http.delivery_intake import EventIntake
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_retrying
 from ade_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,19 @@ class Services:
     sender: TaskSender
     celery: Celery
     intake: EventIntake
+
+    def dispatch(self, rule_id: str, trigger: TriggerEvent, *, own_key: bool) -> DispatchResult:
+        """Dispatch a run an operator asked for (the API, the web page), under the kill switch
+        of these settings. `own_key`: the trigger's key is the request's own, not the caller's
+        Idempotency-Key, so a dispatch that met a dead connection is repeated safely."""
+        return dispatch_retrying(
+            self.session_factory,
+            self.sender,
+            rule_id,
+            trigger,
+            own_key=own_key,
+            automations_disabled=self.settings.disable_automations,
+        )
 
 
 async def get_services(request: Request) -> Services:

@@ -20,6 +20,7 @@ from ade_api.http.routes import metrics as metrics_route
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.metrics import RUN_DURATION_BUCKETS, cluster_facts
+from ade_tasks.db.migrate import head_revision, upgrade
 from ade_tasks.db.schema import (
     ApprovalRow,
     HookDeliveryRow,
@@ -226,6 +227,22 @@ def test_an_unreachable_broker_or_database_does_not_fail_the_scrape(tmp_path: Pa
     assert samples[("ade_broker_up", ())] == 0
     assert samples[("ade_database_up", ())] == 0
     assert not any(name == "ade_queue_depth" for name, _ in samples)
+
+
+def test_a_scrape_between_code_and_schema_upgrade_says_so_and_does_not_fail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # New code, schema one migration behind (the rollup tables are missing): a rolling upgrade.
+    engine = create_db_engine(f"sqlite:///{tmp_path}/ade.db")
+    upgrade(engine, "0016")
+    with caplog.at_level("WARNING", logger="ade_api.http.routes.metrics"):
+        samples = scrape(metrics_app(Settings(), create_session_factory(engine)))
+    assert samples[("ade_database_up", ())] == 0
+    assert samples[("ade_broker_up", ())] == 1
+    assert (
+        f"the database schema is at revision 0016 and this code needs {head_revision()}: "
+        "run `ade-tasks db upgrade`" in caplog.text
+    )
 
 
 def test_redis_depth_counts_every_priority_list_under_the_key_prefix(

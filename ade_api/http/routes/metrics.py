@@ -40,6 +40,7 @@ from ade_api.http.health_state import health_of, live_state
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.metrics import ClusterFacts, cluster_facts
+from ade_tasks.db.migrate import schema_lag
 from ade_tasks.db.retry import retrying
 from ade_workers.celery.metrics import queue_depths
 
@@ -75,7 +76,10 @@ class ClusterCollector(Collector):
                 self.services.session_factory, cluster_facts, what="metrics scrape", attempts=2
             )
         except Exception as exc:  # report it as ade_database_up 0, not as a failed scrape
-            log.warning("metrics: the database did not answer: %s", type(exc).__name__)
+            # Mid-upgrade (new code, old schema) the database answers but a table is missing:
+            # say so, rather than leave the operator to read "the database is down".
+            lag = schema_lag(self.services.session_factory.kw["bind"])
+            log.warning("metrics: the database did not answer: %s", lag or type(exc).__name__)
             return None
 
     def _rule_ready(self) -> Iterator[Metric]:

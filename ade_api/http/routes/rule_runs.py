@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response, status
@@ -16,7 +15,7 @@ from ade_api.http.routes.rules import NOT_FOUND
 from ade_api.http.schemas.manual_runs import ManualRunAccepted, ManualRunRequest, ScheduledRunOut
 from ade_api.http.schemas.problem import Problem
 from ade_tasks.clock import utcnow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch_retrying
+from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
@@ -63,13 +62,8 @@ async def start_manual_run(
     forced_by = forcing_admin(request, body.force, body.requested_by)
     trigger = TriggerEvent.manual(body.inputs, key=key, by=body.requested_by, forced_by=forced_by)
     result = await run_in_threadpool(
-        partial(
-            dispatch_retrying,
-            own_key=idempotency_key is None,
-            automations_disabled=services.settings.disable_automations,
-        ),
-        services.session_factory, services.sender, rule_id, trigger,
-    )  # fmt: skip
+        services.dispatch, rule_id, trigger, own_key=idempotency_key is None
+    )
     run_url = str(request.url_for("get_run", run_id=result.run.id))
     response.headers["Location"] = run_url
     if not result.created:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
@@ -38,7 +37,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 from ade_tasks.runs.approvals import decide_run
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch_retrying, release_buffered
+from ade_tasks.runs.dispatch import TriggerEvent, release_buffered
 from ade_tasks.runs.review import QUEUE_ACTIONS
 from ade_tasks.states import QueueStatus, RunStatus
 
@@ -247,13 +246,8 @@ async def retry_run(
 
     rule_id, trigger = await run_in_threadpool(source)
     result = await run_in_threadpool(
-        partial(
-            dispatch_retrying,
-            own_key=idempotency_key is None,
-            automations_disabled=services.settings.disable_automations,
-        ),
-        services.session_factory, services.sender, rule_id, trigger,
-    )  # fmt: skip
+        services.dispatch, rule_id, trigger, own_key=idempotency_key is None
+    )
     if result.created:
 
         def note() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -43,7 +42,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.rules.outputs import InputSpec
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch_retrying
+from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
 from ade_tasks.schedule.slots import parse_delay
 
@@ -177,14 +176,7 @@ async def start_run(request: Request, rule_id: str) -> Response:
         trigger = TriggerEvent.manual(
             body.inputs, key=own, by=actor(request, None), forced_by=forced_by
         )
-        result = await run_in_threadpool(
-            partial(
-                dispatch_retrying,
-                own_key=not key,
-                automations_disabled=services.settings.disable_automations,
-            ),
-            services.session_factory, services.sender, rule_id, trigger,
-        )  # fmt: skip
+        result = await run_in_threadpool(services.dispatch, rule_id, trigger, own_key=not key)
     except AdeError as exc:
         return error_page(request, exc)
     return redirect(f"/ui/runs/{result.run.id}")
