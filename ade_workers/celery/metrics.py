@@ -35,10 +35,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import cast
 from urllib.parse import urlsplit
+from wsgiref.simple_server import WSGIServer
 
-from celery import Celery, signals
+from celery import Celery, Task, signals
 
 from ade_tasks.logs import ContextTokens, LogFormat, apply_format, bind_context, reset_context
 from ade_tasks.settings import Settings
@@ -57,8 +58,8 @@ class _State:
     log_format: LogFormat = "text"
     metrics_dir: str | None = None  # set (and inherited by forked pool processes) when enabled
     owns_dir = False
-    server: Any = None
-    metrics: Any = None  # _WorkerMetrics, built on first use inside the counting process
+    server: WSGIServer | None = None
+    metrics: _WorkerMetrics | None = None  # built on first use inside the counting process
     started: dict[str, float] = {}  # noqa: RUF012  (task id -> monotonic start, per process)
     tokens: dict[str, ContextTokens] = {}  # noqa: RUF012
 
@@ -118,16 +119,16 @@ def install(app: Celery, settings: Settings) -> None:
 # --- logs ----------------------------------------------------------------------------------
 
 
-def _on_setup_logger(logger: logging.Logger | None = None, **_: Any) -> None:
+def _on_setup_logger(logger: logging.Logger | None = None, **_: object) -> None:
     if logger is not None:
         apply_format(logger, _state.log_format)
 
 
 def _on_task_prerun(
     task_id: str | None = None,
-    task: Any = None,
-    args: Iterable[Any] | None = None,
-    **_: Any,
+    task: Task | None = None,
+    args: Iterable[object] | None = None,
+    **_: object,
 ) -> None:
     if task_id is None or task is None:
         return
@@ -143,10 +144,10 @@ def _on_task_prerun(
 
 def _on_task_postrun(
     task_id: str | None = None,
-    task: Any = None,
-    retval: Any = None,
+    task: Task | None = None,
+    retval: object = None,
     state: str | None = None,
-    **_: Any,
+    **_: object,
 ) -> None:
     if task_id is None:
         return
@@ -161,11 +162,11 @@ def _on_task_postrun(
             reset_context(tokens)
 
 
-def _count(task: Any, task_id: str, retval: Any, state: str | None) -> None:
+def _count(task: Task, task_id: str, retval: object, state: str | None) -> None:
     with _lock:
         if _state.metrics is None:
             _state.metrics = _WorkerMetrics()
-    metrics: _WorkerMetrics = _state.metrics
+    metrics = _state.metrics
     name = str(task.name)
     metrics.tasks.labels(name, (state or "unknown").lower()).inc()
     started = _state.started.pop(task_id, None)
@@ -199,7 +200,7 @@ def _enable_multiprocess() -> str:
     return directory
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def _on_worker_init(sender: object = None, **_: object) -> None:
     runtime = getattr(getattr(sender, "app", None), "ade_runtime", None)
     settings: Settings | None = getattr(runtime, "settings", None)
     if settings is None or settings.worker_metrics_port is None:
@@ -222,7 +223,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     log.info("worker metrics on port %s", settings.worker_metrics_port)
 
 
-def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
+def _on_process_shutdown(pid: int | None = None, **_: object) -> None:
     if _state.metrics_dir is None:
         return
     from prometheus_client import multiprocess
@@ -230,7 +231,7 @@ def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
     multiprocess.mark_process_dead(pid or os.getpid(), _state.metrics_dir)  # type: ignore[no-untyped-call]
 
 
-def _on_worker_shutdown(**_: Any) -> None:
+def _on_worker_shutdown(**_: object) -> None:
     if _state.server is not None:
         _state.server.shutdown()
         _state.server = None
@@ -247,7 +248,7 @@ def queue_depths(
     queues: Iterable[str],
     *,
     timeout: float = 2.0,
-    transport_options: Mapping[str, Any] | None = None,
+    transport_options: Mapping[str, object] | None = None,
 ) -> dict[str, int]:
     """Messages waiting in each queue (published, not yet taken by a worker); raises when the
     broker does not answer within about `timeout` seconds.
@@ -266,14 +267,15 @@ def queue_depths(
 
 
 def _redis_depths(
-    url: str, names: list[str], timeout: float, options: dict[str, Any]
+    url: str, names: list[str], timeout: float, options: dict[str, object]
 ) -> dict[str, int]:
     import redis
     from kombu.transport.redis import PRIORITY_STEPS, Channel
 
     prefix = str(options.get("global_keyprefix", ""))
     separator = str(options.get("sep", Channel.sep))
-    steps = list(options.get("priority_steps", PRIORITY_STEPS))
+    # kombu's own option, a list of priorities; kombu reads it the same unchecked way.
+    steps = list(cast("Iterable[int]", options.get("priority_steps", PRIORITY_STEPS)))
     client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
         with client.pipeline(transaction=False) as pipe:
@@ -292,7 +294,7 @@ def _redis_depths(
 
 
 def _kombu_depths(
-    url: str, names: list[str], timeout: float, options: dict[str, Any]
+    url: str, names: list[str], timeout: float, options: dict[str, object]
 ) -> dict[str, int]:
     from kombu.connection import Connection
 

@@ -17,16 +17,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.clock import utcnow
 from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.steps import TEMPLATED_FIELDS
+from ade_tasks.rules.steps import TEMPLATED_FIELDS, Action
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
@@ -40,10 +40,10 @@ RUN_LANE, PROJECT_ROOT = "created", "project"
 class ChainState:
     """What the chain knows so far: each step's report, the run's lane, its first failure."""
 
-    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    steps: dict[str, JsonObject] = field(default_factory=dict)
     lane: LaneRef | None = None
     failure: tuple[RunStatus, str] | None = None
-    findings: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[JsonObject] = field(default_factory=list)
     ran: int = 0
     masker: Masker = field(default_factory=Masker.none)
 
@@ -70,12 +70,14 @@ class StepRun:
 
     base: StepContext
     rule: Rule
-    trigger: Mapping[str, Any]
+    trigger: Mapping[str, object]
     find_lane: Callable[[str], LaneRef | None]
     sleep: Callable[[float], None] = time.sleep
 
 
-def template_context(rule: Rule, trigger: Mapping[str, Any], state: ChainState) -> TemplateContext:
+def template_context(
+    rule: Rule, trigger: Mapping[str, object], state: ChainState
+) -> TemplateContext:
     """What `{{...}}` may refer to at this point of the chain."""
     rule_fields = {
         "id": rule.id,
@@ -88,11 +90,11 @@ def template_context(rule: Rule, trigger: Mapping[str, Any], state: ChainState) 
 
 
 def run_step(
-    action: Any,
+    action: Action,
     index: int,
     state: ChainState,
     step_run: StepRun,
-    execute: Callable[[Any, StepContext], StepOutcome],
+    execute: Callable[[Action, StepContext], StepOutcome],
 ) -> StepOutcome:
     """Run one step under the chain's semantics; never raises for a step's own failure."""
     where = f"step {action.id!r} (#{index + 1})"
@@ -129,8 +131,8 @@ def run_step(
 
 
 def prepare(
-    action: Any, context: TemplateContext, env: Mapping[str, str], where: str
-) -> tuple[Any, Masker]:
+    action: Action, context: TemplateContext, env: Mapping[str, str], where: str
+) -> tuple[Action, Masker]:
     """The action with its templates rendered and its secrets resolved.
 
     Secret references are sealed while templates render, so a trigger field that holds
@@ -154,7 +156,7 @@ def _quoted(value: str) -> str:
 
 
 def _where_it_runs(
-    action: Any, state: ChainState, step_run: StepRun
+    action: Action, state: ChainState, step_run: StepRun
 ) -> tuple[Path, LaneRef | None]:
     """The directory the step runs in and the lane it targets (None: the project root)."""
     wanted = action.lane

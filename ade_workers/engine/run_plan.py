@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
@@ -17,7 +18,9 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import RunStepRow
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import Action
 from ade_tasks.settings import Settings
 
 
@@ -27,8 +30,8 @@ class RunPlan:
     earlier attempt of it already did (a run resumed after an approval)."""
 
     rule: Rule
-    actions: list[Any]
-    trigger: dict[str, Any]
+    actions: list[Action]
+    trigger: JsonObject
     project_root: Path
     done: list[RunStepRow]
     approved: frozenset[int]
@@ -42,7 +45,7 @@ class RunPlan:
 
 
 def plan_run(
-    session: Any, settings: Settings, claimed: runs_db.ClaimedRun, started: float
+    session: Session, settings: Settings, claimed: runs_db.ClaimedRun, started: float
 ) -> RunPlan:
     """What the claimed run will do; AdeError when its rule is gone or no longer trusted."""
     if claimed.rule_hash is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.guardrails.base import Deadline
+from ade_tasks.rules.steps import Action
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.registry import unknown_action
@@ -56,7 +56,7 @@ def find_lane(sessions: SessionFactory, project: str, name: str) -> LaneRef | No
     return None if row is None else lanes_db.lane_ref(row)
 
 
-def execute_step(config: RunnerConfig, action: Any, context: StepContext) -> StepOutcome:
+def execute_step(config: RunnerConfig, action: Action, context: StepContext) -> StepOutcome:
     """Run the step with the executor of its type; an executor's crash fails the step."""
     executor = config.executors.get(action.type)
     if executor is None:

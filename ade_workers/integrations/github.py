@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.settings import GithubSettings
 from ade_workers.integrations.http import (
@@ -241,31 +242,31 @@ class GithubClient:
 
     def list_issues(
         self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonObject]:
         """Issues and pull requests of `repo` (any state) updated at or after `since`, least
         recently updated first; at most `limit` (a later `since` lists the rest)."""
         return self._listing(repo, "issues", "issues", since, limit, deadline, {"state": "all"})
 
     def list_issue_comments(
         self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonObject]:
         """Comments on any issue or pull request of `repo` updated at or after `since`, least
         recently updated first; at most `limit` (a later `since` lists the rest)."""
         return self._listing(repo, "issue comments", "issues/comments", since, limit, deadline, {})
 
     def list_issue_events(
         self, repo: str, since: datetime, *, limit: int = _MAX_ITEMS, deadline: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonObject]:
         """Issue events of `repo` (labeled, renamed, closed, ...) created at or after `since`,
         newest first, as GitHub lists them (it has no `since` for them: the walk stops at the
         first page reaching back past it); at most `limit`."""
         return self._listing(repo, "issue events", "issues/events", since, limit, deadline, None)
 
-    def get_pull(self, repo: str, number: int, *, deadline: float | None = None) -> dict[str, Any]:
+    def get_pull(self, repo: str, number: int, *, deadline: float | None = None) -> JsonObject:
         """Pull request `number` of `repo` with its head, base and merge state."""
         path = f"/repos/{_check_repo(repo)}/pulls/{_check_number(number)}"
 
-        def attempt() -> dict[str, Any]:
+        def attempt() -> JsonObject:
             data = self._request("GET", path, deadline)
             if not isinstance(data, dict):
                 raise self._unexpected("GET", path, "a pull request object")
@@ -287,19 +288,19 @@ class GithubClient:
         limit: int,
         deadline: float | None,
         query: Mapping[str, str] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonObject]:
         """At most `limit` items of /repos/{repo}/{resource} from `since` on. With a `query`,
         GitHub filters by `since` and lists oldest first; without one (issue events) it lists
         newest first and the walk stops at the first page reaching back past `since`."""
         path = f"/repos/{_check_repo(repo)}/{resource}"
         count = _check_limit(limit)
         after = _since(since)
-        params: dict[str, Any] = {"per_page": min(count, 100)}
+        params: dict[str, str | int] = {"per_page": min(count, 100)}
         if query is not None:
             params = {**query, "since": after, "sort": "updated", "direction": "asc", **params}
 
-        def attempt() -> list[dict[str, Any]]:
-            found: list[dict[str, Any]] = []
+        def attempt() -> list[JsonObject]:
+            found: list[JsonObject] = []
             for page in self._pages(path, deadline, params):
                 items = [item for item in page if isinstance(item, dict)]
                 recent = (
@@ -321,10 +322,12 @@ class GithubClient:
         return None
 
     def _pages(
-        self, path: str, deadline: float | None, query: Mapping[str, Any] | None = None
-    ) -> Iterator[list[Any]]:
+        self, path: str, deadline: float | None, query: Mapping[str, str | int] | None = None
+    ) -> Iterator[list[object]]:
         url: str | None = path
-        params: dict[str, Any] | None = dict(query) if query is not None else {"per_page": 100}
+        params: dict[str, str | int] | None = (
+            dict(query) if query is not None else {"per_page": 100}
+        )
         for _ in range(_MAX_PAGES):
             if url is None:
                 return
@@ -353,9 +356,9 @@ class GithubClient:
         path: str,
         deadline: float | None,
         *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-    ) -> Any:
+        json: object = None,
+        params: Mapping[str, str | int] | None = None,
+    ) -> object:
         return self._json(
             self._send(method, path, deadline, json=json, params=params), method, path
         )
@@ -366,8 +369,8 @@ class GithubClient:
         url: str,
         deadline: float | None,
         *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
+        json: object = None,
+        params: Mapping[str, str | int] | None = None,
     ) -> httpx.Response:
         return self._http.send(
             method, url, deadline=deadline, advice=self._advice, json=json, params=params
@@ -382,13 +385,13 @@ class GithubClient:
             )
         return _ADVICE.get(status, "check the request and ADE_GITHUB__API_URL")
 
-    def _json(self, response: httpx.Response, method: str, path: str) -> Any:
+    def _json(self, response: httpx.Response, method: str, path: str) -> object:
         try:
             return response.json()
         except ValueError:
             raise self._unexpected(method, path, "JSON") from None
 
-    def _field(self, data: Any, key: str, kind: type[T], method: str, path: str) -> T:
+    def _field(self, data: object, key: str, kind: type[T], method: str, path: str) -> T:
         value = data.get(key) if isinstance(data, dict) else None
         if isinstance(value, bool) or not isinstance(value, kind):
             noun = "an integer" if kind is int else "a string"
@@ -420,7 +423,7 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
-def _at_or_after(item: Mapping[str, Any], since: datetime) -> bool:
+def _at_or_after(item: Mapping[str, object], since: datetime) -> bool:
     created = item.get("created_at")
     try:
         when = datetime.fromisoformat(created) if isinstance(created, str) else None

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import httpx
 
@@ -239,8 +239,8 @@ class IntegrationClient:
         *,
         deadline: float | None,
         advice: Callable[[int], str],
-        json: Any = None,
-        params: Mapping[str, Any] | None = None,
+        json: object = None,
+        params: Mapping[str, str | int] | None = None,
     ) -> httpx.Response:
         """One request, answered with success; `IntegrationUnavailableError` when the same
         request may succeed later, `IntegrationError` ending in `advice(status)` otherwise."""
@@ -263,8 +263,8 @@ class IntegrationClient:
         url: str,
         *,
         timeout: float,
-        json: Any = None,
-        params: Mapping[str, Any] | None = None,
+        json: object = None,
+        params: Mapping[str, str | int] | None = None,
     ) -> httpx.Response:
         """One request and whatever status it was answered with; `IntegrationUnavailableError`
         when no answer came."""

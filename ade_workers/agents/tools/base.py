@@ -7,16 +7,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
 from ade_workers.engine.agent_user import AgentUser
-
-JsonObject = dict[str, Any]
-"""A JSON object as the model or a recorded event gives it: a tool's arguments (checked
-against its spec by `registry.run_tool` before the tool sees them), a JSON schema, a result's
-structured data."""
 
 
 class ToolError(Exception):

@@ -3,10 +3,10 @@ answered by the session itself, so it has a spec and no tool here) and its final
 
 from __future__ import annotations
 
+from ade_tasks.json_document import JsonObject
 from ade_workers.agents.tools.base import (
     STRING,
     Finding,
-    JsonObject,
     Todo,
     ToolContext,
     ToolError,

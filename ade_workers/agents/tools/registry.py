@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 
+from ade_tasks.json_document import JsonObject
 from ade_workers.agents.tools import notes, reading, shell, writing
 from ade_workers.agents.tools.base import (
-    JsonObject,
     Tool,
     ToolContext,
     ToolError,

@@ -7,9 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
+from ade_tasks.json_document import JsonObject
 from ade_workers.agents.tools.base import (
     STRING,
-    JsonObject,
     ToolContext,
     ToolError,
     ToolResult,
