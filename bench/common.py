@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -91,6 +93,7 @@ REDIS_DB_OWNERS = {
     11: "bench/beat.py",
     12: "bench/dispatch.py",
     14: "bench/worker_memory.py",
+    15: "bench/cluster.py",
     13: "the integration tests",
 }
 
@@ -145,3 +148,25 @@ def parent_pid(pid: int) -> int | None:
     """The parent of a process, from /proc; None when it is gone."""
     fields = _proc_stat(pid)
     return None if fields is None else int(fields[1])
+
+
+def child_pids(pid: int) -> list[int]:
+    """The running children of a process (a prefork worker's pool, a server's workers)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:  # ppid
+                found.append(int(entry.name))
+    return found
+
+
+def github_headers(secret: bytes, delivery: str, body: bytes, agent: str) -> dict[str, str]:
+    """The headers GitHub sends with a `pull_request` delivery, signed over `body`."""
+    return {
+        "content-type": "application/json",
+        "user-agent": agent,
+        "x-github-event": "pull_request",
+        "x-github-delivery": delivery,
+        "x-hub-signature-256": "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest(),
+    }
