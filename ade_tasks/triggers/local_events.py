@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ade_tasks.db import rules as rules_db
+from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
@@ -30,23 +30,16 @@ def matching_rules(
     """Enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts: rule id
     -> the indexes of the triggers that accepted it (a paused one holds back only its own)."""
     with session_factory() as session:
-        rows = rules_db.list_rules(session)
-        found: dict[str, tuple[int, ...]] = {}
-        for row in rows:
-            if not row.enabled:
-                continue
-            try:
-                rule = rules_db.load_rule(row)
-            except ValueError as exc:  # one unreadable stored rule must not stop the others
-                log.warning("rule %s is left out of event matching: %s", row.id, exc)
-                continue
-            indexes = tuple(
-                index
-                for index, t in enumerate(rule.triggers)
-                if t.type == event_type and match(rule, t)
-            )
-            if indexes:
-                found[rule.id] = indexes
+        candidates = rule_triggers.rules_with_trigger(session, event_type)
+    found: dict[str, tuple[int, ...]] = {}
+    for rule in candidates:
+        indexes = tuple(
+            index
+            for index, t in enumerate(rule.triggers)
+            if t.type == event_type and match(rule, t)
+        )
+        if indexes:
+            found[rule.id] = indexes
     return found
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.db import rules as rules_db
+from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RuleRow, RunRow
 from ade_tasks.ingress import intake
@@ -170,18 +170,18 @@ def test_an_event_the_database_failed_under_stays_received_and_is_matched_later(
 ) -> None:
     add_rule(session_factory, rules_dir, "r.yaml", rule("r", OPENED))
     event_id = store_pr(session_factory, sender, "blip")
-    list_rules = rules_db.list_rules
+    rules_with_trigger = rule_triggers.rules_with_trigger
 
-    def terminated(session: Any) -> Any:  # what pg_terminate_backend does to the statement
+    def terminated(session: Any, trigger_type: str) -> Any:  # what pg_terminate_backend does to the statement
         raise OperationalError(
             "SELECT rules", {}, Exception("terminating connection due to administrator command")
         )
 
-    monkeypatch.setattr(rules_db, "list_rules", terminated)
+    monkeypatch.setattr(rule_triggers, "rules_with_trigger", terminated)
     with pytest.raises(EventDeferredError, match="stays received"):
         dispatch_ingress_event(session_factory, sender, event_id)
     deferred = event_of(session_factory, event_id)
-    monkeypatch.setattr(rules_db, "list_rules", list_rules)
+    monkeypatch.setattr(rule_triggers, "rules_with_trigger", rules_with_trigger)
     report = recover(session_factory, sender, requeue_after=timedelta(0))
     status = dispatch_ingress_event(session_factory, sender, event_id)
 
