@@ -2,9 +2,9 @@
 
 In a scratch PostgreSQL database `ade_metricsbench_<pid>` (dropped at the end), `--runs` finished
 runs (default 1,000,000) of `--rules` rules (default 100) are inserted with `generate_series`
-(`bench/run_history.py` holds the mix of rules, statuses and triggers), finished over the last
-30 days, plus 100 unfinished ones. The real app is served by uvicorn on 127.0.0.1 and scraped
-`--scrapes` times (default 30) in two states:
+(`bench/run_history.py`, without its mix: one in ten failed, the rest succeeded), finished over
+the last 30 days, plus 100 unfinished ones. The real app is served by uvicorn on 127.0.0.1 and
+scraped `--scrapes` times (default 30) in two states:
 
 * before the rollup: the watermark is NULL, as right after the upgrade, so the scrape aggregates
   the whole runs table (what every scrape cost before `run_rollups`);
@@ -49,7 +49,7 @@ def main() -> None:
         upgrade(engine)
         sessions = create_session_factory(engine)
         print(f"filling {args.runs:,} runs of {args.rules:,} rules", flush=True)
-        fill_history(sessions, args.runs, args.rules, end=utcnow())
+        fill_history(sessions, args.runs, args.rules, end=utcnow(), mixed=False)
         settings = Settings(database_url=url, metrics_public=True)
         with serving(settings, sessions) as client:
             timed(client, "/healthz", 5)
@@ -59,7 +59,8 @@ def main() -> None:
             with sessions.begin() as session:
                 added = run_rollups.advance(session)
             advance_s = time.monotonic() - started
-            fill_runs(sessions, 100, args.rules, end=utcnow(), tag="t", total=1_000_000_000)
+            fill_runs(sessions, 100, args.rules, end=utcnow(), tag="t", total=1_000_000_000,
+                      mixed=False)  # fmt: skip
             after = timed(client, "/metrics", args.scrapes)
         engine.dispose()
     base = percentile(healthz, 50)

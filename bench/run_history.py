@@ -8,7 +8,9 @@ third of their runs, as flaky rules do, and the others never), a few cancelled, 
 skipped; each rule has one trigger type (schedule, a GitHub pull request, a webhook or a commit)
 and one run in ten is manual; every seventh rule is an agent rule (queue `ade.agent`) whose runs
 sit in the review queue (`verification-required` is rare: one run of 500). No run has trigger
-type `lane.merged`, so that filter is the worst case: nothing matches.
+type `lane.merged`, so that filter is the worst case: nothing matches. The metrics bench fills
+without the mix (`mixed=False`: scheduled, built-in, one run in ten failed), as it always did, so
+its figures stay comparable: a scrape's cost grows with the number of (rule, status) series.
 """
 
 from __future__ import annotations
@@ -45,17 +47,20 @@ INSERT INTO runs (id, rule_id, rule_version, trigger_type, trigger_summary, trig
                   idempotency_key, status, queue_status, billing_code, usage, queue, attempt,
                   buffered, send_count, queued_at, started_at, finished_at)
 SELECT md5(:tag || n::text)::uuid::text, 'rule-' || r, 1,
-       CASE WHEN k % 10 = 0 THEN 'manual'
+       CASE WHEN NOT :mixed THEN 'schedule' WHEN k % 10 = 0 THEN 'manual'
             ELSE (ARRAY['schedule', 'schedule', 'github.pr_opened', 'webhook',
                         'git.commit'])[1 + r % 5] END,
        'bench', '{}', md5(:tag || n::text),
-       CASE WHEN (n / 3) % 10 = 0 THEN 'failed' WHEN n % 97 = 1 THEN 'cancelled'
+       CASE WHEN NOT :mixed THEN (CASE WHEN n % 10 = 0 THEN 'failed' ELSE 'succeeded' END)
+            WHEN (n / 3) % 10 = 0 THEN 'failed' WHEN n % 97 = 1 THEN 'cancelled'
             WHEN n % 89 = 2 THEN 'timed_out' WHEN n % 83 = 3 THEN 'skipped'
             ELSE 'succeeded' END,
-       CASE WHEN r % 7 <> 0 THEN NULL WHEN k % 500 = 1 THEN 'verification-required'
+       CASE WHEN NOT :mixed OR r % 7 <> 0 THEN NULL
+            WHEN k % 500 = 1 THEN 'verification-required'
             ELSE (ARRAY['pending-review', 'actionable-findings', 'completed-clean',
                         'ignored', 'archived'])[1 + k % 5] END,
-       'auto:rule-' || r, '{}', CASE WHEN r % 7 = 0 THEN 'ade.agent' ELSE 'ade.builtin' END,
+       'auto:rule-' || r, '{}',
+       CASE WHEN :mixed AND r % 7 = 0 THEN 'ade.agent' ELSE 'ade.builtin' END,
        1, false, 1, f - interval '1 minute', f - (n % 600) * interval '1 second', f
 FROM (SELECT n, n % CAST(:rules AS bigint) AS r, n / CAST(:rules AS bigint) AS k,
              :end - (n * :span / :total) * interval '1 second' AS f
@@ -103,15 +108,17 @@ def fill_runs(
     tag: str = "h",
     total: int | None = None,
     transcripts: bool = False,
+    mixed: bool = True,
 ) -> None:
     """Insert runs 1..`runs` of `tag` (run n queued n/`total` of 30 days before `end`; `total`
-    defaults to `runs`), with steps and events when `transcripts`, in chunks of 200,000."""
+    defaults to `runs`), with steps and events when `transcripts`, in chunks of 200,000. Not
+    `mixed`: the metrics bench's history, scheduled built-in runs, one in ten failed."""
     started = time.monotonic()
     statements = [INSERT_RUNS] + ([INSERT_STEPS, INSERT_EVENTS] if transcripts else [])
     for first in range(1, runs + 1, CHUNK):
         last = min(first + CHUNK - 1, runs)
         params = {"tag": tag, "rules": rules, "end": end, "total": total or runs,
-                  "span": SPAN_S, "first": first, "last": last}  # fmt: skip
+                  "span": SPAN_S, "first": first, "last": last, "mixed": mixed}  # fmt: skip
         with sessions.begin() as session:
             for statement in statements:
                 session.execute(text(statement), params)
@@ -121,10 +128,10 @@ def fill_runs(
 
 
 def fill_history(sessions: SessionFactory, runs: int, rules: int, *, end: datetime,
-                 transcripts: bool = False) -> None:  # fmt: skip
+                 transcripts: bool = False, mixed: bool = True) -> None:  # fmt: skip
     """`runs` finished runs, 100 queued ones, then ANALYZE (the planner's view of a long-lived
     table)."""
-    fill_runs(sessions, runs, rules, end=end, transcripts=transcripts)
+    fill_runs(sessions, runs, rules, end=end, transcripts=transcripts, mixed=mixed)
     with sessions.begin() as session:
         session.execute(text(INSERT_UNFINISHED))
     with sessions.begin() as session:
