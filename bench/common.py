@@ -58,8 +58,9 @@ def require_loopback(url: str, what: str) -> None:
 
 
 @contextlib.contextmanager
-def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for this run, dropped afterwards; yields its URL."""
+def scratch_database(admin_url: str, prefix: str, *, keep: bool = False) -> Iterator[str]:
+    """A fresh PostgreSQL database for this run, dropped afterwards (unless `keep`: then it is
+    left for EXPLAIN and its name printed); yields its URL."""
     name = f"{prefix}_{os.getpid()}"
     admin = create_db_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
@@ -73,8 +74,11 @@ def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
         yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         try:
-            with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            if keep:
+                print(f"kept database {name}; drop it with DROP DATABASE {name}", flush=True)
+            else:
+                with admin.connect() as connection:
+                    connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         finally:
             admin.dispose()
 

@@ -20,6 +20,9 @@ from ade_tasks.db.schema import MAX_ERROR, RunStepRow
 from ade_tasks.states import StepStatus
 
 STEPS = cast(Table, RunStepRow.__table__)
+#: The most characters of a step's output stored. run-command keeps the head and tail of 80,000
+#: (ade_workers/engine/process.py); this bounds every executor, so a run's detail stays bounded.
+MAX_OUTPUT = 100_000
 
 STEP_COLUMNS = (
     "run_id", "index", "step_id", "action_type", "started_at", "status", "finished_at",
@@ -76,10 +79,19 @@ class StepRecord:
             "status": self.status,
             "finished_at": self.finished_at,
             "exit_code": self.exit_code,
-            "output": self.output,
+            "output": capped_output(self.output),
             "result": self.result,
             "error": self.error[:MAX_ERROR] if self.error else self.error,
         }
+
+
+def capped_output(output: str) -> str:
+    """`output`, or its head and tail with a note of what was left out when it is too long."""
+    if len(output) <= MAX_OUTPUT:
+        return output
+    half = MAX_OUTPUT // 2
+    left_out = len(output) - 2 * half
+    return f"{output[:half]}\n[... {left_out} characters omitted ...]\n{output[-half:]}"
 
 
 def announce_step(session: Session, step: StepRecord) -> None:

@@ -98,8 +98,16 @@ class RunRow(Base):
         Index("ix_runs_queued_at_id", "queued_at", "id"),
         Index("ix_runs_rule_id_queued_at", "rule_id", "queued_at"),
         Index("ix_runs_status_queued_at", "status", "queued_at"),
-        Index("ix_runs_rule_id_status", "rule_id", "status"),
-        # The metrics' live tail (runs finished since the rollup watermark, and unfinished ones).
+        Index("ix_runs_rule_id_status_queued_at", "rule_id", "status", "queued_at"),
+        Index("ix_runs_trigger_type_queued_at", "trigger_type", "queued_at"),
+        Index(
+            "ix_runs_queue_status_queued_at",
+            "queue_status",
+            "queued_at",
+            postgresql_where=text("queue_status IS NOT NULL"),
+            sqlite_where=text("queue_status IS NOT NULL"),
+        ),
+        # Above: the history's filters (0018). Below: the metrics' tail past the rollup watermark.
         Index("ix_runs_finished_at", "finished_at"),
     )
 
