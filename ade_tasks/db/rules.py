@@ -116,6 +116,7 @@ class RuleSnapshot:
     trust_state: str = "trusted"
     source_file: str | None = None
     source_hash: str | None = None
+    content_hash: str | None = None  # of the document, as read (None: not from a row)
 
     def untrusted_reason(self) -> str | None:
         """Why the rule may not run until an admin trusts its shared file (None: it may)."""
@@ -167,7 +168,7 @@ def rule_snapshots(session: Session, rule_ids: Sequence[str]) -> dict[str, RuleS
 
 def _snapshot(rule_id: str, row: Any) -> RuleSnapshot:
     rule = parse_document(row.content_hash, row.document)
-    return RuleSnapshot(
+    snapshot = RuleSnapshot(
         rule_id,
         row.version,
         bool(row.enabled),
@@ -175,4 +176,25 @@ def _snapshot(rule_id: str, row: Any) -> RuleSnapshot:
         row.trust_state,
         row.source_file,
         row.source_hash,
+        row.content_hash,
     )
+    if len(_SEEN) >= _PARSED_MAX:
+        _SEEN.clear()
+    _SEEN[rule_id] = snapshot
+    return snapshot
+
+
+#: The latest snapshot this process read of each rule, for dispatch to judge a trigger by
+#: without reading the rule again: its INSERT takes effect only while the row still matches
+#: (`runs.insert_run_of_rule`), so a stale entry costs a re-read, never a wrong admission.
+_SEEN: dict[str, RuleSnapshot] = {}
+
+
+def seen_snapshot(rule_id: str) -> RuleSnapshot | None:
+    """The rule as this process last read it (None: not read yet, or forgotten)."""
+    return _SEEN.get(rule_id)
+
+
+def forget_snapshot(rule_id: str) -> None:
+    """Drop the rule's remembered snapshot (it no longer matched its row)."""
+    _SEEN.pop(rule_id, None)
