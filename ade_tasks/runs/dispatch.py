@@ -198,12 +198,13 @@ def dispatch(
     A rule this process has read before costs one statement (`_dispatch_seen`); otherwise,
     and whenever that one cannot decide alone, the trigger goes through `dispatch_many`.
     """
-    seen = rules_db.seen_snapshot(rule_id)
+    database = session_factory.kw["bind"].url
+    seen = rules_db.seen_snapshot(database, rule_id)
     if seen is not None:
         found = _dispatch_seen(session_factory, sender, seen, trigger, automations_disabled)
         if found is not None:
             return found
-        rules_db.forget_snapshot(rule_id)
+        rules_db.forget_snapshot(database, rule_id)
     (result,) = dispatch_many(
         session_factory, sender, [(rule_id, trigger)], automations_disabled=automations_disabled
     )
