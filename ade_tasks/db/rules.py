@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import URL, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import RuleRow
@@ -116,6 +116,7 @@ class RuleSnapshot:
     trust_state: str = "trusted"
     source_file: str | None = None
     source_hash: str | None = None
+    content_hash: str | None = None  # of the document, as read (None: not from a row)
 
     def untrusted_reason(self) -> str | None:
         """Why the rule may not run until an admin trusts its shared file (None: it may)."""
@@ -144,7 +145,7 @@ def rule_snapshot(session: Session, rule_id: str) -> RuleSnapshot:
     row = session.execute(_SNAPSHOT, {"id": rule_id}).first()
     if row is None:
         raise rule_not_found(rule_id)
-    return _snapshot(rule_id, row)
+    return _snapshot(rule_id, row, session)
 
 
 _SNAPSHOTS = (
@@ -162,12 +163,12 @@ def rule_snapshots(session: Session, rule_ids: Sequence[str]) -> dict[str, RuleS
     if not rule_ids:
         return {}
     rows = session.execute(_SNAPSHOTS, {"ids": sorted(set(rule_ids))})
-    return {row.id: _snapshot(row.id, row) for row in rows}
+    return {row.id: _snapshot(row.id, row, session) for row in rows}
 
 
-def _snapshot(rule_id: str, row: Any) -> RuleSnapshot:
+def _snapshot(rule_id: str, row: Any, session: Session) -> RuleSnapshot:
     rule = parse_document(row.content_hash, row.document)
-    return RuleSnapshot(
+    snapshot = RuleSnapshot(
         rule_id,
         row.version,
         bool(row.enabled),
@@ -175,4 +176,27 @@ def _snapshot(rule_id: str, row: Any) -> RuleSnapshot:
         row.trust_state,
         row.source_file,
         row.source_hash,
+        row.content_hash,
     )
+    if len(_SEEN) >= _PARSED_MAX:
+        _SEEN.clear()
+    _SEEN[session.get_bind().engine.url, rule_id] = snapshot
+    return snapshot
+
+
+#: The latest snapshot this process read of each rule (by database URL and rule id), for
+#: dispatch to judge a trigger by without reading the rule again: its INSERT takes effect only
+#: while the row still matches (`runs.insert_run_of_rule`), so a stale entry costs a re-read,
+#: never a wrong admission.
+_SEEN: dict[tuple[URL, str], RuleSnapshot] = {}
+
+
+def seen_snapshot(database: URL, rule_id: str) -> RuleSnapshot | None:
+    """The rule as this process last read it from `database` (None: not read yet, or
+    forgotten)."""
+    return _SEEN.get((database, rule_id))
+
+
+def forget_snapshot(database: URL, rule_id: str) -> None:
+    """Drop the rule's remembered snapshot (it no longer matched its row)."""
+    _SEEN.pop((database, rule_id), None)

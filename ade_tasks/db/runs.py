@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, TextClause, select, update
+from sqlalchemy import Boolean, String, Table, TextClause, select, update
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.prepared import prepared
+from ade_tasks.db.rules import RuleSnapshot
 from ade_tasks.db.run_events import append_event
 from ade_tasks.db.run_steps import STEP_COLUMNS, STEP_UPSERT, STEPS, StepRecord, record_step
 from ade_tasks.db.schema import MAX_ERROR, RunRow
@@ -36,6 +38,7 @@ from ade_tasks.states import (
 
 # The hot path uses Core statements on the tables: the ORM unit of work costs more client CPU.
 RUNS = cast(Table, RunRow.__table__)
+
 
 RETRIED_EVENT = "run.retried"
 CLEANUP_FAILED_EVENT = "run.cleanup_failed"
@@ -61,6 +64,52 @@ _INSERT_RUN = prepared(
     RUNS,
     *RUN_INSERT_COLUMNS,
 )
+
+
+def _insert_of_rule(dialect: Dialect, unpaused: bool) -> TextClause:
+    """The run's INSERT, taking effect only while its rule row is still the one admission
+    judged (same version, content, enabled flag and trust state) and, for an automatic trigger
+    (`unpaused`), while no pause of the rule exists: dispatch's admission read and its durable
+    write in one statement and one round trip. PostgreSQL types a SELECT list's parameters as
+    text, so there each one is cast to its column's type."""
+    if dialect.name == "postgresql":
+        values = [f"CAST(:{c} AS {RUNS.c[c].type.compile(dialect=dialect)})"
+                  for c in RUN_INSERT_COLUMNS]  # fmt: skip
+    else:
+        values = [f":{c}" for c in RUN_INSERT_COLUMNS]
+    pauses = " AND NOT EXISTS (SELECT 1 FROM rule_pauses WHERE rule_id = :rule_id)"
+    return prepared(
+        f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) SELECT {', '.join(values)} "
+        "FROM rules WHERE id = :rule_id AND version = :rule_version "
+        "AND content_hash = :content_hash AND enabled = :enabled AND trust_state = :trust_state"
+        f"{pauses if unpaused else ''} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+        RUNS,
+        *RUN_INSERT_COLUMNS,
+        content_hash=String(),
+        enabled=Boolean(),
+        trust_state=String(),
+    )
+
+
+_INSERT_OF_RULE: dict[tuple[str, bool], TextClause] = {}
+
+
+def insert_run_of_rule(
+    session: Session, values: dict[str, Any], snapshot: RuleSnapshot, *, unpaused: bool
+) -> bool:
+    """INSERT the run if its idempotency key is new and its rule row still matches `snapshot`
+    (and, with `unpaused`, the rule has no pause); True when this call inserted it. False says
+    only that it did not: the key was seen, or the rule changed, was paused or deleted."""
+    check_initial(values["id"], values["status"])
+    dialect = session.get_bind().dialect
+    statement = _INSERT_OF_RULE.get((dialect.name, unpaused))
+    if statement is None:
+        statement = _INSERT_OF_RULE[dialect.name, unpaused] = _insert_of_rule(dialect, unpaused)
+    params = {**values, "content_hash": snapshot.content_hash, "enabled": snapshot.enabled,
+              "trust_state": snapshot.trust_state}  # fmt: skip
+    return session.execute(statement, params).scalar_one_or_none() is not None
+
+
 _CLAIM = prepared(
     "UPDATE runs SET status = 'running', worker = :worker, lease_expires_at = :lease_expires_at, "
     "started_at = coalesce(started_at, :started_at), attempt = attempt + 1 "

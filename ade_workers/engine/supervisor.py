@@ -139,6 +139,13 @@ class ContainedProcess:
         readable, _, _ = select.select([self._link.socket], [], [], max(timeout, 0))
         return bool(readable)
 
+    @property
+    def ended_fd(self) -> int:
+        """A descriptor that turns readable once the command has ended, with nothing of it left
+        (for a caller's own `select`, beside the command's output)."""
+        assert self._link is not None
+        return self._link.socket.fileno()
+
     def stop(self) -> None:
         """End the command: TERM to all of it, then KILL after the kill grace."""
         assert self._link is not None
