@@ -83,6 +83,13 @@ def served(cluster: Cluster) -> Iterator[tuple[Child, int]]:
     try:
         wait_until(lambda: answers(port), 30, f"the API ({child.log})")
         wait_until(lambda: len(api_processes(child.pid)) == 2, 10, "two API processes")
+        # Both started, not only spawned: a process still importing when SIGTERM comes dies
+        # of it at once, with no shutdown to log (on a loaded machine the second is slower).
+        wait_until(
+            lambda: child.output().count("Application startup complete") == 2,
+            60,
+            f"both API processes' start-up ({child.log})",
+        )
         yield child, port
     finally:
         child.stop()
