@@ -218,8 +218,10 @@ class Console:
             )
         changed = {*report.added, *report.updated}
         for item in loaded.rules:
+            if item.rule_id not in changed:  # an unchanged file's rule is not parsed again
+                continue
             queue = item.rule.effective_queue
-            if item.rule.id in changed and queue not in consumed:
+            if queue not in consumed:
                 self.line(
                     f"rules: {item.rule.id} runs on queue {queue!r}, which this worker does not "
                     "consume; restart `ade-tasks dev` to run it",
@@ -328,7 +330,7 @@ def run_dev(settings: Settings) -> None:
     echo(f"[4/4] API on {settings.effective_api_url}  (docs: {settings.effective_api_url}/docs)")
     token_note = ensure_dev_token(session_factory, settings)
     echo(f"      {token_note}")
-    rule_ids = {item.rule.id for item in loaded.rules}
+    rule_ids = {item.rule_id for item in loaded.rules}
     for line in cli_hint(settings, Path.cwd(), cli_script(), rule_ids):
         echo(f"      {line}")
     stop_watching = start_rules_watcher(session_factory, settings, all_queues, console)

@@ -12,6 +12,7 @@ from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.copy_rows import insert_rows
 from ade_tasks.db.rule_trust import trusted_hashes
 from ade_tasks.db.rule_versions import (
     CREATED,
@@ -23,6 +24,7 @@ from ade_tasks.db.rule_versions import (
 )
 from ade_tasks.db.rules import FILE, TRUSTED, UNTRUSTED, in_batches
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
+from ade_tasks.rules.file_digests import KnownRule
 from ade_tasks.rules.loader import LoadedRule
 
 SYNC_ACTOR = "rules sync"
@@ -38,6 +40,7 @@ _SYNC_STATE = select(
     RuleRow.content_hash,
     RuleRow.source_hash,
     RuleRow.trust_state,
+    RuleRow.file_digest,
 ).order_by(RuleRow.id)
 
 
@@ -49,6 +52,21 @@ class SyncReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+
+
+def known_files(session: Session) -> dict[str, list[KnownRule]]:
+    """What the database holds of each rules file, for `load_rules_dir` to skip the files
+    whose bytes did not change (read without locks: `sync_file_rules` compares again)."""
+    known: dict[str, list[KnownRule]] = {}
+    rows = session.execute(
+        select(RuleRow.source_file, RuleRow.id, RuleRow.content_hash, RuleRow.file_digest).where(
+            RuleRow.source == FILE
+        )
+    )
+    for source_file, rule_id, content_hash, digest in rows:
+        if source_file is not None:
+            known.setdefault(source_file, []).append(KnownRule(rule_id, content_hash, digest))
+    return known
 
 
 def sync_file_rules(
@@ -74,32 +92,44 @@ def sync_file_rules(
     existing = {row.id: row for row in session.execute(_SYNC_STATE.with_for_update())}
     trusted = trusted_hashes(session, {item.file_hash for item in loaded if item.file_hash})
     later = next_versions(
-        session, [item.rule.id for item in loaded if item.rule.id not in existing]
+        session, [item.rule_id for item in loaded if item.rule_id not in existing]
     )
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
-    trust_changes: list[dict[str, Any]] = []
+    bookkeeping: list[dict[str, Any]] = []
     versions: list[dict[str, Any]] = []
     for item in loaded:
-        rule_id = item.rule.id
+        rule_id = item.rule_id
         row = existing.get(rule_id)
         trust = TRUSTED if item.file_hash is None or item.file_hash in trusted else UNTRUSTED
         changed = row is None or (row.content_hash, row.source_file) != (
             item.content_hash,
             item.source_file,
         )
-        if row is not None and (row.source_hash, row.trust_state) != (item.file_hash, trust):
-            # An edited shared file: its trust is revoked (written with the update if any).
-            trust_changes.append({"b_id": rule_id, "source_hash": item.file_hash, "trust": trust})
+        if row is not None and (row.source_hash, row.trust_state, row.file_digest) != (
+            item.file_hash,
+            trust,
+            item.file_digest,
+        ):
+            # An edited shared file: its trust is revoked; or the file's digest is new (written
+            # with the update if any).
+            bookkeeping.append(
+                {
+                    "b_id": rule_id,
+                    "source_hash": item.file_hash,
+                    "trust": trust,
+                    "file_digest": item.file_digest,
+                }
+            )
         if not changed:
             report.unchanged.append(rule_id)
             continue
-        document = item.rule.document()
+        document, enabled = item.stored()
         state = {
             "source": FILE,
             "source_file": item.source_file,
             "content_hash": item.content_hash,
-            "enabled": item.rule.enabled,
+            "enabled": enabled,
             "document": document,
             "updated_at": now,
         }
@@ -112,6 +142,7 @@ def sync_file_rules(
                     "version": version,
                     "trust_state": trust,
                     "source_hash": item.file_hash,
+                    "file_digest": item.file_digest,
                     "created_at": now,
                 }
             )
@@ -123,13 +154,18 @@ def sync_file_rules(
         versions.append(
             version_values(rule_id, version, CREATED if row is None else UPDATED, state, by)
         )
-    if trust_changes:
-        session.execute(
+    if bookkeeping:
+        statement = (
             _RULES.update()
             .where(_RULES.c.id == bindparam("b_id"))
-            .values(source_hash=bindparam("source_hash"), trust_state=bindparam("trust")),
-            trust_changes,
+            .values(
+                source_hash=bindparam("source_hash"),
+                trust_state=bindparam("trust"),
+                file_digest=bindparam("file_digest"),
+            )
         )
+        for batch in in_batches(bookkeeping):
+            session.execute(statement, batch)
     if updates:
         columns = ("source", "source_file", "content_hash", "enabled", "document", "updated_at")
         statement = (
@@ -140,16 +176,14 @@ def sync_file_rules(
         for batch in in_batches(updates):
             session.execute(statement, batch)
     if remove_missing:
-        present = {item.rule.id for item in loaded}
+        present = {item.rule_id for item in loaded}
         gone = [rid for rid, row in existing.items() if row.source == FILE and rid not in present]
         versions.extend(_deletions(session, {rid: existing[rid].version for rid in gone}, by))
         for batch in in_batches(gone):
             session.execute(_RULES.delete().where(_RULES.c.id.in_(batch)))
         report.removed.extend(gone)
-    for batch in in_batches(inserts):
-        session.execute(_RULES.insert(), batch)
-    for batch in in_batches(versions):
-        session.execute(_VERSIONS.insert(), batch)
+    insert_rows(session, _RULES, inserts)
+    insert_rows(session, _VERSIONS, versions)
     return report
 
 

@@ -82,6 +82,8 @@ class RuleRow(Base):
     trust_state: Mapped[str] = mapped_column(String(16), default="trusted")
     # sha256 of the file a shared-config rule came from; trust is granted to this hash.
     source_hash: Mapped[str | None] = mapped_column(String(64))
+    # `rules.file_digests.file_digest` as last synced: a sync skips its file while it matches.
+    file_digest: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -362,8 +364,7 @@ class IngressEventRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
-    # Claimed by a worker before matching (see `ade_tasks.ingress.dispatcher`): how often, and
-    # when last, so an event whose worker dies every time is failed, not re-sent forever.
+    # Claims by workers before matching (`ingress.dispatcher`): one that kills each is failed.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_at: Mapped[datetime | None]
 
@@ -503,9 +504,8 @@ class IngressCursorRow(Base):
 
 
 class RunRollupRow(Base):
-    """The finished runs of one (rule, status) up to the rollup watermark: how many, and the
-    histogram of how long they ran. `/metrics` adds the runs finished since, so a scrape reads
-    rows per rule, not per run (`ade_tasks.db.run_rollups`)."""
+    """The finished runs of one (rule, status) up to the rollup watermark, and how long they ran.
+    `/metrics` adds the runs finished since: a scrape reads rows per rule (`db.run_rollups`)."""
 
     __tablename__ = "run_rollups"
 

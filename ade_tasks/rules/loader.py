@@ -7,20 +7,24 @@ defined twice is refused where it appears the second time (files are read in nam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from ade_tasks.errors import RuleProblem
+from ade_tasks.errors import ConflictError, RuleProblem
+from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
 from ade_tasks.rules.base import ADMISSION
 from ade_tasks.rules.checks import step_problems
+from ade_tasks.rules.file_digests import KnownFiles, bytes_key, file_digest, unchanged
+from ade_tasks.rules.file_pool import POOL_FROM, map_in_pool
 from ade_tasks.rules.messages import problems_of
 from ade_tasks.rules.rule import Rule
 
@@ -36,12 +40,45 @@ SHARED_DIR = "shared"
 
 @dataclass(frozen=True)
 class LoadedRule:
-    """A valid rule and where it came from (`file_hash`: the shared file's sha256, else None)."""
+    """A valid rule and where it came from (`file_hash`: the shared file's sha256, else None).
 
-    rule: Rule
+    `document` is the validated rule as stored (None when its file was skipped as unchanged
+    since the last sync: the database holds it); `file_digest` is what its row keeps to skip
+    the file next time (`ade_tasks.rules.file_digests`; None: parse it every time). `rule`
+    builds the model on first use (from the document, or by parsing the file again).
+    """
+
+    rule_id: str
     source_file: str
     content_hash: str
     file_hash: str | None = None
+    document: JsonObject | None = None
+    enabled: bool = True
+    file_digest: str | None = None
+    parsed: Rule | None = field(default=None, compare=False, repr=False)
+
+    @functools.cached_property
+    def rule(self) -> Rule:
+        """The rule's model."""
+        if self.parsed is not None:
+            return self.parsed
+        if self.document is not None:
+            return Rule.model_validate(self.document)
+        rules, problems = load_file(Path(self.source_file))
+        for loaded in rules:
+            if loaded.rule_id == self.rule_id:
+                return loaded.rule
+        reason = "; ".join(map(str, problems)) or "it no longer defines the rule"
+        raise ConflictError(
+            f"rule {self.rule_id!r} cannot be read again from {self.source_file} ({reason}); "
+            "sync the rules directory again"
+        )
+
+    def stored(self) -> tuple[JsonObject, bool]:
+        """The document and `enabled` its row stores."""
+        if self.document is not None:
+            return self.document, self.enabled
+        return self.rule.document(), self.rule.enabled
 
 
 @dataclass
@@ -104,23 +141,57 @@ def parse_yaml(text: str, source: str) -> Any | RuleProblem:
         return RuleProblem(source, "(document)", f"malformed YAML: {exc}")
 
 
-def load_file(
-    path: Path, display: str | None = None, *, shared: bool = False
-) -> tuple[list[LoadedRule], list[RuleProblem]]:
-    """Parse one YAML file holding a rule or a list of rules (`shared`: shared config)."""
-    source = display or str(path)
+def read_rule_file(path: Path, source: str) -> bytes | RuleProblem:
+    """A rules file's bytes, or why it cannot be read (unreadable, over 1 MiB)."""
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_RULE_FILE_BYTES + 1)
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return [], [RuleProblem(source, "(file)", f"cannot read: {exc}")]
+    except OSError as exc:
+        return RuleProblem(source, "(file)", f"cannot read: {exc}")
     if len(raw) > MAX_RULE_FILE_BYTES:
         reason = (
             f"the file is over {MAX_RULE_FILE_BYTES:,} bytes (1 MiB), the most a rules file may "
             "hold; split it into several files"
         )
+        return RuleProblem(source, "(file)", reason)
+    return raw
+
+
+#: One file to parse: its bytes, the name its problems and rows give it, is it shared config,
+#: and its `bytes_key` (computed once, by the process that reads the files, so a worker's digests
+#: are the caller's).
+FileToParse = tuple[bytes, str, bool, bytes]
+#: What a file yields: its valid rules and the problems of the rest.
+FileOutcome = tuple[list[LoadedRule], list[RuleProblem]]
+
+
+def parse_rule_file(item: FileToParse, *, keep_model: bool = True) -> FileOutcome:
+    """Parse one file's bytes, holding a rule or a list of rules; never raises (a file this
+    version cannot read is a problem naming it). `keep_model`: keep each `Rule` (a worker
+    process returns documents only, which pickle cheaply)."""
+    raw, source, shared, key = item
+    try:
+        rules, problems = _parse(raw, source, shared, keep_model)
+    except Exception as exc:  # a file this version cannot read must not stop the others
+        log.exception("rules file %s could not be loaded", source)
+        reason = f"could not be loaded ({type(exc).__name__}: {exc}); fix or remove the file"
         return [], [RuleProblem(source, "(file)", reason)]
+    if problems or any(_admitted_by_date(item.rule) for item in rules):
+        return rules, problems  # no digest: parse it again next time
+    digest = file_digest(key, ((item.rule_id, item.content_hash) for item in rules))
+    return [replace(item, file_digest=digest) for item in rules], problems
+
+
+def parse_in_worker(item: FileToParse) -> FileOutcome:
+    """`parse_rule_file` for a worker process (documents, no models)."""
+    return parse_rule_file(item, keep_model=False)
+
+
+def _parse(raw: bytes, source: str, shared: bool, keep_model: bool) -> FileOutcome:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [], [RuleProblem(source, "(file)", f"cannot read: {exc}")]
     data = parse_yaml(text, source)
     if isinstance(data, RuleProblem):
         return [], [data]
@@ -130,19 +201,57 @@ def load_file(
     documents = data if isinstance(data, list) else [data]
     rules: list[LoadedRule] = []
     problems: list[RuleProblem] = []
+    file_hash = hashlib.sha256(raw).hexdigest() if shared else None
     for index, document in enumerate(documents):
         prefix = f"{index}." if isinstance(data, list) else ""
         parsed = parse_rule(document, source, prefix)
         if isinstance(parsed, Rule):
-            file_hash = hashlib.sha256(raw).hexdigest() if shared else None
-            rules.append(LoadedRule(parsed, source, content_hash(parsed.document()), file_hash))
+            stored = parsed.document()
+            rules.append(
+                LoadedRule(
+                    parsed.id,
+                    source,
+                    content_hash(stored),
+                    file_hash,
+                    stored,
+                    parsed.enabled,
+                    parsed=parsed if keep_model else None,
+                )
+            )
         else:
             problems.extend(parsed)
     return rules, problems
 
 
-def load_rules_dir(directory: Path) -> LoadResult:
-    """Load every `*.yaml` / `*.yml` file under `directory` (recursively, in name order)."""
+def _admitted_by_date(rule: Rule) -> bool:
+    """Does admitting this rule depend on the date (a one-shot that is refused once past)?"""
+    return any(
+        getattr(trigger, "run_at", None) is not None
+        or getattr(trigger, "delay_seconds", None) is not None
+        for trigger in rule.triggers
+    )
+
+
+def load_file(
+    path: Path, display: str | None = None, *, shared: bool = False
+) -> tuple[list[LoadedRule], list[RuleProblem]]:
+    """Parse one YAML file holding a rule or a list of rules (`shared`: shared config)."""
+    source = display or str(path)
+    raw = read_rule_file(path, source)
+    if isinstance(raw, RuleProblem):
+        return [], [raw]
+    return parse_rule_file((raw, source, shared, bytes_key(raw)))
+
+
+def load_rules_dir(
+    directory: Path, known: KnownFiles | None = None, *, pool_from: int = POOL_FROM
+) -> LoadResult:
+    """Load every `*.yaml` / `*.yml` file under `directory` (recursively, in name order).
+
+    `known`: what the database holds per file (`ade_tasks.db.rule_sync.known_files`); a file
+    whose bytes still yield exactly that is not parsed again, its rules come from `known`
+    (documents None). The rest are parsed, in worker processes from `pool_from` files on.
+    """
     result = LoadResult()
     if not directory.is_dir():
         result.problems.append(
@@ -151,30 +260,60 @@ def load_rules_dir(directory: Path) -> LoadResult:
             )
         )
         return result
-    files = sorted(p for p in directory.rglob("*") if p.suffix in RULE_SUFFIXES and p.is_file())
-    first_seen: dict[str, str] = {}
+    files = sorted(
+        (p for p in directory.rglob("*") if p.suffix in RULE_SUFFIXES and p.is_file()),
+        key=lambda path: path.parts,  # Path order, without its slow comparisons
+    )
+    outcomes: list[FileOutcome | None] = []
+    to_parse: list[FileToParse] = []
     for path in files:
-        result.files += 1
+        source = str(path)
+        raw = read_rule_file(path, source)
+        if isinstance(raw, RuleProblem):
+            outcomes.append(([], [raw]))
+            continue
         shared = path.relative_to(directory).parts[0] == SHARED_DIR
-        try:
-            rules, problems = load_file(path, shared=shared)
-        except Exception as exc:  # a file this version cannot read must not stop the others
-            log.exception("rules file %s could not be loaded", path)
-            reason = f"could not be loaded ({type(exc).__name__}: {exc}); fix or remove the file"
-            rules, problems = [], [RuleProblem(str(path), "(file)", reason)]
+        rows = known.get(source, ()) if known is not None else ()
+        key = bytes_key(raw)
+        if rows and unchanged(rows, key):
+            file_hash = hashlib.sha256(raw).hexdigest() if shared else None
+            digest = file_digest(key, ((row.rule_id, row.content_hash) for row in rows))
+            skipped = [
+                LoadedRule(row.rule_id, source, row.content_hash, file_hash, file_digest=digest)
+                for row in rows
+            ]
+            outcomes.append((skipped, []))
+        else:
+            outcomes.append(None)
+            to_parse.append((raw, source, shared, key))
+    parsed = iter(_parse_all(to_parse, pool_from))
+    result.files = len(files)
+    first_seen: dict[str, str] = {}
+    for outcome in outcomes:
+        rules, problems = outcome if outcome is not None else next(parsed)
         result.problems.extend(problems)
+        kept: list[LoadedRule] = []
         for loaded in rules:
-            earlier = first_seen.get(loaded.rule.id)
+            earlier = first_seen.get(loaded.rule_id)
             if earlier is not None:
                 result.problems.append(
                     RuleProblem(
                         loaded.source_file,
                         "id",
-                        f"duplicate rule id {loaded.rule.id!r} (already defined in {earlier}); "
+                        f"duplicate rule id {loaded.rule_id!r} (already defined in {earlier}); "
                         "rule ids must be unique",
                     )
                 )
                 continue
-            first_seen[loaded.rule.id] = loaded.source_file
-            result.rules.append(loaded)
+            first_seen[loaded.rule_id] = loaded.source_file
+            kept.append(loaded)
+        if len(kept) < len(rules):  # parsed again next time: the other definition may go
+            kept = [replace(loaded, file_digest=None) for loaded in kept]
+        result.rules.extend(kept)
     return result
+
+
+def _parse_all(files: list[FileToParse], pool_from: int) -> list[FileOutcome]:
+    if len(files) < pool_from:
+        return [parse_rule_file(item) for item in files]
+    return map_in_pool(parse_in_worker, files, pool_from=pool_from)
