@@ -16,7 +16,13 @@ Timing rules:
 One-shot triggers (`run_at`, `delay_seconds`) and scheduled manual runs are stored as scheduled
 runs and fired on the same ticks with the same timing rules (`ade_tasks.schedule.one_shots`).
 
-Error boundaries: each trigger of each rule is evaluated on its own. A stored document this
+Start-up and refreshes are incremental (`ade_tasks.schedule.specs`): a beat reads the rules'
+triggers only for content hashes it has not seen, and keeps the cursors of unchanged triggers;
+triggers of the same cron and zone share one walk of their slots (`slots.CronSeries`), and a
+restarted beat reads where every trigger stopped in one statement per batch of triggers. So 3
+beats start over 100,000 rules in seconds (docs/performance.md, "The scheduler").
+
+Error boundaries: each trigger of each rule is evaluated on its own. Stored triggers this
 version cannot read, or a trigger whose schedule cannot be evaluated (a cron that never fires,
 stored before validation refused such crons; a time zone this machine does not know), becomes
 that rule's entry in `Scheduler.problems` (logged once) and is left out until its rule changes;
@@ -31,24 +37,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
-from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, TransientError
-from ade_tasks.rules.loader import validation_problems
-from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.schedule.one_shots import OneShotFirer, TriggerOnce
+from ade_tasks.schedule.one_shots import OneShotFirer
 from ade_tasks.schedule.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
+from ade_tasks.schedule.specs import ProblemKey, ScheduleBook, SpecKey
 from ade_tasks.states import OccurrenceOutcome, RunStatus
 
 log = logging.getLogger(__name__)
@@ -69,9 +72,6 @@ STALE_CLAIM = timedelta(minutes=1)
 LOCK_TIMEOUT = timedelta(seconds=2)
 MISSED_RECORDED = 1000
 Clock = Callable[[], datetime]
-SpecKey = tuple[str, int, str]
-#: Whose problem it is: (rule id, trigger index), or (rule id, None) for the whole rule.
-ProblemKey = tuple[str, int | None]
 
 
 @dataclass
@@ -83,79 +83,6 @@ class TickReport:
     missed: list[OccurrenceKey] = field(default_factory=list)
     lost: int = 0  # due slots another beat had claimed first
     once: dict[str, str] = field(default_factory=dict)  # scheduled run id -> what came of it
-
-
-_UNREADABLE: dict[str, str] = {}  # content hash -> why its document cannot be read
-_UNREADABLE_MAX = 10_000
-
-
-def _parse_stored(content_hash: str, document: object) -> None:
-    """Parse a stored document into the cache, or remember why it cannot be read."""
-    try:
-        rules_db.parse_document(content_hash, document)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        reason = "; ".join(f"{p.field}: {p.reason}" for p in validation_problems("", exc))
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-    else:
-        return
-    if len(_UNREADABLE) >= _UNREADABLE_MAX:
-        _UNREADABLE.clear()
-    _UNREADABLE[content_hash] = reason
-
-
-def schedule_specs(
-    session_factory: SessionFactory,
-) -> tuple[dict[SpecKey, ScheduleSpec], list[TriggerOnce], dict[ProblemKey, str]]:
-    """The cron and one-shot schedule triggers of every enabled rule, and the rules whose
-    stored document this version cannot read (those are left out; the others are not held
-    back by them).
-
-    Reads only ids and content hashes; documents are loaded (and parsed once per process) only
-    for hashes not seen before, so a refresh over 10,000 unchanged rules stays cheap.
-    """
-    table = RuleRow.__table__
-    with session_factory() as session:
-        rows = session.execute(
-            select(table.c.id, table.c.content_hash, table.c.updated_at).where(table.c.enabled)
-        ).all()
-        unseen = sorted(
-            {h for _, h, _ in rows if rules_db.cached_rule(h) is None and h not in _UNREADABLE}
-        )
-        for start in range(0, len(unseen), 1000):
-            chunk = unseen[start : start + 1000]
-            for content_hash, document in session.execute(
-                select(table.c.content_hash, table.c.document).where(
-                    table.c.content_hash.in_(chunk)
-                )
-            ):
-                _parse_stored(content_hash, document)
-    specs = {}
-    once: list[TriggerOnce] = []
-    problems: dict[ProblemKey, str] = {}
-    for rule_id, content_hash, updated_at in rows:
-        rule = rules_db.cached_rule(content_hash)
-        if rule is None:  # unreadable, or changed between the two reads (the next refresh)
-            if content_hash in _UNREADABLE:
-                problems[(rule_id, None)] = (
-                    f"its stored document cannot be read ({_UNREADABLE[content_hash]}); "
-                    "none of its schedules fire until the rule is fixed"
-                )
-            continue
-        for index, trigger in enumerate(rule.triggers):
-            if not isinstance(trigger, ScheduleTrigger):
-                continue
-            if (
-                trigger.cron is None
-            ):  # run_at / delay_seconds: fired once (ade_tasks.schedule.one_shots)
-                stored_at = updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
-                once.append(TriggerOnce(rule_id, index, trigger, stored_at))
-            else:
-                spec = ScheduleSpec(
-                    rule_id, index, trigger.cron, trigger.timezone, trigger.catchup_window
-                )
-                specs[(rule_id, index, trigger.cron)] = spec
-    return specs, once, problems
 
 
 class Scheduler:
@@ -181,6 +108,7 @@ class Scheduler:
         self.beat_id = beat_id
         self._clock = clock
         self._refresh_every = refresh_every
+        self._book = ScheduleBook(session_factory)
         self._cursors: dict[SpecKey, CronCursor] = {}
         self._refreshed_at: datetime | None = None
         self._stale_checked_at: datetime | None = None
@@ -199,31 +127,45 @@ class Scheduler:
         return self._clock()
 
     def refresh(self, now: datetime) -> None:
-        """Pick up added, edited and removed rules; cursors of unchanged triggers are kept."""
-        specs, once, problems = schedule_specs(self._session_factory)
-        self._one_shots.store_triggers(once)
-        self._failed = {k: f for k, f in self._failed.items() if specs.get(k) == f[0]}
-        new = [key for key in specs if key not in self._cursors and key not in self._failed]
-        resume: dict[SpecKey, datetime] = {}
-        if new:
-            with self._session_factory() as session:
-                resume = occ_db.last_slots(session, new)
-        cursors = {}
-        for key, spec in specs.items():
-            if key in self._failed:
-                continue
-            cursor = self._cursors.get(key)
-            if cursor is None or cursor.spec != spec:
-                last = resume.get(key)
-                start = max(last, now - occ_db.RETENTION) if last else now
-                try:
-                    cursor = CronCursor(spec, start)
-                except Exception as exc:  # this trigger's problem, not the other rules'
-                    self._failed[key] = (spec, _reason(exc))
-                    continue
-            cursors[key] = cursor
-        self._cursors = cursors
+        """Pick up added, edited and removed rules; cursors of unchanged triggers are kept.
+
+        Incremental: only the rules that changed since the last refresh are looked at (all of
+        them on the first), so a refresh over 100,000 unchanged rules is one narrow read."""
+        changed = self._book.load()
         self._refreshed_at = now
+        if not changed:
+            return
+        specs = self._book.specs
+        # Failures are kept until their trigger changes; cursors of changed or removed
+        # triggers go (in memory first, so a failure below leaves no stale cursor behind).
+        self._failed = {k: f for k, f in self._failed.items() if specs.get(k) == f[0]}
+        for key in [k for k in self._cursors if k[0] in changed]:
+            if specs.get(key) != self._cursors[key].spec:
+                del self._cursors[key]
+        new = [
+            key
+            for rule_id in changed
+            for key in self._book.keys_of(rule_id)
+            if key not in self._cursors and key not in self._failed
+        ]
+        try:
+            self._one_shots.store_triggers(self._book.once_of(changed))
+            resume: dict[SpecKey, datetime] = {}
+            if new:
+                with self._session_factory() as session:
+                    resume = occ_db.last_slots(session, new)
+        except BaseException:
+            self._book.forget(changed)  # the next refresh takes these rules again
+            raise
+        for key in new:
+            spec = specs[key]
+            last = resume.get(key)
+            start = max(last, now - occ_db.RETENTION) if last else now
+            try:
+                self._cursors[key] = CronCursor(spec, start)
+            except Exception as exc:  # this trigger's problem, not the other rules'
+                self._failed[key] = (spec, _reason(exc))
+        problems = dict(self._book.problems)
         for (rule_id, index, _cron), (_spec, reason) in self._failed.items():
             problems[(rule_id, index)] = reason
         self._report_problems(problems)

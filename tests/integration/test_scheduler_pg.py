@@ -105,3 +105,40 @@ def test_three_beats_racing_on_the_same_clock_fire_each_slot_once(
         duplicates = session.scalar(select(func.sum(ScheduleOccurrenceRow.duplicate_claims)))
     assert len(runs) == 500 and len({(r, t["slot"]) for r, t in runs}) == 500
     assert duplicates == 1000  # all three claimed every slot at the same moment; one won each
+
+
+def test_beats_started_again_resume_after_their_newest_claimed_slots(
+    factories: list[SessionFactory], tmp_path: Path
+) -> None:
+    # Given 100 minutely rules fired by two beats for three minutes, then both stopped
+    write_minutely_rules(factories[0], tmp_path / "rules", 100)
+    clock = FakeClock()  # 10:00:05
+    first = [
+        Scheduler(factories[n + 1], InMemorySender(), f"beat-{n}", clock=clock) for n in (0, 1)
+    ]
+    run_beats(first, clock, ticks=10, step=20)  # fires 10:01 .. 10:03
+
+    # When two new beats start 2 minutes later (10:05:25): they read where each trigger
+    # stopped from the occurrences (in one statement per batch of triggers on PostgreSQL)
+    clock.advance(100)
+    again = [
+        Scheduler(factories[n + 1], InMemorySender(), f"again-{n}", clock=clock) for n in (0, 1)
+    ]
+    run_beats(again, clock, ticks=1, step=20)
+
+    # Then 10:04 (more than a minute late) is recorded missed and 10:05 fired, once per rule
+    with factories[0]() as session:
+        outcomes = session.execute(
+            select(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome, func.count())
+            .group_by(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome)
+            .order_by(ScheduleOccurrenceRow.slot)
+        ).all()
+        runs = session.scalar(select(func.count()).select_from(RunRow))
+    assert [(f"{slot:%H:%M}", outcome, n) for slot, outcome, n in outcomes] == [
+        ("10:01", "fired", 100),
+        ("10:02", "fired", 100),
+        ("10:03", "fired", 100),
+        ("10:04", "missed", 100),
+        ("10:05", "fired", 100),
+    ]
+    assert runs == 400

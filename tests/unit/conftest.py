@@ -36,6 +36,20 @@ def add_rule(session_factory: SessionFactory, rules_dir: Path, name: str, text: 
     assert not loaded.problems, loaded.problems
 
 
+def schedule_rule(
+    session_factory: SessionFactory, rules_dir: Path, rule_id: str, cron: str, enabled: bool = True
+) -> None:
+    """(Re)write and sync a one-trigger schedule rule."""
+    add_rule(
+        session_factory,
+        rules_dir,
+        rule_id,
+        f"id: {rule_id}\nenabled: {str(enabled).lower()}\n"
+        f"triggers: [{{type: schedule, cron: '{cron}'}}]\n"
+        "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
+    )
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A git repository with one commit on `main`."""

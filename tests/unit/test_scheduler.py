@@ -17,7 +17,7 @@ from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import OccurrenceOutcome
 from tests.conftest import write_rule
 from tests.scheduler_support import FakeClock, write_minutely_rules
-from tests.unit.conftest import add_rule
+from tests.unit.conftest import schedule_rule
 
 
 def runs_by_rule_and_slot(session_factory: SessionFactory) -> list[tuple[str, str]]:
@@ -30,20 +30,6 @@ def beats(session_factory: SessionFactory, clock: FakeClock, count: int) -> list
     return [
         Scheduler(session_factory, InMemorySender(), f"beat-{n}", clock=clock) for n in range(count)
     ]
-
-
-def schedule_rule(
-    session_factory: SessionFactory, rules_dir: Path, rule_id: str, cron: str, enabled: bool = True
-) -> None:
-    """(Re)write and sync a one-trigger schedule rule."""
-    add_rule(
-        session_factory,
-        rules_dir,
-        rule_id,
-        f"id: {rule_id}\nenabled: {str(enabled).lower()}\n"
-        f"triggers: [{{type: schedule, cron: '{cron}'}}]\n"
-        "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
-    )
 
 
 def test_two_beats_fire_each_minute_once(session_factory: SessionFactory, rules_dir: Path) -> None:
