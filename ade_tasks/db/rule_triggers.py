@@ -53,9 +53,10 @@ def stored_triggers(session: Session, rule_ids: Iterable[str]) -> dict[str, str 
     return found
 
 
-def rules_with_trigger(session: Session, trigger_type: str) -> list[Rule]:
-    """The enabled rules with at least one trigger of `trigger_type`, by id. A stored rule this
-    version cannot read is logged and left out; the others are not held back by it."""
+def rules_with_trigger(session: Session, trigger_type: str, *, prefix: bool = False) -> list[Rule]:
+    """The enabled rules with at least one trigger of `trigger_type` (`prefix`: of a type that
+    starts with it, as "github." for the poller), by id. A stored rule this version cannot read
+    is logged and left out; the others are not held back by it."""
     rows = session.execute(
         select(_TABLE.c.id, _TABLE.c.content_hash).where(_TABLE.c.enabled).order_by(_TABLE.c.id)
     ).all()
@@ -68,7 +69,8 @@ def rules_with_trigger(session: Session, trigger_type: str) -> list[Rule]:
     wanted = [
         rule_id
         for rule_id, content_hash in rows
-        if (types := _TYPES.get(content_hash, frozenset())) is None or trigger_type in types
+        if (types := _TYPES.get(content_hash, frozenset())) is None
+        or (any(t.startswith(trigger_type) for t in types) if prefix else trigger_type in types)
     ]
     rules: list[Rule] = []
     for chunk in in_batches(wanted):

@@ -60,7 +60,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.db import rules as rules_db
+from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
 from ade_tasks.ingress import poll_cursors
@@ -78,6 +78,7 @@ from ade_tasks.runs.dispatch import TaskSender
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 30.0
+GITHUB = "github."  # the prefix of every GitHub trigger type
 NO_RULES = "no enabled rule has a github.* trigger; not polling"
 NO_REPOS = (
     "enabled github.* triggers name no repo, and neither --repos nor ADE_GITHUB__POLL_REPOS "
@@ -414,15 +415,11 @@ class GithubPoller:
         return CycleReport(idle=idle)
 
     def _targets(self) -> tuple[list[str], str | None]:
-        """The repositories to poll, or why there are none (read from the rules every cycle)."""
+        """The repositories to poll, or why there are none (read from the rules every cycle:
+        only the enabled rules with a GitHub trigger are validated, not a cluster's schedules)."""
         with self.session_factory() as session:
-            rows = [row for row in rules_db.list_rules(session) if row.enabled]
-            triggers = [
-                trigger
-                for row in rows
-                for trigger in rules_db.load_rule(row).triggers
-                if trigger.type.startswith("github.")
-            ]
+            rules = rule_triggers.rules_with_trigger(session, GITHUB, prefix=True)
+        triggers = [t for rule in rules for t in rule.triggers if t.type.startswith(GITHUB)]
         if not triggers:
             return [], NO_RULES
         self._idle = None

@@ -15,6 +15,7 @@ from ade_tasks.db import rule_triggers
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow
+from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.triggers.base import TriggerTest
 from ade_tasks.triggers.local_events import matching_rules
@@ -105,3 +106,22 @@ def test_a_stored_rule_that_cannot_be_read_is_logged_and_the_others_still_match(
     assert found == {"on-ci": (1,)}
     warned = {record.getMessage().split(" is left out")[0] for record in caplog.records}
     assert warned == {"rule on-deploy", "rule cron-1"}
+
+
+def test_the_github_poller_validates_only_the_rules_with_a_github_trigger(
+    many_rules: SessionFactory, rules_dir: Path, fresh_caches: dict[str, object]
+) -> None:
+    write_rule(
+        rules_dir,
+        "review.yaml",
+        f"id: on-pr\ntriggers: [{{type: github.pr_opened, repo: acme/app}}]\n{BUILT_IN}\n",
+    )
+    sync_rules_dir(many_rules, rules_dir)
+    fresh_caches.clear()
+    poller = GithubPoller(many_rules, sender=None, client=None)  # type: ignore[arg-type]
+
+    repos, idle = poller._targets()
+
+    assert (repos, idle) == (["acme/app"], None)
+    # The 200 schedule rules and the webhook rules were never validated for it.
+    assert len(fresh_caches) == 1
