@@ -11,6 +11,9 @@ CLIS_STAMP := $(AGENT_CLIS)/.installed
 # The docs build outside the tree; Material's notice about MkDocs 2 is not ours to act on.
 SITE := $(VENV)/site
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+# The suite runs in this many pytest processes (pytest-xdist; at most 3: tests/support.py gives
+# each its own Redis DBs and RabbitMQ vhost). A test file stays in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: dev test docs lint typecheck bench clean
 
@@ -45,7 +48,7 @@ test: $(STAMP) $(CHROMIUM) $(CLIS_STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(MKDOCS) build --strict --site-dir $(SITE)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The docs site (mkdocs.yml): --strict fails on any broken link, page or anchor. Serve it with
 # `.venv/bin/mkdocs serve`.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,19 @@ def write_rule(directory: Path, name: str, text: str) -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text).lstrip())
     return path
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist, a worker hands its fault-suite lines to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fault_reports"] = list(FAULT_REPORTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The controller's side of `pytest_sessionfinish`: collect a finished worker's lines."""
+    FAULT_REPORTS.extend(getattr(node, "workeroutput", {}).get("fault_reports", ()))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

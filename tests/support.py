@@ -24,9 +24,22 @@ TEST_REDIS = os.environ.get("ADE_TEST_REDIS", "127.0.0.1:6379")
 FAULT_REPORTS: list[str] = []
 
 
-def redis_db_url(db: int) -> str:
-    """The URL of DB index `db` on the tests' Redis server."""
-    return f"redis://{TEST_REDIS}/{db}"
+#: The Redis DBs the tests may use (DB 0 is every deployment's default, 10-15 the benchmarks';
+#: bench/common.py `REDIS_DB_OWNERS`). A test flushes the DB it uses, so one test process takes
+#: `REDIS_DBS` of them and, under pytest-xdist, each worker (gw0, gw1) a range of its own.
+TEST_REDIS_DBS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13)
+REDIS_DBS = 5
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_FIRST_DB = int(WORKER.removeprefix("gw") or 0) * REDIS_DBS
+
+
+def redis_db_url(slot: int) -> str:
+    """The URL of this test process's Redis DB number `slot` (0 to 4) on the tests' server."""
+    if not 0 <= slot < REDIS_DBS:
+        raise ValueError(f"Redis slot {slot} is not one of 0..{REDIS_DBS - 1}")
+    if _FIRST_DB + slot >= len(TEST_REDIS_DBS):
+        raise RuntimeError(f"pytest-xdist worker {WORKER} has no Redis DB left: run 2 at most")
+    return f"redis://{TEST_REDIS}/{TEST_REDIS_DBS[_FIRST_DB + slot]}"
 
 
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:

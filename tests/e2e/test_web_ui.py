@@ -53,7 +53,7 @@ RUN_MS = 45_000  # a run to reach a status
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     """Redis DB 7, so this test can run beside the other integration tests (they use 13)."""
-    yield from own_redis_db(redis_db_url(7))
+    yield from own_redis_db(redis_db_url(0))
 
 
 @pytest.fixture

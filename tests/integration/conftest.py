@@ -28,12 +28,12 @@ from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app
 from tests.conftest import write_rule
-from tests.support import BIN, Child, child_env, free_port, redis_db_url, wait_until
+from tests.support import BIN, WORKER, Child, child_env, free_port, redis_db_url, wait_until
 
 PG_HOST = os.environ.get("ADE_TEST_PG_HOST", "127.0.0.1")
 PG_ADMIN_URL = f"postgresql+psycopg://postgres@{PG_HOST}:5432/postgres"
-REDIS_URL = redis_db_url(13)
-RABBIT_VHOST = os.environ.get("ADE_TEST_RABBIT_VHOST", "ade_test")
+REDIS_URL = redis_db_url(4)
+RABBIT_VHOST = os.environ.get("ADE_TEST_RABBIT_VHOST", f"ade_test{WORKER and '_' + WORKER}")
 RABBIT_URL = f"amqp://guest:guest@127.0.0.1:5672/{RABBIT_VHOST}"
 
 

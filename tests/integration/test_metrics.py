@@ -27,7 +27,7 @@ from tests.support import free_port, redis_db_url, wait_until
 
 #: A Redis DB index of this module's own: exact queue depths must not see (or lose) the messages
 #: of tests running at the same time on the shared index 13 of `tests/integration/conftest.py`.
-REDIS_URL = redis_db_url(9)
+REDIS_URL = redis_db_url(2)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -30,7 +30,7 @@ from tests.support import redis_db_url, wait_until
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     """Redis DB 10, so this module can run beside the other web tests (DB 8)."""
-    yield from own_redis_db(redis_db_url(10))
+    yield from own_redis_db(redis_db_url(3))
 
 
 @pytest.fixture

@@ -126,7 +126,7 @@ def settled(cluster: Cluster, run_id: str, status: str, timeout: float = 30) -> 
 def redis_url() -> Iterator[str]:
     """Redis DB 8 rather than the shared 13, so this module can run beside other integration
     tests (their workers would take this module's messages, and theirs flush 13)."""
-    yield from own_redis_db(redis_db_url(8))
+    yield from own_redis_db(redis_db_url(1))
 
 
 @pytest.fixture
