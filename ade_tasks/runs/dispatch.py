@@ -21,6 +21,7 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db.direct import direct_statements
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
 from ade_tasks.db.schema import RunRow
@@ -232,7 +233,10 @@ def _dispatch_seen(
     manual = plan.values["trigger_type"] == TriggerType.MANUAL
     with autocommit(session_factory).begin() as session:
         _check_guardrails(session, [plan])
-        if not runs_db.insert_run_of_rule(session, plan.values, seen, unpaused=not manual):
+        # On PostgreSQL the INSERT goes by the driver (db.direct); the session connects only
+        # for a guardrail that reads (a rate limit, a budget).
+        writes = direct_statements(session_factory) or session
+        if not runs_db.insert_run_of_rule(writes, plan.values, seen, unpaused=not manual):
             return None
     run = RunRow(**plan.values)
     error = _send(sender, [run])
