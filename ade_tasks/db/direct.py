@@ -97,12 +97,13 @@ class Direct:
         try:
             connection.autocommit = True
             try:
-                cursor = connection.execute(compiled.sql, values, prepare=True)
+                cursor = connection.execute(compiled.sql, values)
                 result = cursor.pgresult  # (its `description` would build column objects)
                 returned = result is not None and result.status == ExecStatus.TUPLES_OK
                 rows = cursor.fetchall() if returned else []
             finally:
-                connection.autocommit = False  # as the pool hands connections out
+                if not connection.closed:  # a dead one is discarded; its error is the news
+                    connection.autocommit = False  # as the pool hands connections out
         except self._engine.dialect.loaded_dbapi.Error as exc:
             dialect = self._engine.dialect
             lost = dialect.is_disconnect(exc, pooled.dbapi_connection, None)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -120,6 +121,7 @@ def test_a_statement_whose_connection_died_is_retried_on_a_fresh_one(
     with pytest.raises(DBAPIError) as lost:
         direct.execute(text("SELECT 1"), {})
     assert lost.value.connection_invalidated
+    assert isinstance(lost.value.orig, psycopg.OperationalError)  # the driver's own error
 
     terminate_backends(cluster)
     claimed = retrying(direct, lambda d: runs_db.claim_run(d, run_id, "w1", lease), attempts=2)
