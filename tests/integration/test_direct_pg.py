@@ -31,6 +31,13 @@ triggers: [{type: manual}]
 billing_code: team-d
 execution: {kind: built-in, actions: [{id: only, type: run-command, command: "true"}]}
 """
+BUDGETED = """
+id: budgeted
+triggers: [{type: manual}]
+billing_code: team-b
+guardrails: {budget: {run_seconds_per_day: 3600}}
+execution: {kind: built-in, actions: [{id: only, type: run-command, command: "true"}]}
+"""
 
 
 @pytest.fixture
@@ -129,3 +136,26 @@ def test_a_statement_whose_connection_died_is_retried_on_a_fresh_one(
     assert claimed is not None and claimed.id == run_id
     with sessions() as session:
         assert runs_db.get_run(session, run_id).worker == "w1"
+
+
+def test_a_dispatch_whose_guardrail_reads_holds_one_connection_at_a_time(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Given a rule with a budget (read before its run's INSERT), fired before by this process,
+    # and a pool of one connection that no one waits long for
+    write_rule(tmp_path / "rules", "budgeted.yaml", BUDGETED)
+    cluster.sync_rules(tmp_path / "rules")
+    engine = create_db_engine(
+        cluster.settings.database_url, pool_size=1, max_overflow=0, pool_timeout=2
+    )
+    sessions = create_session_factory(engine)
+    try:
+        first = dispatch(sessions, InMemorySender(), "budgeted", TriggerEvent.manual(by="t"))
+        # When it is fired again (the remembered read: the budget's SELECT, then the INSERT)
+        again = dispatch(sessions, InMemorySender(), "budgeted", TriggerEvent.manual(by="t"))
+    finally:
+        engine.dispose()
+    # Then both runs are stored: the INSERT did not wait for the connection the read held
+    assert first.created and again.created and first.run.id != again.run.id
+    with cluster.session_factory() as session:
+        assert runs_db.get_run(session, again.run.id).status == RunStatus.QUEUED
