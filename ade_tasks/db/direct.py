@@ -1,12 +1,12 @@
 """The run path's prepared statements sent by the driver itself, without an ORM `Session`.
 
 Each run makes three durable writes (the run row, the claim, the outcome), one autocommit
-statement each. Through an autocommit `Session` such a statement costs about 0.30 ms of client
-CPU (the session's transaction, a pool checkout that sets and resets AUTOCOMMIT, the execution
-context, bind processing, the result's metadata); the same prepared statement sent by psycopg
-on a connection from the same pool costs about 0.14 ms (best of 5 bursts of 1,000 claims, on the
-2-core development machine, 2026-12-02), and it is the same statement: the same SQL text, the
-same parameters converted by the same SQLAlchemy types, one round trip and one commit.
+statement each. Through an autocommit `Session` a run's three cost 1.19-1.27 ms of client CPU
+(the session's transaction, a pool checkout that sets and resets AUTOCOMMIT, the execution
+context, bind processing, the result's metadata); sent by psycopg on a connection from the same
+pool, 0.41-0.52 ms (docs/performance.md, 2026-12-02), and they are the same statements: the same
+SQL text, the same parameters converted by the same SQLAlchemy types, one round trip and one
+commit each. An engine with cursor-execute listeners keeps SQLAlchemy's path (`_observed`).
 
 Only on PostgreSQL with psycopg (`direct_statements` gives None otherwise, and SQLite keeps the
 session path); only for the `TextClause` statements of `ade_tasks.db.prepared`, whose results
