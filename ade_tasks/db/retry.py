@@ -16,16 +16,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session, sessionmaker
 
 from ade_tasks.errors import DatabaseUnavailableError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
+
+
+class UnitsOfWork(Protocol[S_co]):
+    """What hands out units of work: a `sessionmaker`, or `db.direct.Direct` (statements that
+    commit one by one)."""
+
+    def begin(self) -> AbstractContextManager[S_co]: ...
+
 
 #: How often a unit of work is tried, and the pause before each retry (seconds).
 ATTEMPTS = 4
@@ -58,8 +68,8 @@ def unavailable(exc: BaseException) -> DatabaseUnavailableError:
 
 
 def retrying(
-    sessions: sessionmaker[Session],
-    work: Callable[[Session], T],
+    sessions: UnitsOfWork[S],
+    work: Callable[[S], T],
     *,
     what: str = "database write",
     attempts: int = ATTEMPTS,

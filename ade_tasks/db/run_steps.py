@@ -15,6 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
+from ade_tasks.db.direct import Statements
 from ade_tasks.db.prepared import prepared
 from ade_tasks.db.schema import MAX_ERROR, RunStepRow
 from ade_tasks.states import StepStatus
@@ -100,7 +101,7 @@ def announce_step(session: Session, step: StepRecord) -> None:
     session.execute(_ANNOUNCE_STEP, step.values())
 
 
-def record_step(session: Session, step: StepRecord) -> None:
+def record_step(session: Statements, step: StepRecord) -> None:
     """Record a step's outcome, whether or not it was announced as running."""
     session.execute(_RECORD_STEP, step.values())
 

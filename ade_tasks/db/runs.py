@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
+from ade_tasks.db.direct import Statements
 from ade_tasks.db.prepared import prepared
 from ade_tasks.db.rules import RuleSnapshot
 from ade_tasks.db.run_events import append_event
@@ -95,7 +96,7 @@ _INSERT_OF_RULE: dict[tuple[str, bool], TextClause] = {}
 
 
 def insert_run_of_rule(
-    session: Session, values: dict[str, Any], snapshot: RuleSnapshot, *, unpaused: bool
+    session: Statements, values: dict[str, Any], snapshot: RuleSnapshot, *, unpaused: bool
 ) -> bool:
     """INSERT the run if its idempotency key is new and its rule row still matches `snapshot`
     (and, with `unpaused`, the rule has no pause); True when this call inserted it. False says
@@ -232,7 +233,7 @@ class ClaimedRun:
 
 
 def claim_run(
-    session: Session, run_id: str, worker: str, lease_until: datetime
+    session: Statements, run_id: str, worker: str, lease_until: datetime
 ) -> ClaimedRun | None:
     """Move a queued run to running under this worker's lease; None if someone else has it.
 
@@ -271,7 +272,7 @@ class RunVerdict:
 
 
 def finish_run(
-    session: Session,
+    session: Statements,
     run_id: str,
     worker: str,
     status: RunStatus,
@@ -305,6 +306,7 @@ def finish_run(
     if session.get_bind().dialect.name == "postgresql":
         statement = _FINISH_ON_POSTGRESQL[(last_step is not None, charge is not None)]
         return session.execute(statement, params).scalar_one_or_none() is not None
+    assert isinstance(session, Session)  # the direct path is PostgreSQL's alone
     if last_step is not None:
         record_step(session, last_step)
     if session.execute(_FINISH_RUN, params).scalar_one_or_none() is None:

@@ -21,6 +21,7 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db.direct import direct_statements
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
 from ade_tasks.db.schema import RunRow
@@ -229,14 +230,26 @@ def _dispatch_seen(
     plan = _plan(seen, seen.id, trigger, [], automations_disabled)
     if not isinstance(plan, _Plan) or plan.needs_lock or seen.content_hash is None:
         return None
-    manual = plan.values["trigger_type"] == TriggerType.MANUAL
-    with autocommit(session_factory).begin() as session:
-        _check_guardrails(session, [plan])
-        if not runs_db.insert_run_of_rule(session, plan.values, seen, unpaused=not manual):
-            return None
+    if not _insert_seen(session_factory, plan, seen):
+        return None
     run = RunRow(**plan.values)
     error = _send(sender, [run])
     return DispatchResult(run, True, run.id in error and not error[run.id], error.get(run.id))
+
+
+def _insert_seen(session_factory: SessionFactory, plan: _Plan, seen: rules_db.RuleSnapshot) -> bool:
+    """The guardrails' verdict that needs no lock (a rate limit, a budget), then the run's one
+    statement; False when the statement did not take effect."""
+    unpaused = plan.values["trigger_type"] != TriggerType.MANUAL
+    direct = direct_statements(session_factory)
+    with autocommit(session_factory).begin() as session:
+        _check_guardrails(session, [plan])
+        if direct is None:  # SQLite: in the transaction of the guardrails' reads, as ever
+            return runs_db.insert_run_of_rule(session, plan.values, seen, unpaused=unpaused)
+    # PostgreSQL: by the driver (db.direct), once the session gave back the connection a
+    # guardrail's read took (they were two autocommit statements anyway), so that a dispatch
+    # never holds two of the pool's connections at once.
+    return runs_db.insert_run_of_rule(direct, plan.values, seen, unpaused=unpaused)
 
 
 def dispatch_retrying(

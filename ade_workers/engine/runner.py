@@ -23,8 +23,9 @@ from ade_tasks.agents.protected import engine_secrets
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db.direct import Statements, direct_statements, durable_writes
 from ade_tasks.db.engine import SessionFactory, autocommit
-from ade_tasks.db.retry import is_connection_lost, retrying
+from ade_tasks.db.retry import UnitsOfWork, is_connection_lost, retrying
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import registry as guardrails
@@ -64,6 +65,8 @@ def execute_run(
     stopped without an outcome of its own (cancelled, lease lost)."""
     settings = config.settings
     sessions = autocommit(session_factory)
+    writes = durable_writes(session_factory)
+    direct = direct_statements(session_factory)
     started = time.monotonic()
     lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
     claimed_rule: list[str] = []  # the rule of the run, once the claim held
@@ -71,7 +74,9 @@ def execute_run(
     def claim_and_plan(session: Any) -> tuple[RunPlan, Deadline] | RunStatus | None:
         # One unit of work, so one connection checkout; repeating it after a lost connection
         # is safe because a claim repeated by its own worker holds (`runs_db.claim_run`).
-        claimed = runs_db.claim_run(session, run_id, worker, lease_until)
+        # On PostgreSQL the claim goes by the driver (db.direct); the session below connects
+        # only if the plan needs a read (a rule this process has not parsed, a resumed run).
+        claimed = runs_db.claim_run(direct or session, run_id, worker, lease_until)
         if claimed is None:
             log.info("run %s is already claimed or finished; nothing to do", run_id)
             return None
@@ -111,9 +116,9 @@ def execute_run(
             error = f"internal error while running the steps: {exc!r}"
             charge = plan.charge()
             status = durably(
-                sessions,
-                lambda session: end_run(session, run_id, worker, RunStatus.FAILED, error, None,
-                                        None, charge),
+                writes,
+                lambda db: end_run(db, run_id, worker, RunStatus.FAILED, error, None, None,
+                                   charge),
                 f"run {run_id}: outcome",
             )  # fmt: skip
     notify(status or why_stopped(sessions, run_id, monitor))
@@ -134,6 +139,7 @@ def _run_chain(
 ) -> RunStatus | None:
     """Run the steps the plan has left, then publish; end the run (or park it for approval)."""
     sessions = autocommit(session_factory)
+    writes = durable_writes(session_factory)
     rule, actions = plan.rule, plan.actions
     # The engine's own credentials are masked in every step's output, not only in sessions.
     state = ChainState(masker=Masker(engine_secrets(config.settings)))
@@ -154,7 +160,7 @@ def _run_chain(
         # A finished step is durable before the next one starts: a cancel, a timeout or a lost
         # worker during the next one never erases it, and a running run shows it. Only the
         # run's last step waits, to be recorded with the run's outcome in one statement.
-        record_step(sessions, pending)
+        record_step(writes, pending)
         if monitor.given_up():  # no new command for a run cancelled meanwhile
             return None
         action = actions[index]
@@ -182,7 +188,7 @@ def _run_chain(
     index = len(actions)
     unverified = False
     if rule.verification.command and state.failure is None and len(plan.done) <= index:
-        record_step(sessions, pending)
+        record_step(writes, pending)
         pending = _verify_step(config, run_id, state, index, step_run)
         if pending.status is not StepStatus.SUCCEEDED:
             if rule.verification.required:
@@ -193,13 +199,13 @@ def _run_chain(
     status, error = state.failure or (RunStatus.SUCCEEDED, None)
     publish_index = index + (1 if rule.verification.command else 0)
     return _publish_and_end(
-        sessions, config, run_id, worker, plan, state, step_run,
+        writes, config, run_id, worker, plan, state, step_run,
         (status, error, pending), publish_index, publishes=not unverified, unverified=unverified,
     )  # fmt: skip
 
 
 def _publish_and_end(
-    sessions: SessionFactory,
+    writes: UnitsOfWork[Statements],
     config: RunnerConfig,
     run_id: str,
     worker: str,
@@ -218,15 +224,15 @@ def _publish_and_end(
     rule = plan.rule
     disposition = rule.outputs.disposition is not Disposition.EVIDENCE_ONLY
     if disposition and publishes and not SHUTDOWN.is_set():
-        record_step(sessions, last)
+        record_step(writes, last)
         last = _publish_step(config, run_id, plan, state, status, publish_index, step_run)
         if last.status is StepStatus.FAILED and status is RunStatus.SUCCEEDED:
             status, error = RunStatus.FAILED, f"step 'publish' failed: {last.error}"
     verdict = _review(rule, status, state, unverified)
     charge = plan.charge()
     return durably(
-        sessions,
-        lambda session: end_run(session, run_id, worker, status, error, last, verdict, charge),
+        writes,
+        lambda db: end_run(db, run_id, worker, status, error, last, verdict, charge),
         f"run {run_id}: outcome",
     )
 

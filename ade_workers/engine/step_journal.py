@@ -21,8 +21,9 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
+from ade_tasks.db.direct import Statements
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.db.retry import retrying
+from ade_tasks.db.retry import UnitsOfWork, retrying
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.states import RunStatus
 from ade_workers.actions.base import StepOutcome
@@ -52,16 +53,16 @@ def finished(step: StepRecord, outcome: StepOutcome) -> StepRecord:
     )
 
 
-def record_step(sessions: SessionFactory, step: StepRecord | None) -> None:
+def record_step(writes: UnitsOfWork[Statements], step: StepRecord | None) -> None:
     """Record a finished step that is not the run's last (that one goes with the outcome)."""
     if step is not None:
-        durably(sessions, partial(run_steps_db.record_step, step=step), f"run {step.run_id}: step")
+        durably(writes, partial(run_steps_db.record_step, step=step), f"run {step.run_id}: step")
 
 
-def durably(sessions: SessionFactory, write: Callable[[Any], T], what: str) -> T:
+def durably(writes: UnitsOfWork[Statements], write: Callable[[Any], T], what: str) -> T:
     """A write of what a step or run achieved, retried through a database outage of up to
     about 20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
-    return retrying(sessions, write, what=what, attempts=FINISH_ATTEMPTS)
+    return retrying(writes, write, what=what, attempts=FINISH_ATTEMPTS)
 
 
 def end_run(
