@@ -60,8 +60,8 @@ from sqlalchemy.exc import IntegrityError
 
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.rule_triggers import rules_with_trigger_where
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
 from ade_tasks.ingress import poll_cursors
 from ade_tasks.ingress.intake import event_row, hand_over
@@ -416,12 +416,11 @@ class GithubPoller:
     def _targets(self) -> tuple[list[str], str | None]:
         """The repositories to poll, or why there are none (read from the rules every cycle)."""
         with self.session_factory() as session:
-            rows = [row for row in rules_db.list_rules(session) if row.enabled]
             triggers = [
                 trigger
-                for row in rows
-                for trigger in rules_db.load_rule(row).triggers
-                if trigger.type.startswith("github.")
+                for rule in rules_with_trigger_where(session, _is_github)
+                for trigger in rule.triggers
+                if _is_github(trigger.type)
             ]
         if not triggers:
             return [], NO_RULES
@@ -452,3 +451,7 @@ class GithubPoller:
                 done,
             )
         self._prepared = True
+
+
+def _is_github(trigger_type: str) -> bool:
+    return trigger_type.startswith("github.")
