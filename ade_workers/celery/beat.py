@@ -51,7 +51,8 @@ HEARTBEAT_SECONDS = 10.0
 #: full collections walk the whole growing heap again and again: 30,000 slots fired by one beat
 #: cost 8 full collections and a quarter of its CPU (0.43 against 0.33 ms an occurrence,
 #: docs/performance.md "The scheduler"). Collecting young objects every 50,000 allocations
-#: instead of 700 keeps cycles collected, just later.
+#: instead of 700 keeps cycles collected, just later. It is the process's setting: in
+#: `ade-tasks dev` the API and the worker threads that share the beat's process get it too.
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
