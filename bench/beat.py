@@ -349,7 +349,10 @@ def bench_rules(count: int) -> list[LoadedRule]:
     for index in range(count):
         rule = template.model_copy(update={"id": rule_id(index)})
         source = f"bench-{index // 1000:06d}.yaml"  # as if 1,000 a file
-        loaded.append(LoadedRule(rule, source, content_hash(rule.document())))
+        stored = rule.document()
+        loaded.append(
+            LoadedRule(rule.id, source, content_hash(stored), document=stored, parsed=rule)
+        )
     return loaded
 
 

@@ -54,49 +54,73 @@ def claim(
     Each batch is one INSERT ... ON CONFLICT DO UPDATE that counts a lost claim as a duplicate;
     `duplicate_claims` comes back 0 only for rows the statement inserted, which is how a beat
     learns what it won (portable to SQLite: no xmax trick). Keys go in sorted order, so two beats
-    claiming overlapping batches lock rows in the same order and never deadlock.
+    claiming overlapping batches lock rows in the same order and never deadlock. On PostgreSQL a
+    batch goes as one array per key column (`unnest`, in the same order; see `db.prepared`),
+    on SQLite as a multi-row INSERT.
     """
     now = utcnow()
     ordered = sorted(set(keys))
     won: list[OccurrenceKey] = []
-    statement = _claim_statement(session.get_bind().dialect.name)
+    dialect = session.get_bind().dialect.name
+    statement = _claim_statement(dialect)
     for start in range(0, len(ordered), CLAIM_BATCH):
-        rows = [
-            {
-                "rule_id": key.rule_id,
-                "trigger_index": key.trigger_index,
-                "cron": key.cron,
-                "slot": key.slot,
+        batch = ordered[start : start + CLAIM_BATCH]
+        if dialect == "postgresql":
+            params: Any = {
+                "rule_ids": [key.rule_id for key in batch],
+                "indexes": [key.trigger_index for key in batch],
+                "crons": [key.cron for key in batch],
+                "slots": [key.slot for key in batch],
                 "claimed_by": beat_id,
                 "claimed_at": now,
                 "outcome": outcome.value,
-                "duplicate_claims": 0,
             }
-            for key in ordered[start : start + CLAIM_BATCH]
-        ]
-        # One compiled statement for every batch; SQLAlchemy sends each batch as a multi-row
-        # INSERT in the rows' (sorted) order ("insertmanyvalues").
-        result = session.execute(statement, rows)
+        else:
+            # One compiled statement for every batch; SQLAlchemy sends each batch as a
+            # multi-row INSERT in the rows' (sorted) order ("insertmanyvalues").
+            params = [
+                {
+                    "rule_id": key.rule_id,
+                    "trigger_index": key.trigger_index,
+                    "cron": key.cron,
+                    "slot": key.slot,
+                    "claimed_by": beat_id,
+                    "claimed_at": now,
+                    "outcome": outcome.value,
+                    "duplicate_claims": 0,
+                }
+                for key in batch
+            ]
+        result = session.execute(statement, params)
         won += [OccurrenceKey(*row[:4]) for row in result if row[4] == 0]
     return sorted(won)
 
 
 _CLAIM_STATEMENTS: dict[str, Any] = {}
+_KEY_COLUMNS = ("rule_id", "trigger_index", "cron", "slot")
+_CLAIM_PG = text(
+    "INSERT INTO schedule_occurrences (rule_id, trigger_index, cron, slot, claimed_by, "
+    "claimed_at, outcome, duplicate_claims) SELECT k.rule_id, k.trigger_index, k.cron, k.slot, "
+    ":claimed_by, CAST(:claimed_at AS timestamptz), :outcome, 0 FROM unnest(CAST(:rule_ids AS "
+    "text[]), CAST(:indexes AS int[]), CAST(:crons AS text[]), CAST(:slots AS timestamptz[])) "
+    "AS k(rule_id, trigger_index, cron, slot) ON CONFLICT (rule_id, trigger_index, cron, slot) "
+    "DO UPDATE SET duplicate_claims = schedule_occurrences.duplicate_claims + 1 "
+    f"RETURNING {', '.join(_KEY_COLUMNS)}, duplicate_claims"
+).columns(slot=OCCURRENCES.c.slot.type)
 
 
 def _claim_statement(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return _CLAIM_PG
     statement = _CLAIM_STATEMENTS.get(dialect)
     if statement is None:
-        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(OCCURRENCES)
-        statement = _CLAIM_STATEMENTS[dialect] = insert.on_conflict_do_update(
-            index_elements=["rule_id", "trigger_index", "cron", "slot"],
-            set_={"duplicate_claims": OCCURRENCES.c.duplicate_claims + 1},
-        ).returning(
-            OCCURRENCES.c.rule_id,
-            OCCURRENCES.c.trigger_index,
-            OCCURRENCES.c.cron,
-            OCCURRENCES.c.slot,
-            OCCURRENCES.c.duplicate_claims,
+        statement = _CLAIM_STATEMENTS[dialect] = (
+            sqlite.insert(OCCURRENCES)
+            .on_conflict_do_update(
+                index_elements=list(_KEY_COLUMNS),
+                set_={"duplicate_claims": OCCURRENCES.c.duplicate_claims + 1},
+            )
+            .returning(*(OCCURRENCES.c[c] for c in _KEY_COLUMNS), OCCURRENCES.c.duplicate_claims)
         )
     return statement
 

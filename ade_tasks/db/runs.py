@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Boolean, String, Table, TextClause, select, update
+from sqlalchemy import Boolean, String, Table, TextClause, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.direct import Statements
-from ade_tasks.db.prepared import prepared
+from ade_tasks.db.prepared import column_arrays, prepared, unnest_arrays
 from ade_tasks.db.rules import RuleSnapshot
 from ade_tasks.db.run_events import append_event
 from ade_tasks.db.run_steps import STEP_COLUMNS, STEP_UPSERT, STEPS, StepRecord, record_step
@@ -178,37 +178,40 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
 
 def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
     """INSERT many runs, skipping idempotency keys that exist; returns the ids this call
-    inserted. One compiled statement executed for all rows: SQLAlchemy batches them into
-    multi-row INSERTs ("insertmanyvalues") without compiling a statement per batch. A status
-    outside `INITIAL_STATUSES` is refused before anything is written."""
+    inserted. One statement: on PostgreSQL the rows go as one array per column (`unnest`, see
+    `db.prepared`); on SQLite one compiled statement that SQLAlchemy batches into multi-row
+    INSERTs ("insertmanyvalues"). A status outside `INITIAL_STATUSES` is refused before
+    anything is written."""
     if len(rows) == 1:
         return {rows[0]["id"]} if insert_run_once(session, rows[0]) else set()
     for row in rows:
         check_initial(row["id"], row["status"])
-    dialect = session.get_bind().dialect.name
-    stmt = _INSERT_MANY.get(dialect)
+    dialect = session.get_bind().dialect
+    stmt = _INSERT_MANY.get(dialect.name)
     if stmt is None:
-        stmt = _INSERT_MANY[dialect] = (
-            _dialect_insert(dialect)
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(RUNS.c.id)
-        )
-    params = [{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows]
+        stmt = _INSERT_MANY[dialect.name] = _insert_many(dialect)
+    if dialect.name == "postgresql":
+        params: Any = column_arrays(RUNS, rows, RUN_INSERT_COLUMNS, dialect)
+    else:
+        params = [{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows]
     return {run_id for run_id in session.execute(stmt, params).scalars() if run_id is not None}
 
 
 _INSERT_MANY: dict[str, Any] = {}
 
 
-def _dialect_insert(dialect: str) -> Any:
-    """The dialect's INSERT with ON CONFLICT support (PostgreSQL or SQLite)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(RUNS)
+def _insert_many(dialect: Dialect) -> Any:
+    """The many-runs INSERT of `insert_runs_once` for this dialect."""
+    if dialect.name == "postgresql":
+        return text(
+            f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) "
+            f"SELECT * FROM {unnest_arrays(RUNS, RUN_INSERT_COLUMNS, dialect)} "
+            "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+        )
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-    return sqlite_insert(RUNS)
+    insert = sqlite_insert(RUNS).on_conflict_do_nothing(index_elements=["idempotency_key"])
+    return insert.returning(RUNS.c.id)
 
 
 def runs_by_keys(session: Session, keys: Sequence[str]) -> dict[str, RunRow]:

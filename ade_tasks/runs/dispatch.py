@@ -441,8 +441,7 @@ def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
     with session_factory.begin() as session:
         rule_ids = sorted({plan.snapshot.id for plan in locked})
         overlap_db.lock_rules(session, rule_ids)
-        active = overlap_db.count_active_many(session, rule_ids)
-        buffering = overlap_db.rules_buffering(session, rule_ids)
+        active, buffering = overlap_db.occupancy(session, rule_ids)
         now = utcnow()
         for plan in locked:
             rule = plan.snapshot.rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery import Celery
-from kombu.exceptions import OperationalError
+from kombu.exceptions import BatchPublishError, OperationalError
 from kombu.utils.url import maybe_sanitize_url
 
 from ade_tasks.errors import BrokerUnavailableError
@@ -26,9 +26,15 @@ class CelerySender:
 
     def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
         """Publish (run id, queue, rule id) messages over one producer (one pool checkout for a
-        whole batch of a beat's schedules)."""
+        whole batch of a beat's schedules), in one publish batch (kombu >= 5.7: on Redis one
+        pipeline of LPUSHes instead of a round trip and a client checkout a message, about
+        half a beat's CPU at a boundary; transports without batches publish one by one).
+
+        A batch that fails mid-way may have delivered some of its messages: all of them stay
+        queued runs that the recovery sweep sends again, and a second message of a run is
+        harmless (a worker's claim is atomic)."""
         try:
-            with self.app.producer_or_acquire() as producer:
+            with self.app.producer_or_acquire() as producer, producer.batch():
                 for run_id, queue, rule_id in runs:
                     self.app.send_task(
                         EXECUTE_TASK,
@@ -38,7 +44,7 @@ class CelerySender:
                         retry=True,
                         producer=producer,
                     )
-        except (TimeoutError, OperationalError, OSError) as exc:
+        except (TimeoutError, OperationalError, BatchPublishError, OSError) as exc:
             raise self._unavailable(exc, "the run stays queued") from exc
 
     def send_ingress(self, *event_ids: int) -> None:

@@ -10,7 +10,13 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import (
+    DispatchResult,
+    InMemorySender,
+    TriggerEvent,
+    dispatch,
+    dispatch_many,
+)
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
@@ -156,3 +162,48 @@ def test_the_sweep_releases_buffered_runs_a_dead_worker_left_behind(
     report = recover(session_factory, sender, requeue_after=timedelta(minutes=5))
     assert report.failed == [first] and report.released == [second]
     assert status(session_factory, second)[:2] == ("queued", False)
+
+
+def test_a_batch_of_several_rules_applies_each_rules_policy_to_its_own_active_runs(
+    session_factory: SessionFactory, rules_dir: Path, sender: InMemorySender
+) -> None:
+    # Given four rules: two with a run active already (skip, buffer-one), two idle (buffer-all)
+    for name, guardrails in (
+        ("skips", "{overlap: skip}"),
+        ("buffers", "{overlap: buffer-one}"),
+        ("idle-a", "{overlap: buffer-all}"),
+        ("idle-b", "{overlap: buffer-all}"),
+    ):
+        add_rule(
+            session_factory,
+            rules_dir,
+            name,
+            f"id: {name}\ntriggers: [{{type: webhook, hook: ci}}]\n"
+            "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
+            f"guardrails: {guardrails}\n",
+        )
+    for name in ("skips", "buffers"):
+        start(session_factory, dispatch(session_factory, sender, name, hook(name)).run.id)
+    # When one batch triggers them all, the idle ones twice
+    names = ["skips", "buffers", "idle-a", "idle-a", "idle-b", "idle-b"]
+    results = dispatch_many(session_factory, sender, [(name, hook(name)) for name in names])
+    # Then each rule's policy judged its own runs, the batch's own included
+    runs = [result.run for result in results if isinstance(result, DispatchResult)]
+    assert [(run.rule_id, run.status, run.buffered) for run in runs] == [
+        ("skips", "skipped", False),
+        ("buffers", "queued", True),
+        ("idle-a", "queued", False),
+        ("idle-a", "queued", True),
+        ("idle-b", "queued", False),
+        ("idle-b", "queued", True),
+    ]
+    stored = [status(session_factory, run.id) for run in runs]
+    assert [(state, buffered) for state, buffered, _ in stored] == [
+        (run.status, run.buffered) for run in runs
+    ]
+    assert "policy skip: 1 run(s) of rule 'skips' are active" in (stored[0][2] or "")
+    assert [sent[0] for sent in sender.sent[2:]] == [runs[2].id, runs[4].id]
+
+
+def hook(name: str) -> TriggerEvent:
+    return TriggerEvent("webhook", f"a delivery for {name}")

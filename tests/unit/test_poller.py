@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from ade_tasks.db import cursors as cursors_db
+from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.errors import InvalidInputError, TransientError
@@ -613,3 +614,36 @@ def test_github_triggers_without_a_repo_filter_poll_nothing_unless_repos_are_giv
         ("list_issue_comments", REPO),
         ("list_issue_events", REPO),
     ]
+
+
+def test_a_cycle_validates_only_the_rules_with_github_triggers(
+    session_factory: SessionFactory,
+    sender: InMemorySender,
+    rules_dir: Path,
+    github: FakeGithub,
+    cursor_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a rule watching the repository and a schedule rule beside it
+    add_rule(
+        session_factory,
+        rules_dir,
+        "watch",
+        rule("watch", f"{{type: github.pr_opened, repo: {REPO}}}"),
+    )
+    add_rule(
+        session_factory,
+        rules_dir,
+        "nightly",
+        rule("nightly", "{type: schedule, cron: '0 3 * * *'}"),
+    )
+    with session_factory() as session:
+        hashes = {row.id: row.content_hash for row in rules_db.list_rules(session)}
+    monkeypatch.setattr(rules_db, "_PARSED", {})  # this process has validated no rule yet
+    # When a cycle reads what to poll
+    make_poller(session_factory, sender, github, cursor_file).cycle()
+    # Then it polled the watched repository, and the schedule rule was never validated (every
+    # beat's poller reads the rules every slot: at 100,000 rules it parsed all of them)
+    assert {call[1] for call in github.calls} == {REPO}
+    assert rules_db.cached_rule(hashes["watch"]) is not None
+    assert rules_db.cached_rule(hashes["nightly"]) is None
