@@ -12,6 +12,7 @@ import pytest
 import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from ade_api.http.delivery_intake import EventIntake
@@ -30,7 +31,7 @@ from ade_tasks.db.schema import (
     UsageRow,
 )
 from ade_tasks.runs.dispatch import InMemorySender
-from ade_tasks.settings import Settings
+from ade_tasks.settings import EMBEDDED_BROKER_URL, Settings
 from ade_workers.celery import metrics as worker_metrics
 from ade_workers.celery.app import create_celery_app
 from tests.unit.conftest import add_rule
@@ -201,6 +202,13 @@ def metrics_app(settings: Settings, session_factory: SessionFactory) -> TestClie
 
 
 def test_the_endpoint_exposes_the_facts_and_the_queues(populated: SessionFactory) -> None:
+    queues = ("ade.builtin", "ade.agent", "ade.control", "ade.custom")
+    # The in-memory broker is one per process: an earlier test's messages may still be in it.
+    with Connection(EMBEDDED_BROKER_URL) as connection:
+        channel = connection.channel()
+        for queue in queues:
+            channel.queue_declare(queue)
+            channel.queue_purge(queue)
     samples = scrape(metrics_app(Settings(), populated))
     assert samples[("ade_database_up", ())] == 1
     assert samples[("ade_broker_up", ())] == 1
@@ -216,7 +224,7 @@ def test_the_endpoint_exposes_the_facts_and_the_queues(populated: SessionFactory
     assert samples[("ade_rule_billing_code", (("billing_code", "team-a"), ("rule", "billed")))] == 1
     assert samples[("ade_approvals_pending", (("rule", "billed"),))] == 1
     # The configured queues and the queues of unfinished runs, empty on the in-memory broker.
-    for queue in ("ade.builtin", "ade.agent", "ade.control", "ade.custom"):
+    for queue in queues:
         assert samples[("ade_queue_depth", (("queue", queue),))] == 0
 
 
