@@ -11,9 +11,11 @@ CLIS_STAMP := $(AGENT_CLIS)/.installed
 # The docs build outside the tree; Material's notice about MkDocs 2 is not ours to act on.
 SITE := $(VENV)/site
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
-# The suite runs in this many pytest processes (pytest-xdist; at most 3: tests/support.py gives
-# each its own Redis DBs and RabbitMQ vhost). A test file stays in one process.
-TEST_WORKERS ?= 2
+# The suite runs in this many pytest processes (pytest-xdist, at most 2: tests/support.py gives
+# each its own Redis DBs and RabbitMQ vhost; a test file stays in one process). One by default:
+# with 2 (about 17 instead of 35 minutes) the `ade-tasks watch` Ctrl-C test fails in the full
+# suite (the watcher ignores the SIGINT; not yet understood, docs/development.md).
+TEST_WORKERS ?= 1
 
 .PHONY: dev test docs lint typecheck bench clean
 
