@@ -50,7 +50,7 @@ test: $(STAMP) $(CHROMIUM) $(CLIS_STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(MKDOCS) build --strict --site-dir $(SITE)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The docs site (mkdocs.yml): --strict fails on any broken link, page or anchor. Serve it with
 # `.venv/bin/mkdocs serve`.
