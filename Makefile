@@ -12,9 +12,9 @@ CLIS_STAMP := $(AGENT_CLIS)/.installed
 SITE := $(VENV)/site
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 # The suite runs in this many pytest processes (pytest-xdist, at most 2: tests/support.py gives
-# each its own Redis DBs and RabbitMQ vhost; a test file stays in one process). One by default:
-# with 2 (about 17 instead of 35 minutes) the `ade-tasks watch` Ctrl-C test fails in the full
-# suite (the watcher ignores the SIGINT; not yet understood, docs/development.md).
+# each its own Redis DBs and RabbitMQ vhost; a test file stays in one process). With 2 the suite
+# takes about 17 instead of 35 minutes; one stays the default until two processes have as long
+# a record of green runs as one has (docs/development.md).
 TEST_WORKERS ?= 1
 
 .PHONY: dev test docs lint typecheck bench clean

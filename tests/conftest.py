@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,17 @@ def write_rule(directory: Path, name: str, text: str) -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text).lstrip())
     return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests' child processes start with Ctrl-C and SIGQUIT as an interactive shell gives
+    them. A test run started in the background by a non-interactive shell (`make test &`, CI
+    runners) ignores both, every child inherits that, and Python then installs no
+    KeyboardInterrupt handler: `ade-tasks watch` would ignore the Ctrl-C its test sends."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
