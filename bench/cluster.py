@@ -13,8 +13,8 @@ What it simulates:
   daily, spread over the hour and the day, GitHub `pull_request.opened` rules (one repository
   each) and manual-only rules, each one built-in step `run-command: true`, synced from YAML files;
 * a history of `--prefill-runs` finished runs (default 10,000,000) written with
-  `generate_series` (`bench.metrics.fill`) before anything starts, the metrics rollup advanced
-  over it once (as after an upgrade);
+  `generate_series` (`bench.run_history.fill_history`) before anything starts, the metrics
+  rollup advanced over it once (as after an upgrade);
 * `--speed` times real time (default 10): the beats run on the simulated clock
   (`ADE_BEAT_CLOCK_ORIGIN/ANCHOR/SPEED`, `ade_tasks.schedule.scheduler.simulated_clock`), so the
   cron slots of `--speed` minutes fire in one real minute, and the webhooks (`--webhooks-per-s`)
@@ -75,6 +75,7 @@ import yaml
 from celery import Celery
 from sqlalchemy import Engine, text
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db import run_rollups
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
@@ -84,7 +85,7 @@ from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import create_celery_app
 from bench import cluster_load, cluster_mix, cluster_report
-from bench.beat import RULES_PER_FILE, Child, start_child, stop_children, wait_beats_ready
+from bench.beat import Child, start_child, stop_children, wait_beats_ready
 from bench.cluster_probe import Probe
 from bench.common import (
     BenchError,
@@ -94,7 +95,7 @@ from bench.common import (
     scratch_database,
     tail,
 )
-from bench.metrics import fill
+from bench.run_history import fill_history
 from bench.webhooks import base_env, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -115,12 +116,16 @@ def database_size(engine: Engine) -> int:
 def prefill(engine: Engine, runs: int, rules: int) -> None:
     """`runs` finished runs over the last 30 days, and the metrics rollup advanced over them."""
     sessions = create_session_factory(engine)
-    fill(sessions, runs, rules)
+    fill_history(sessions, runs, rules, end=utcnow(), mixed=False)
     with sessions.begin() as session:
-        # fill() also leaves 100 queued runs of rules that do not exist here; the sweep would
-        # hand them to the workers in the middle of the measurement.
+        # fill_history() also leaves 100 queued runs of rules that do not exist here; the sweep
+        # would hand them to the workers in the middle of the measurement.
         session.execute(text("DELETE FROM runs WHERE status = 'queued'"))
         run_rollups.advance(session)
+
+
+#: A rules file holds at most 1 MiB: 1,000 of the mix's rules fit.
+RULES_PER_FILE = 1000
 
 
 def write_rules(engine: Engine, rules_dir: Path, count: int) -> cluster_mix.Layout:
