@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.rules import in_batches
 from ade_tasks.db.schema import RollupWatermarkRow, RunRollupRow, RunRow
 
 #: Upper bounds (seconds) of the run duration buckets: a quick command to the 12 h a rule may run.
@@ -154,9 +155,8 @@ def advance(session: Session, now: datetime | None = None) -> int | None:
     passed = _tally(session, *window)
     stored = {
         (row.rule_id, row.status): row
-        for row in session.scalars(
-            select(RunRollupRow).where(RunRollupRow.rule_id.in_({rule for rule, _ in passed}))
-        )
+        for batch in in_batches(sorted({rule for rule, _ in passed}))
+        for row in session.scalars(select(RunRollupRow).where(RunRollupRow.rule_id.in_(batch)))
     }
     for (rule_id, status), tally in passed.items():
         row = stored.get((rule_id, status))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from sqlalchemy import text
+
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import create_db_engine, create_session_factory
@@ -61,4 +63,34 @@ def test_rollup_on_postgresql_counts_each_run_once(database_url: str) -> None:
     assert after.runs == before.runs
     assert after.durations["r"] == before.durations["r"]
     assert after.durations["r"].count == 51
+    engine.dispose()
+
+
+def test_rollup_advances_over_more_rules_than_a_statement_has_parameters(
+    database_url: str,
+) -> None:
+    # The first advance after an upgrade passes the whole history at once: with 70,000 rules
+    # one IN list of their ids passed PostgreSQL's 65,535 bind parameters and the rollup
+    # (and with it /metrics) never moved again.
+    engine = create_db_engine(database_url)
+    sessions = create_session_factory(engine)
+    rules = 70_000
+    with sessions.begin() as session:
+        session.execute(
+            text(
+                "INSERT INTO runs (id, rule_id, rule_version, trigger_type, trigger_summary, "
+                "trigger, idempotency_key, status, billing_code, usage, queue, attempt, "
+                "buffered, send_count, queued_at, started_at, finished_at) "
+                "SELECT md5(n::text)::uuid::text, 'rule-' || n, 1, 'cron', '', '{}', "
+                "'k' || n, 'succeeded', 'b', '{}', 'ade.builtin', 1, false, 1, "
+                "now() - interval '2 hours', now() - interval '2 hours', "
+                "now() - interval '1 hour' FROM generate_series(1, :rules) AS n"
+            ),
+            {"rules": rules},
+        )
+    with sessions.begin() as session:
+        assert run_rollups.advance(session, utcnow()) == rules
+    with sessions.begin() as session:
+        stored = session.execute(text("SELECT count(*), sum(runs) FROM run_rollups")).one()
+    assert tuple(stored) == (rules, rules)
     engine.dispose()
