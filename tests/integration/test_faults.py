@@ -74,11 +74,16 @@ def steady_rule(cluster: Cluster, sleep: float = SLEEP) -> Path:
 
 
 def completions(ledger: Path) -> list[tuple[str, float]]:
-    """(run id, wall-clock time) of every completed command, in order."""
+    """(run id, wall-clock time) of every completed command, in order. Every line counts,
+    even one without its time (NaN), so a malformed line can never hide a duplicate."""
     if not ledger.exists():
         return []
     lines = (line.split() for line in ledger.read_text().splitlines())
-    return [(fields[0], float(fields[1])) for fields in lines if len(fields) == 2]
+    return [
+        (fields[0], float(fields[1]) if len(fields) > 1 else float("nan"))
+        for fields in lines
+        if fields
+    ]
 
 
 class Load:
