@@ -12,7 +12,7 @@ from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
-from ade_tasks.db.copy_rows import insert_rows
+from ade_tasks.db.copy_rows import JsonText, insert_rows
 from ade_tasks.db.rule_trust import trusted_hashes
 from ade_tasks.db.rule_versions import (
     CREATED,
@@ -133,10 +133,14 @@ def sync_file_rules(
             "document": document,
             "updated_at": now,
         }
+        if item.document_json is not None:  # COPY writes the text the worker made, as is
+            copied = state | {"document": JsonText(item.document_json)}
+        else:
+            copied = state
         if row is None:
             version = later.get(rule_id, 1)
             inserts.append(
-                state
+                copied
                 | {
                     "id": rule_id,
                     "version": version,
@@ -152,7 +156,7 @@ def sync_file_rules(
             updates.append(state | {"b_id": rule_id, "version": version})
             report.updated.append(rule_id)
         versions.append(
-            version_values(rule_id, version, CREATED if row is None else UPDATED, state, by)
+            version_values(rule_id, version, CREATED if row is None else UPDATED, copied, by)
         )
     if bookkeeping:
         statement = (

@@ -43,7 +43,9 @@ class LoadedRule:
     """A valid rule and where it came from (`file_hash`: the shared file's sha256, else None).
 
     `document` is the validated rule as stored (None when its file was skipped as unchanged
-    since the last sync: the database holds it); `file_digest` is what its row keeps to skip
+    since the last sync: the database holds it), `document_json` the same as the canonical JSON
+    its content hash was taken of (None when not parsed here), which a sync's COPY writes
+    as is instead of serializing the document again; `file_digest` is what its row keeps to skip
     the file next time (`ade_tasks.rules.file_digests`; None: parse it every time). `rule`
     builds the model on first use (from the document, or by parsing the file again).
     """
@@ -55,6 +57,7 @@ class LoadedRule:
     document: JsonObject | None = None
     enabled: bool = True
     file_digest: str | None = None
+    document_json: str | None = field(default=None, compare=False, repr=False)
     parsed: Rule | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
@@ -90,10 +93,16 @@ class LoadResult:
     files: int = 0
 
 
-def content_hash(document: dict[str, Any]) -> str:
-    """A stable hash of a rule document (key order and formatting do not matter)."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def canonical_json(document: dict[str, Any]) -> str:
+    """A rule document as the JSON text its content hash is taken of (keys sorted, compact)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def content_hash(document: dict[str, Any], canonical: str | None = None) -> str:
+    """A stable hash of a rule document (key order and formatting do not matter);
+    `canonical`: its `canonical_json`, when the caller has it already."""
+    text = canonical_json(document) if canonical is None else canonical
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def validation_problems(source: str, exc: ValidationError, prefix: str = "") -> list[RuleProblem]:
@@ -101,15 +110,20 @@ def validation_problems(source: str, exc: ValidationError, prefix: str = "") -> 
     return [_problem(source, prefix + path, reason) for path, reason in problems_of(exc)]
 
 
-def parse_rule(document: Any, source: str, prefix: str = "") -> Rule | list[RuleProblem]:
+def parse_rule(
+    document: Any, source: str, prefix: str = "", *, depth_checked: bool = False
+) -> Rule | list[RuleProblem]:
     """Admit one rule document (validated with `ADMISSION`); return the rule or its problems:
     the structural ones and those of its steps' templates, conditions and secrets, all in one
-    pass (`rules.checks` reads the raw steps, so a wrong field elsewhere hides nothing)."""
+    pass (`rules.checks` reads the raw steps, so a wrong field elsewhere hides nothing).
+    `depth_checked`: the document is (part of) one `load_yaml` returned, which bounded its
+    depth to the same `MAX_DEPTH` already (a second walk costs ~20 us a rule file)."""
     if not isinstance(document, dict):
         kind = type(document).__name__
         return [RuleProblem(source, prefix or "(document)", f"expected a mapping, got {kind}")]
     try:
-        check_depth(document, what="the rule")
+        if not depth_checked:
+            check_depth(document, what="the rule")
     except DocumentLimitError as exc:
         return [RuleProblem(source, prefix or "(document)", exc.message)]
     problems = [_problem(source, prefix + path, why) for path, why in step_problems(document)]
@@ -204,17 +218,19 @@ def _parse(raw: bytes, source: str, shared: bool, keep_model: bool) -> FileOutco
     file_hash = hashlib.sha256(raw).hexdigest() if shared else None
     for index, document in enumerate(documents):
         prefix = f"{index}." if isinstance(data, list) else ""
-        parsed = parse_rule(document, source, prefix)
+        parsed = parse_rule(document, source, prefix, depth_checked=True)
         if isinstance(parsed, Rule):
             stored = parsed.document()
+            canonical = canonical_json(stored)
             rules.append(
                 LoadedRule(
                     parsed.id,
                     source,
-                    content_hash(stored),
+                    content_hash(stored, canonical),
                     file_hash,
                     stored,
                     parsed.enabled,
+                    document_json=canonical,
                     parsed=parsed if keep_model else None,
                 )
             )
@@ -264,6 +280,7 @@ def load_rules_dir(
         (p for p in directory.rglob("*") if p.suffix in RULE_SUFFIXES and p.is_file()),
         key=lambda path: path.parts,  # Path order, without its slow comparisons
     )
+    top = len(directory.parts)  # the index of a file's first part under `directory`
     outcomes: list[FileOutcome | None] = []
     to_parse: list[FileToParse] = []
     for path in files:
@@ -272,7 +289,7 @@ def load_rules_dir(
         if isinstance(raw, RuleProblem):
             outcomes.append(([], [raw]))
             continue
-        shared = path.relative_to(directory).parts[0] == SHARED_DIR
+        shared = path.parts[top] == SHARED_DIR  # `relative_to` cost ~15 us a file
         rows = known.get(source, ()) if known is not None else ()
         key = bytes_key(raw)
         if rows and unchanged(rows, key):

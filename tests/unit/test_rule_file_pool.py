@@ -51,7 +51,7 @@ def test_the_pool_loads_what_one_process_loads_and_names_the_failing_files(
 def test_a_file_that_breaks_the_parser_is_a_problem_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(loader, "parse_rule", broken)
