@@ -40,6 +40,10 @@ class IllegalTransitionError(ConflictError):
     """The run or step is not in a status this change may leave (see `ade_tasks.states`)."""
 
 
+class GoneError(AdeError):
+    """What the request points at existed once and was removed (expired history)."""
+
+
 class PolicyViolationError(AdeError):
     """A step tried to do something its rule does not allow."""
 

@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
+from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
@@ -62,8 +63,9 @@ def standard_jobs(
     session_factory: SessionFactory, sender: TaskSender, settings: Settings
 ) -> list[Job]:
     """The recovery sweep, retention pruning every hour (schedule occurrences, ingress events,
-    settled scheduled runs, and runs when `run_retention_days` is set), the metrics' run rollup
-    every minute, and every registered job."""
+    settled scheduled runs, and runs when `run_retention_days` is set), the history's partitions
+    every hour on PostgreSQL (`maintain_partitions`), the metrics' run rollup every minute, and
+    every registered job."""
 
     def sweep(_now: datetime) -> object:
         return recover(
@@ -80,7 +82,8 @@ def standard_jobs(
                 # settled only: a pending or claimed run is still to fire, however old
                 "scheduled_runs": once_db.prune(session, now),
             }
-            if settings.run_retention_days:
+            # A partitioned history drops whole months instead (the `partitions` job).
+            if settings.run_retention_days and not partitions_db.is_partitioned(session):
                 cutoff = now - timedelta(days=settings.run_retention_days)
                 result = session.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
                 pruned["runs"] = int(getattr(result, "rowcount", 0) or 0)
@@ -90,12 +93,65 @@ def standard_jobs(
         with session_factory.begin() as session:
             return run_rollups.advance(session, now)
 
+    def partition(now: datetime) -> object:
+        return maintain_partitions(session_factory, now, settings.run_retention_days)
+
     return [
         Job("recover", timedelta(seconds=settings.recovery_interval_seconds), sweep),
         Job("prune", timedelta(hours=1), prune),
+        Job("partitions", PARTITION_JOB_EVERY, partition),
         Job("rollup", timedelta(minutes=1), roll_up),
         *(factory(session_factory, sender, settings) for factory in _REGISTERED),
     ]
+
+
+#: How often the partition job runs: a failed pass (disk full, a lock timeout) is repeated this
+#: much later, months before the current month's partition ends (`partitions_db.AHEAD`).
+PARTITION_JOB_EVERY = timedelta(hours=1)
+
+
+def maintain_partitions(
+    session_factory: SessionFactory, now: datetime, retention_days: int | None
+) -> dict[str, object]:
+    """Make the coming months' partitions, then drop the expired ones (with `retention_days`),
+    each in its own transaction; a failure is logged as an error, reported in the result, and
+    repeated at the job's next slot. Nothing to do where the history is not partitioned. The
+    metrics' `ade_history_partition_ahead_seconds` shows how long the made months still last."""
+    result: dict[str, object] = {}
+    try:
+        with session_factory.begin() as session:
+            if not partitions_db.is_partitioned(session):
+                return result
+            result["created"] = partitions_db.create_ahead(session, now)
+            facts = partitions_db.partition_facts(session, now)
+        stray = {
+            table: rows for table, rows in (facts.default_rows if facts else {}).items() if rows
+        }
+        if stray:
+            log.warning(
+                "history partitions: rows in the DEFAULT partitions %s (no month's partition "
+                "covers their time: a clock far off, or history older than the partitions)",
+                stray,
+            )
+    except Exception as exc:
+        log.error(
+            "history partitions: the coming months' partitions were not created (%s: %s); the "
+            "job tries again in %s; ade_history_partition_ahead_seconds shows how long the "
+            "partitions made still last",
+            type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", PARTITION_JOB_EVERY,
+        )  # fmt: skip
+        result["create_error"] = type(exc).__name__
+    if not retention_days:
+        return result
+    try:
+        with session_factory.begin() as session:
+            dropped = partitions_db.drop_expired(session, now - timedelta(days=retention_days))
+            result["dropped"], result["default_runs"] = dropped.partitions, dropped.default_runs
+    except Exception as exc:
+        log.error("history partitions: expired partitions were not dropped (%s); the job tries "
+                  "again in %s", type(exc).__name__, PARTITION_JOB_EVERY)  # fmt: skip
+        result["drop_error"] = type(exc).__name__
+    return result
 
 
 class Housekeeping:

@@ -109,16 +109,18 @@ def fill_runs(
     total: int | None = None,
     transcripts: bool = False,
     mixed: bool = True,
+    span: float = SPAN_S,
 ) -> None:
-    """Insert runs 1..`runs` of `tag` (run n queued n/`total` of 30 days before `end`; `total`
-    defaults to `runs`), with steps and events when `transcripts`, in chunks of 200,000. Not
-    `mixed`: the metrics bench's history, scheduled built-in runs, one in ten failed."""
+    """Insert runs 1..`runs` of `tag` (run n queued n/`total` of `span` seconds, 30 days by
+    default, before `end`; `total` defaults to `runs`), with steps and events when
+    `transcripts`, in chunks of 200,000. Not `mixed`: the metrics bench's history, scheduled
+    built-in runs, one in ten failed."""
     started = time.monotonic()
     statements = [INSERT_RUNS] + ([INSERT_STEPS, INSERT_EVENTS] if transcripts else [])
     for first in range(1, runs + 1, CHUNK):
         last = min(first + CHUNK - 1, runs)
         params = {"tag": tag, "rules": rules, "end": end, "total": total or runs,
-                  "span": SPAN_S, "first": first, "last": last, "mixed": mixed}  # fmt: skip
+                  "span": span, "first": first, "last": last, "mixed": mixed}  # fmt: skip
         with sessions.begin() as session:
             for statement in statements:
                 session.execute(text(statement), params)
@@ -128,10 +130,11 @@ def fill_runs(
 
 
 def fill_history(sessions: SessionFactory, runs: int, rules: int, *, end: datetime,
-                 transcripts: bool = False, mixed: bool = True) -> None:  # fmt: skip
+                 transcripts: bool = False, mixed: bool = True,
+                 span: float = SPAN_S) -> None:  # fmt: skip
     """`runs` finished runs, 100 queued ones, then ANALYZE (the planner's view of a long-lived
     table)."""
-    fill_runs(sessions, runs, rules, end=end, transcripts=transcripts, mixed=mixed)
+    fill_runs(sessions, runs, rules, end=end, transcripts=transcripts, mixed=mixed, span=span)
     with sessions.begin() as session:
         session.execute(text(INSERT_UNFINISHED))
     with sessions.begin() as session:

@@ -10,6 +10,7 @@ from ade_tasks.errors import (
     BrokerUnavailableError,
     ConflictError,
     DatabaseUnavailableError,
+    GoneError,
     InvalidInputError,
     NotFoundError,
     PolicyViolationError,
@@ -22,6 +23,7 @@ RETRY_AFTER_SECONDS = 5
 
 STATUS_OF: list[tuple[type[AdeError], int, str]] = [
     (NotFoundError, 404, "Not Found"),
+    (GoneError, 410, "Gone"),
     (InvalidInputError, 422, "Invalid Request"),
     (AdmissionError, 409, "Not Admitted"),
     (ConflictError, 409, "Conflict"),

@@ -30,27 +30,52 @@ STEP_COLUMNS = (
     "exit_code", "output", "result", "error",
 )  # fmt: skip
 _QUOTED_STEP_COLUMNS = ", ".join(f'"{c}"' for c in STEP_COLUMNS)  # "index" is a keyword
-#: A step's outcome over its announcement, as SQL text: also a CTE of the run's finishing
-#: statement on PostgreSQL (`ade_tasks.db.runs.finish_run`), which records the last step with it.
-STEP_UPSERT = (
-    f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
-    f'VALUES ({", ".join(":" + c for c in STEP_COLUMNS)}) ON CONFLICT (run_id, "index") '
-    "DO UPDATE SET "
-    + ", ".join(
-        f"{c} = excluded.{c}" for c in STEP_COLUMNS if c not in ("run_id", "index", "started_at")
+#: The step's unique key per dialect: on PostgreSQL `run_steps` is partitioned by `started_at`
+#: (migration 0020), so its unique index holds it too.
+STEP_KEY = {"postgresql": 'run_id, "index", started_at', "sqlite": 'run_id, "index"'}
+#: The `started_at` a step's row is written with: on PostgreSQL the one its row already holds
+#: (a later attempt of the step, on another worker, starts later), so every write of a step meets
+#: its one row on the partitioned table's key, as (run id, index) alone did.
+_STARTED_AT = {
+    "postgresql": "coalesce((SELECT s.started_at FROM run_steps AS s WHERE s.run_id = :run_id "
+    'AND s."index" = :index), :started_at)',
+    "sqlite": ":started_at",
+}
+
+
+def _step_values(dialect: str) -> str:
+    return ", ".join(_STARTED_AT[dialect] if c == "started_at" else f":{c}" for c in STEP_COLUMNS)
+
+
+def step_upsert(dialect: str) -> str:
+    """A step's outcome over its announcement, as SQL text: also a CTE of the run's finishing
+    statement on PostgreSQL (`ade_tasks.db.runs.finish_run`), which records the last step with
+    it."""
+    kept = ("run_id", "index", "started_at")
+    return (
+        f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
+        f"VALUES ({_step_values(dialect)}) ON CONFLICT ({STEP_KEY[dialect]}) "
+        "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS if c not in kept)
     )
-)
+
+
+STEP_UPSERT = step_upsert("postgresql")
 # A step is shown running only while its run is: a run cancelled (or recovered) between the
 # step's start and this announcement must not keep a `running` step forever.
-_ANNOUNCE_STEP = prepared(
-    f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
-    f"SELECT {', '.join(':' + c for c in STEP_COLUMNS)} "
-    "WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND status = 'running') "
-    'ON CONFLICT (run_id, "index") DO NOTHING',
-    STEPS,
-    *STEP_COLUMNS,
-)
-_RECORD_STEP = prepared(STEP_UPSERT, STEPS, *STEP_COLUMNS)
+_ANNOUNCE_STEP = {
+    dialect: prepared(
+        f"INSERT INTO run_steps ({_QUOTED_STEP_COLUMNS}) "
+        f"SELECT {_step_values(dialect)} "
+        "WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND status = 'running') "
+        f"ON CONFLICT ({key}) DO NOTHING",
+        STEPS,
+        *STEP_COLUMNS,
+    )
+    for dialect, key in STEP_KEY.items()
+}
+_RECORD_STEP = {
+    dialect: prepared(step_upsert(dialect), STEPS, *STEP_COLUMNS) for dialect in STEP_KEY
+}
 
 
 @dataclass(frozen=True)
@@ -98,12 +123,12 @@ def capped_output(output: str) -> str:
 def announce_step(session: Session, step: StepRecord) -> None:
     """Show a step as running; a no-op if its outcome was recorded first (a race we allow) or
     its run is no longer running."""
-    session.execute(_ANNOUNCE_STEP, step.values())
+    session.execute(_ANNOUNCE_STEP[session.get_bind().dialect.name], step.values())
 
 
 def record_step(session: Statements, step: StepRecord) -> None:
     """Record a step's outcome, whether or not it was announced as running."""
-    session.execute(_RECORD_STEP, step.values())
+    session.execute(_RECORD_STEP[session.get_bind().dialect.name], step.values())
 
 
 def list_steps(session: Session, run_id: str) -> Sequence[RunStepRow]:

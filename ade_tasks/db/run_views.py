@@ -17,11 +17,12 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 
+from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db.run_events import EVENT_LINE_COLUMNS, EVENTS, EventLine, event_lines
 from ade_tasks.db.run_steps import STEPS
 from ade_tasks.db.runs import RUNS
 from ade_tasks.db.schema import RunRow, RunStepRow
-from ade_tasks.errors import InvalidInputError
+from ade_tasks.errors import GoneError, InvalidInputError
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 100
@@ -29,6 +30,10 @@ DEFAULT_PAGE = 100
 
 class InvalidCursorError(InvalidInputError):
     """The pagination cursor is not one this API handed out."""
+
+
+class ExpiredCursorError(GoneError):
+    """The pagination cursor points into history that was dropped (its month expired)."""
 
 
 @dataclass(frozen=True)
@@ -103,15 +108,30 @@ def page_query(filters: RunFilter, limit: int, cursor: str | None = None) -> Sel
     if cursor:
         # A row comparison, not `a < t OR (a = t AND id < i)`: the index scan starts at the
         # cursor instead of filtering every newer row, so page 1,000 costs what page 1 does.
-        stmt = stmt.where(tuple_(RunRow.queued_at, RunRow.id) < tuple_(*_decode_cursor(cursor)))
+        # The plain bound beside it lets PostgreSQL prune the months newer than the cursor
+        # (partition pruning does not look into row comparisons).
+        at, run_id = _decode_cursor(cursor)
+        stmt = stmt.where(tuple_(RunRow.queued_at, RunRow.id) < tuple_(at, run_id))
+        stmt = stmt.where(RunRow.queued_at <= at)
     return stmt.order_by(RunRow.queued_at.desc(), RunRow.id.desc()).limit(limit + 1)
 
 
 def list_runs(
     session: Session, filters: RunFilter, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> tuple[Sequence[RunRow], str | None]:
-    """One page of runs, newest first, and the cursor of the next page (None on the last)."""
+    """One page of runs, newest first, and the cursor of the next page (None on the last).
+    A cursor from before the oldest month of runs still held (on a partitioned history, whose
+    expired months are dropped) is refused with ExpiredCursorError: its pages are gone."""
     limit = max(1, min(limit, MAX_PAGE))
+    if cursor:
+        at, _ = _decode_cursor(cursor)
+        oldest = partitions_db.oldest_retained(session)
+        if oldest is not None and at < oldest:
+            raise ExpiredCursorError(
+                f"cursor {cursor!r} points to runs queued at {at.isoformat()}, and the history "
+                f"before {oldest.isoformat()} was dropped (run retention); start again "
+                "without a cursor for the newest runs, or narrow the list with `since`"
+            )
     rows = session.scalars(page_query(filters, limit, cursor)).all()
     if len(rows) > limit:
         return rows[:limit], encode_cursor(rows[limit - 1])

@@ -58,10 +58,15 @@ RUN_INSERT_COLUMNS = (
     "idempotency_key", "status", "billing_code", "usage", "queue", "attempt", "buffered",
     "send_count", "sent_at", "queued_at", "finished_at", "error",
 )  # fmt: skip
+#: A run whose idempotency key exists is skipped. Without a conflict target: on PostgreSQL the
+#: key's uniqueness is `run_keys`' (the partitioned `runs` cannot hold a unique index without
+#: `queued_at`, migration 0020), whose trigger skips the row itself; on SQLite the key's unique
+#: index is the only one an insert can conflict with (ids are uuid4).
+RUN_KEY_CONFLICT = "ON CONFLICT DO NOTHING"
 _INSERT_RUN = prepared(
     f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) "
     f"VALUES ({', '.join(':' + c for c in RUN_INSERT_COLUMNS)}) "
-    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+    f"{RUN_KEY_CONFLICT} RETURNING id",
     RUNS,
     *RUN_INSERT_COLUMNS,
 )
@@ -83,7 +88,7 @@ def _insert_of_rule(dialect: Dialect, unpaused: bool) -> TextClause:
         f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) SELECT {', '.join(values)} "
         "FROM rules WHERE id = :rule_id AND version = :rule_version "
         "AND content_hash = :content_hash AND enabled = :enabled AND trust_state = :trust_state"
-        f"{pauses if unpaused else ''} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+        f"{pauses if unpaused else ''} {RUN_KEY_CONFLICT} RETURNING id",
         RUNS,
         *RUN_INSERT_COLUMNS,
         content_hash=String(),
@@ -206,7 +211,7 @@ def _insert_many(dialect: Dialect) -> Any:
         return text(
             f"INSERT INTO runs ({', '.join(RUN_INSERT_COLUMNS)}) "
             f"SELECT * FROM {unnest_arrays(RUNS, RUN_INSERT_COLUMNS, dialect)} "
-            "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+            f"{RUN_KEY_CONFLICT} RETURNING id"
         )
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 

@@ -34,12 +34,15 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from sqlalchemy import text
 
 from ade_api.http.deps import Services, ServicesDep
 from ade_api.http.health_state import health_of, live_state
+from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import rules as rules_db
-from ade_tasks.db.metrics import ClusterFacts, cluster_facts
+from ade_tasks.db.metrics import STATEMENT_TIMEOUT_MS, ClusterFacts, cluster_facts
 from ade_tasks.db.migrate import schema_lag
 from ade_tasks.db.retry import retrying
 from ade_workers.celery.metrics import queue_depths
@@ -68,6 +71,7 @@ class ClusterCollector(Collector):
         if facts is not None:
             yield from _database_metrics(facts)
             yield from self._rule_ready()
+            yield from self._partitions()
         yield from self._broker_metrics(facts.active_queues if facts else [])
 
     def _facts(self) -> ClusterFacts | None:
@@ -109,6 +113,33 @@ class ClusterCollector(Collector):
             "it, nothing stops the rule), 0 when not; enabled or not.",
             ["rule"],
             ready,
+        )
+
+    def _partitions(self) -> Iterator[Metric]:
+        try:
+            with self.services.session_factory() as session:
+                if session.get_bind().dialect.name == "postgresql":
+                    session.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
+                facts = partitions_db.partition_facts(session, utcnow())
+        except Exception as exc:  # a lock of a migration or of the partition job: leave it out
+            log.warning("metrics: history partitions not read: %s", type(exc).__name__)
+            return
+        if facts is None:  # SQLite, or not yet migrated: nothing is partitioned
+            return
+        yield _gauge(
+            "ade_history_partition_ahead_seconds",
+            "Per history table: seconds until the last monthly partition made ahead ends "
+            "(the partition job keeps three months ahead; alert well before it reaches 0, when "
+            "new rows start landing in the DEFAULT partition).",
+            ["table"],
+            facts.ahead_seconds,
+        )
+        yield _gauge(
+            "ade_history_default_partition_rows",
+            "Per history table: rows in its DEFAULT partition (counted up to 10,000); above 0 "
+            "means some rows fall outside every month's partition.",
+            ["table"],
+            facts.default_rows,
         )
 
     def _broker_metrics(self, active_queues: list[str]) -> Iterator[Metric]:
