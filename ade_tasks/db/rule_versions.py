@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.rules import in_batches, rule_not_found
@@ -58,12 +58,25 @@ def version_values(
     }
 
 
+#: `next_versions` on PostgreSQL: every id in one array parameter. The expanding `IN` of the
+#: batches below cost about 30 µs of client CPU an id to render (3.4 s of a first sync of
+#: 100,000 rules, 2026-12-03), the array a few milliseconds in all.
+_LAST_VERSIONS_PG = text(
+    "SELECT rule_id, max(version) FROM rule_versions "
+    "WHERE rule_id = ANY(CAST(:ids AS text[])) GROUP BY rule_id"
+)
+
+
 def next_versions(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
     """The version a re-created rule starts at (after its history), for ids that have one."""
     if not rule_ids:
         return {}
+    ids = sorted(set(rule_ids))
+    if session.get_bind().dialect.name == "postgresql":
+        rows = session.execute(_LAST_VERSIONS_PG, {"ids": ids})
+        return {rule_id: int(version) + 1 for rule_id, version in rows}
     found: dict[str, int] = {}
-    for batch in in_batches(sorted(set(rule_ids))):
+    for batch in in_batches(ids):
         rows = session.execute(
             select(RuleVersionRow.rule_id, func.max(RuleVersionRow.version))
             .where(RuleVersionRow.rule_id.in_(batch))

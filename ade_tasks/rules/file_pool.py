@@ -18,6 +18,8 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import TypeVar
 
+from ade_tasks.gc_pause import paused_gc
+
 log = logging.getLogger(__name__)
 
 #: Files to parse from which a pool pays for its start-up (see the module docstring).
@@ -66,4 +68,5 @@ def map_in_pool(
 
 
 def _parse_chunk(parse: Callable[[Item], Result], chunk: Sequence[Item]) -> list[Result]:
-    return [parse(item) for item in chunk]
+    with paused_gc():
+        return [parse(item) for item in chunk]

@@ -8,6 +8,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.rule_sync import SyncReport, known_files, sync_file_rules
+from ade_tasks.gc_pause import paused_gc
 from ade_tasks.rules.loader import LoadResult, load_rules_dir
 
 
@@ -28,7 +29,7 @@ def sync_rules_dir(
     loaded = load_rules_dir(directory, known)
     for attempt in range(2):
         try:
-            with session_factory.begin() as session:
+            with paused_gc(), session_factory.begin() as session:
                 report = sync_file_rules(session, loaded.rules, remove_missing=not loaded.problems)
             return loaded, report
         except IntegrityError:

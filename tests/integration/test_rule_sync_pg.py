@@ -57,3 +57,33 @@ def test_a_first_sync_and_an_edited_re_sync_write_rows_and_history(
             select(RuleVersionRow.document).where(RuleVersionRow.rule_id == "a")
         ).one()
         assert first["id"] == "a"  # a JSON object, not a string of one
+
+
+def test_a_removed_rule_synced_again_continues_its_history(
+    factory: SessionFactory, tmp_path: Path
+) -> None:
+    # Given a rule synced, edited, removed (its history: created, updated, deleted)
+    rules_dir = tmp_path / "rules"
+    write_rule(rules_dir, "a.yaml", RULE.format(id="a", command="true"))
+    write_rule(rules_dir, "keep.yaml", RULE.format(id="keep", command="true"))
+    sync_rules_dir(factory, rules_dir)
+    write_rule(rules_dir, "a.yaml", RULE.format(id="a", command="false"))
+    sync_rules_dir(factory, rules_dir)
+    (rules_dir / "a.yaml").unlink()
+    assert sync_rules_dir(factory, rules_dir)[1].removed == ["a"]
+    # When its file comes back
+    write_rule(rules_dir, "a.yaml", RULE.format(id="a", command="true"))
+    _, report = sync_rules_dir(factory, rules_dir)
+    # Then it is added at the version after its history, which it keeps
+    assert report.added == ["a"]
+    with factory() as session:
+        row = session.get(RuleRow, "a")
+        assert row is not None and row.version == 4
+        versions = session.execute(
+            select(RuleVersionRow.version, RuleVersionRow.change)
+            .where(RuleVersionRow.rule_id == "a")
+            .order_by(RuleVersionRow.version)
+        ).all()
+    assert [tuple(v) for v in versions] == [
+        (1, "created"), (2, "updated"), (3, "deleted"), (4, "created"),
+    ]  # fmt: skip

@@ -80,3 +80,46 @@ def test_a_pool_that_breaks_parses_its_items_here(monkeypatch: pytest.MonkeyPatc
 
 def test_few_files_are_parsed_in_this_process() -> None:
     assert file_pool.map_in_pool(_exit_in_a_worker, ["a"], pool_from=2) == ["A"]
+
+
+def test_rule_files_are_found_as_rglob_finds_them(rules_dir: Path) -> None:
+    # Given rule files at the top, in sub-folders and shared/, a file and a folder reached by
+    # symlinks, a broken link, a folder named like a rule file and files of other kinds
+    write_rule(rules_dir, "b.yaml", RULE.format(id="b"))
+    write_rule(rules_dir, "a.yml", RULE.format(id="a"))
+    (rules_dir / "team" / "deep").mkdir(parents=True)
+    write_rule(rules_dir / "team" / "deep", "c.yaml", RULE.format(id="c"))
+    (rules_dir / "shared").mkdir()
+    write_rule(rules_dir / "shared", "s.yaml", RULE.format(id="s"))
+    (rules_dir / "linked.yaml").symlink_to(rules_dir / "b.yaml")
+    (rules_dir / "team-link").symlink_to(rules_dir / "team")
+    (rules_dir / "broken.yaml").symlink_to(rules_dir / "missing.yaml")
+    (rules_dir / "folder.yaml").mkdir()
+    (rules_dir / "notes.txt").write_text("not a rule")
+    (rules_dir / ".yaml").write_text("a dotfile without a suffix")
+    # When they are listed
+    found = loader.rule_files(rules_dir)
+    # Then they are what Path.rglob would give, in path order, shared/ marked
+    expected = sorted(
+        (p for p in rules_dir.rglob("*") if p.suffix in loader.RULE_SUFFIXES and p.is_file()),
+        key=lambda path: path.parts,
+    )
+    assert [path for path, _ in found] == [str(path) for path in expected]
+    assert [Path(path).relative_to(rules_dir).as_posix() for path, shared in found if shared] == [
+        "shared/s.yaml"
+    ]
+    assert {Path(path).name for path, _ in found} == {
+        "a.yml", "b.yaml", "c.yaml", "s.yaml", "linked.yaml"
+    }  # fmt: skip
+
+
+def test_a_file_a_worker_cannot_read_is_a_problem_naming_it(
+    rules_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_pool, "usable_cores", lambda: 2)
+    write_rule(rules_dir, "good.yaml", RULE.format(id="good"))
+    (rules_dir / "huge.yaml").write_text("# padding\n" * 200_000)  # over 1 MiB
+    pooled = load_rules_dir(rules_dir, pool_from=1)
+    assert [item.rule_id for item in pooled.rules] == ["good"]
+    (problem,) = pooled.problems
+    assert problem.file.endswith("huge.yaml") and "1 MiB" in problem.reason

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from ade_api.cli import main
-from ade_tasks.limits import MAX_DEPTH, DocumentLimitError, load_yaml, loads_json
+from ade_tasks.limits import (
+    _NOT_PLAIN,
+    MAX_DEPTH,
+    MAX_YAML_NODES,
+    DocumentLimitError,
+    _BoundedLoader,
+    _load_plain,
+    load_yaml,
+    loads_json,
+)
 from ade_tasks.rules.loader import load_rules_dir
 from tests.conftest import write_rule
 
@@ -85,3 +96,70 @@ def test_a_yaml_document_that_contains_itself_is_refused_not_walked_forever() ->
     for text in ("- &a [*a, *a]\n", "a: &a {b: *a, c: *a}\n"):
         with pytest.raises(DocumentLimitError, match="contains itself"):
             load_yaml(text)
+
+
+def bounded_load(text: str) -> Any:
+    """The document as the Python composer (the one that counts as it composes) reads it."""
+    loader = _BoundedLoader(text, MAX_DEPTH, MAX_YAML_NODES)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+#: Texts with every kind of scalar PyYAML's safe loader resolves, flow and block collections,
+#: multi-line strings, an explicit tag, a merge of an inline mapping and an empty document.
+PLAIN_TEXTS = [
+    GOOD,
+    "a: 1\nb: 1.5\nc: true\nd: ~\ne: 2026-12-03\nf: 2026-12-03T10:00:00Z\ng: 0x1f\nh: '07'\n",
+    "steps:\n  - run: |\n      echo one\n      echo two\n  - {x: [1, 2, {y: z}]}\n",
+    "a: !!str 12\nb: >\n  folded\n  text\n",
+    "base:\n  <<: {x: 1, y: 2}\n  y: 3\n",
+    "",
+    "# only a comment\n",
+]
+
+
+@pytest.mark.parametrize("text", PLAIN_TEXTS)
+def test_a_document_without_aliases_reads_as_the_counting_composer_reads_it(text: str) -> None:
+    assert load_yaml(text) == bounded_load(text) == yaml.safe_load(text)
+
+
+def test_every_example_rule_file_reads_as_the_counting_composer_reads_it() -> None:
+    files = sorted(Path("config").rglob("*.yaml"))
+    assert files, "no example rule files found"
+    for path in files:
+        text = path.read_text()
+        assert _load_plain(text, MAX_DEPTH, MAX_YAML_NODES) == bounded_load(text), path
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "base: &b {x: 1}\nrule: {<<: *b, y: 2}\n",  # an alias: may expand, counted by the composer
+        "- &a [*a, *a]\n",  # a document that contains itself
+        "a: [b\n",  # malformed: the counting composer's error, with its position
+        deep_list(MAX_DEPTH + 1),  # too deep: its DocumentLimitError, with where
+        "[" + "x, " * 30_000 + "]",  # larger than the plain path composes
+    ],
+)
+def test_aliases_and_every_refusal_go_the_counting_composers_way(text: str) -> None:
+    assert _load_plain(text, MAX_DEPTH, MAX_YAML_NODES) is _NOT_PLAIN
+
+
+def test_the_plain_path_counts_nodes_as_the_counting_composer_does() -> None:
+    assert _load_plain("[x, y]", MAX_DEPTH, max_nodes=3) == ["x", "y"]  # the list and two
+    assert _load_plain("[x, y, z]", MAX_DEPTH, max_nodes=3) is _NOT_PLAIN
+    with pytest.raises(DocumentLimitError, match="more than 3 nodes"):
+        load_yaml("[x, y, z]", max_nodes=3)
+
+
+def test_a_malformed_document_is_reported_where_it_breaks() -> None:
+    with pytest.raises(yaml.MarkedYAMLError) as caught:
+        load_yaml("rule:\n  id: x\n  triggers: [manual\n")
+    assert caught.value.problem_mark is not None and caught.value.problem_mark.line == 3
+    with pytest.raises(DocumentLimitError) as limit:
+        load_yaml("a:\n  b: " + deep_list(MAX_DEPTH))
+    assert limit.value.where is not None and limit.value.where.startswith("line 2")
+    merged = load_yaml("base: &b {x: 1}\nrule: {<<: *b, y: 2}\n")
+    assert merged["rule"] == {"x": 1, "y": 2}
