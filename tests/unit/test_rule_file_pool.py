@@ -46,6 +46,9 @@ def test_the_pool_loads_what_one_process_loads_and_names_the_failing_files(
     ]
     assert pooled.files == alone.files == 10
     assert pooled.rules[0].rule.id == "r0"  # the model, from the worker's document
+    # the documents come back whole (as their JSON text, decoded here)
+    assert [i.document for i in pooled.rules] == [i.document for i in alone.rules]
+    assert all(isinstance(i.document, dict) and i.document_json for i in pooled.rules)
 
 
 def test_a_file_that_breaks_the_parser_is_a_problem_naming_it(
