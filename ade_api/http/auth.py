@@ -131,18 +131,25 @@ class AuthMiddleware:
         if method in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        status = 500
+        status, audited = 500, False
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal status
+        async def audit_then_send(message: Message) -> None:
+            # The call is recorded before its response's last part goes out, so a client that
+            # has the response finds the call in the audit log (recorded after it, the line
+            # raced the client's next read, and a crash in between lost it).
+            nonlocal status, audited
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                audited = True
+                await run_in_threadpool(self._audit, principal, method, path, status)
             await send(message)
 
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, audit_then_send)
         finally:
-            await run_in_threadpool(self._audit, principal, method, path, status)
+            if not audited:  # no response was finished (the app raised)
+                await run_in_threadpool(self._audit, principal, method, path, status)
 
     def _authenticate(self, token: str) -> Principal | None:
         with self.session_factory.begin() as session:

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from sqlalchemy import func, select
 
+from ade_api.http.app import create_app
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.schema import ApiTokenRow, RunRow
+from ade_tasks.db.engine import create_db_engine, create_session_factory
+from ade_tasks.db.schema import ApiTokenRow, AuditRow, RunRow
 from ade_tasks.roles import Role
+from ade_tasks.settings import Settings
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
+from tests.support import free_port, wait_until
 
 OPEN = {"/healthz", "/readyz", "/api/v1/webhooks/github", "/api/v1/webhooks/{hook_id}"}
 
@@ -136,3 +144,43 @@ def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
     anonymous = cli(cluster, "runs", "list", "--url", str(api.base_url), env=env)
     assert anonymous.returncode != 0
     assert "401" in anonymous.stderr and "ADE_API_TOKEN" in anonymous.stderr
+
+
+def test_a_call_is_in_the_audit_log_by_the_time_its_response_arrives(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the real app served by uvicorn, whose audit writes take a while (a busy database)
+    engine = create_db_engine(database_url)
+    sessions = create_session_factory(engine)
+    with sessions.begin() as session:
+        secret = tokens_db.create_token(session, "olivia", Role.OPERATOR, "tests")[1]
+    slow_record = tokens_db.record_call
+
+    def record_call(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.5)
+        slow_record(*args, **kwargs)
+
+    monkeypatch.setattr(tokens_db, "record_call", record_call)
+    app = create_app(Settings(database_url=database_url), session_factory=sessions)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
+                                           log_level="warning"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 15, "uvicorn to serve the app")
+        base = f"http://127.0.0.1:{server.config.port}"
+        headers = {"Authorization": f"Bearer {secret}"}
+        # When an operator's state-changing call has its answer
+        answer = httpx.post(f"{base}/api/v1/rules/no-such-rule/runs", headers=headers, timeout=10)
+        assert answer.status_code == 404
+        # Then the audit log holds it already
+        with sessions() as session:
+            audit = session.execute(select(AuditRow.actor, AuditRow.method, AuditRow.path,
+                                           AuditRow.status_code)).all()  # fmt: skip
+        assert [tuple(row) for row in audit] == [
+            ("olivia", "POST", "/api/v1/rules/no-such-rule/runs", 404)
+        ]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        engine.dispose()
