@@ -49,6 +49,7 @@ from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, TransientError
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.schedule.due_queue import DueQueue
 from ade_tasks.schedule.one_shots import OneShotFirer
 from ade_tasks.schedule.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
 from ade_tasks.schedule.specs import ProblemKey, ScheduleBook, SpecKey
@@ -71,6 +72,9 @@ def simulated_clock(origin: datetime, speed: float, started: datetime | None = N
 STALE_CLAIM = timedelta(minutes=1)
 LOCK_TIMEOUT = timedelta(seconds=2)
 MISSED_RECORDED = 1000
+#: Entries of dropped cursors the due queue may hold beyond twice the live ones before a refresh
+#: refiles it (an edit leaves its old cursor filed until that cursor's slot comes).
+COMPACT_SLACK = 1024
 Clock = Callable[[], datetime]
 
 
@@ -110,6 +114,7 @@ class Scheduler:
         self._refresh_every = refresh_every
         self._book = ScheduleBook(session_factory)
         self._cursors: dict[SpecKey, CronCursor] = {}
+        self._queue: DueQueue[SpecKey] = DueQueue()  # the cursors above, by their next slot
         self._refreshed_at: datetime | None = None
         self._stale_checked_at: datetime | None = None
         self._stale_after = stale_after
@@ -162,9 +167,13 @@ class Scheduler:
             last = resume.get(key)
             start = max(last, now - occ_db.RETENTION) if last else now
             try:
-                self._cursors[key] = CronCursor(spec, start)
+                cursor = self._cursors[key] = CronCursor(spec, start)
             except Exception as exc:  # this trigger's problem, not the other rules'
                 self._failed[key] = (spec, _reason(exc))
+            else:
+                self._queue.file(key, cursor)
+        if len(self._queue) > 2 * len(self._cursors) + COMPACT_SLACK:
+            self._queue.compact(self._cursors)
         problems = dict(self._book.problems)
         for (rule_id, index, _cron), (_spec, reason) in self._failed.items():
             problems[(rule_id, index)] = reason
@@ -230,13 +239,16 @@ class Scheduler:
         report.once = self._one_shots.tick(now)
         return report
 
+    def next_slot(self) -> datetime | None:
+        """The earliest slot any trigger of this beat fires next (None: no schedules)."""
+        return self._queue.next_slot()
+
     def _due(self, now: datetime) -> tuple[list[OccurrenceKey], list[OccurrenceKey]]:
-        """The slots that came due since the last tick: to fire, and to record as missed."""
+        """The slots that came due since the last tick: to fire, and to record as missed.
+        Only the cursors filed at a slot up to `now` are looked at (`DueQueue`)."""
         fire: list[OccurrenceKey] = []
         missed: list[OccurrenceKey] = []
-        for key, cursor in list(self._cursors.items()):
-            overdue: list[OccurrenceKey] = []
-            window = cursor.spec.catchup_window or timedelta(0)
+        for key, cursor in self._queue.pop_due(now, self._cursors):
             try:
                 due = cursor.due(now)
             except Exception as exc:  # this trigger's problem: drop it until its rule changes
@@ -244,8 +256,15 @@ class Scheduler:
                 self._failed[key] = (cursor.spec, _reason(exc))
                 self._report_problems({**self.problems, (key[0], key[1]): _reason(exc)})
                 continue
+            self._queue.file(key, cursor)
+            rule_id, index, cron = key
+            if now - due[0] <= LATE_TOLERANCE:  # the oldest is on time: all are (the common case)
+                fire += [OccurrenceKey(rule_id, index, cron, slot) for slot in due]
+                continue
+            overdue: list[OccurrenceKey] = []
+            window = cursor.spec.catchup_window or timedelta(0)
             for slot in due:
-                occurrence = OccurrenceKey(key[0], key[1], key[2], slot)
+                occurrence = OccurrenceKey(rule_id, index, cron, slot)
                 late = now - slot
                 if late <= LATE_TOLERANCE or late <= window:
                     fire.append(occurrence)

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 #: How often a beat ticks: a slot fires within about this long after its minute begins.
 TICK_SECONDS = 1.0
+#: How long after a slot's start the beat wakes for it (a wake exactly at the minute could read
+#: the clock a hair before it and find nothing due).
+SLOT_WAKE_MARGIN = 0.005
 #: How often a beat says it is alive (rule health counts it gone after this and a grace).
 HEARTBEAT_SECONDS = 10.0
 #: The beat's cyclic garbage collector thresholds. At a boundary a beat keeps what it fires for
@@ -67,7 +70,9 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         sender = CelerySender(app)
         settings = runtime.settings
         clock = utcnow
+        self._clock_speed = 1.0
         if settings.beat_clock_origin is not None:
+            self._clock_speed = settings.beat_clock_speed
             clock = simulated_clock(
                 settings.beat_clock_origin, settings.beat_clock_speed, settings.beat_clock_anchor
             )
@@ -101,7 +106,22 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             # process, and only the one that ticks may poll (else one beat would poll twice).
             self._poller_checked = True
             self.poller = _guarded("starting GitHub polling", self._start_poller)
-        return min(float(interval if interval is not None else TICK_SECONDS), TICK_SECONDS)
+        return min(
+            float(interval if interval is not None else TICK_SECONDS),
+            TICK_SECONDS,
+            self._until_next_slot(),
+        )
+
+    def _until_next_slot(self) -> float:
+        """Real seconds until just after the next slot of any schedule, so the tick that fires a
+        minute's slots starts as that minute begins instead of up to a tick later."""
+        slot = self._schedules.next_slot()
+        if slot is None:
+            return TICK_SECONDS
+        ahead = (slot - self._schedules.now()).total_seconds() / self._clock_speed
+        # A slot already past was not taken by this tick (the tick failed, say, with the
+        # database away): retry at the usual pace, not in a tight loop.
+        return TICK_SECONDS if ahead < 0 else ahead + SLOT_WAKE_MARGIN
 
     def close(self) -> None:
         if self.poller is not None:

@@ -4,6 +4,7 @@ the housekeeping jobs run whatever the schedules do."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,28 @@ def test_the_beat_fires_schedules_when_housekeeping_fails(
             )
         ).all()
     assert fired == ["every-minute-0000"]
+
+
+def test_the_beat_sleeps_until_just_after_the_next_slot(
+    session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ade_tasks.settings import Settings
+    from ade_workers.celery.app import create_celery_app
+    from ade_workers.celery.beat import SLOT_WAKE_MARGIN, TICK_SECONDS, DatabaseScheduler
+
+    write_minutely_rules(session_factory, rules_dir, 1)
+    app = create_celery_app(Settings(), session_factory=session_factory)
+    beat = DatabaseScheduler(app)
+    clock = FakeClock(datetime(2026, 11, 30, 10, 0, 59, 600_000, tzinfo=UTC))
+    beat._schedules._clock = clock
+
+    assert beat.tick() == pytest.approx(0.4 + SLOT_WAKE_MARGIN)  # not a whole tick later
+    clock.advance(0.5)
+    assert beat.tick() == TICK_SECONDS  # it fired 10:01; 10:02 is more than a tick away
+
+    def down() -> None:
+        raise RuntimeError("the database is away")
+
+    clock.advance(60)
+    monkeypatch.setattr(beat, "_fire_schedules", down)
+    assert beat.tick() == TICK_SECONDS  # a slot it could not take: retried at the usual pace

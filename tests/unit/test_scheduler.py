@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select, update
 
 from ade_tasks.clock import utcnow
@@ -176,3 +177,45 @@ def test_a_rule_disabled_between_claim_and_fire_does_not_run(
     assert report.fired == {}
     assert "rule 'flip' is disabled" in next(iter(report.skipped.values()))
     assert runs_by_rule_and_slot(session_factory) == []
+
+
+def test_a_tick_between_slots_looks_at_no_trigger_and_the_next_slot_is_known(
+    session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ade_tasks.schedule.slots import CronCursor
+
+    write_minutely_rules(session_factory, rules_dir, 3)
+    clock = FakeClock()  # 10:00:05
+    beat = Scheduler(session_factory, InMemorySender(), "beat", clock=clock)
+    beat.tick()
+    assert beat.next_slot() == datetime(2026, 11, 30, 10, 1, tzinfo=UTC)
+
+    asked: list[datetime] = []
+    real_due = CronCursor.due
+
+    def counting_due(self: CronCursor, until: datetime) -> list[datetime]:
+        asked.append(until)
+        return real_due(self, until)
+
+    monkeypatch.setattr(CronCursor, "due", counting_due)
+    clock.advance(30)  # 10:00:35: nothing due
+    assert beat.tick().fired == {} and asked == []
+    clock.advance(30)  # 10:01:05: all three
+    assert len(beat.tick().fired) == 3 and len(asked) == 3
+    assert beat.next_slot() == datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
+
+
+def test_an_edited_cron_fires_on_its_new_slots_only(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    schedule_rule(session_factory, rules_dir, "edited", "* * * * *")
+    clock = FakeClock()  # 10:00:05
+    beat = Scheduler(session_factory, InMemorySender(), "beat", clock=clock)
+    beat.tick()
+    schedule_rule(session_factory, rules_dir, "edited", "*/5 * * * *")
+    fired = []
+    for _ in range(10):  # 10:01:05 to 10:10:05, with a refresh between
+        clock.advance(60)
+        report = beat.tick()
+        fired += sorted(key.slot.minute for key in [*report.fired, *report.skipped])
+    assert fired == [5, 10]  # the old every-minute cursor, still filed, never fired again
