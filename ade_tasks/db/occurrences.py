@@ -14,6 +14,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.states import OccurrenceOutcome
 
@@ -70,10 +71,10 @@ def claim(
         batch = ordered[start : start + CLAIM_BATCH]
         if dialect == "postgresql":
             params: Any = {
-                "rule_ids": [key.rule_id for key in batch],
-                "indexes": [key.trigger_index for key in batch],
-                "crons": [key.cron for key in batch],
-                "slots": [key.slot for key in batch],
+                "rule_ids": BinaryArray(key.rule_id for key in batch),
+                "indexes": BinaryArray(key.trigger_index for key in batch),
+                "crons": BinaryArray(key.cron for key in batch),
+                "slots": BinaryArray(key.slot for key in batch),
                 "claimed_by": beat_id,
                 "claimed_at": now,
                 "outcome": outcome.value,
@@ -178,13 +179,13 @@ def record_outcomes(session: Session, outcomes: Sequence[Outcome]) -> None:
         session.execute(
             _RECORD_OUTCOMES_PG,
             {
-                "rule_ids": [o.key.rule_id for o in outcomes],
-                "indexes": [o.key.trigger_index for o in outcomes],
-                "crons": [o.key.cron for o in outcomes],
-                "slots": [o.key.slot for o in outcomes],
-                "outcomes": [o.outcome.value for o in outcomes],
-                "run_ids": [o.run_id for o in outcomes],
-                "reasons": [o.reason for o in outcomes],
+                "rule_ids": BinaryArray(o.key.rule_id for o in outcomes),
+                "indexes": BinaryArray(o.key.trigger_index for o in outcomes),
+                "crons": BinaryArray(o.key.cron for o in outcomes),
+                "slots": BinaryArray(o.key.slot for o in outcomes),
+                "outcomes": BinaryArray(o.outcome.value for o in outcomes),
+                "run_ids": BinaryArray(o.run_id for o in outcomes),
+                "reasons": BinaryArray(o.reason for o in outcomes),
             },
         )
         return
@@ -230,9 +231,9 @@ def last_slots(
         for start in range(0, len(keys), LAST_SLOTS_BATCH):
             batch = keys[start : start + LAST_SLOTS_BATCH]
             params = {
-                "rule_ids": [k[0] for k in batch],
-                "indexes": [k[1] for k in batch],
-                "crons": [k[2] for k in batch],
+                "rule_ids": BinaryArray(k[0] for k in batch),
+                "indexes": BinaryArray(k[1] for k in batch),
+                "crons": BinaryArray(k[2] for k in batch),
             }
             for rule_id, trigger_index, cron, slot in session.execute(_LAST_SLOTS_PG, params):
                 if slot is not None:
@@ -244,8 +245,8 @@ def last_slots(
         OCCURRENCES.c.cron == bindparam("cron"),
     )
     for rule_id, trigger_index, cron in keys:
-        params = {"rule_id": rule_id, "trigger_index": trigger_index, "cron": cron}
-        slot = session.execute(newest, params).scalar_one_or_none()
+        key = {"rule_id": rule_id, "trigger_index": trigger_index, "cron": cron}
+        slot = session.execute(newest, key).scalar_one_or_none()
         if slot is not None:
             found[(rule_id, trigger_index, cron)] = slot
     return found

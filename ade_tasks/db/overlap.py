@@ -13,6 +13,7 @@ from sqlalchemy import and_, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.runs import RUNS, get_run
 from ade_tasks.db.schema import RunRow
 from ade_tasks.states import RunStatus
@@ -48,7 +49,7 @@ def lock_rules(session: Session, rule_ids: Sequence[str]) -> None:
     if len(rule_ids) == 1:
         lock_rule(session, rule_ids[0])
     elif rule_ids and session.get_bind().dialect.name == "postgresql":
-        session.execute(_LOCK_RULES, {"ids": list(rule_ids)})
+        session.execute(_LOCK_RULES, {"ids": BinaryArray(rule_ids)})
 
 
 def count_active(session: Session, rule_id: str) -> int:
@@ -81,7 +82,7 @@ def occupancy(session: Session, rule_ids: Sequence[str]) -> tuple[dict[str, int]
     if not rule_ids:
         return {}, set()
     if session.get_bind().dialect.name == "postgresql":
-        rows = session.execute(_OCCUPANCY_PG, {"ids": list(rule_ids)}).all()
+        rows = session.execute(_OCCUPANCY_PG, {"ids": BinaryArray(rule_ids)}).all()
         return {r: int(n) for r, n, _ in rows if n}, {r for r, _, held in rows if held}
     ids = list(rule_ids)
     active = session.execute(

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import psycopg
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import JSON, Table, TextClause, TypeDecorator, bindparam, text
 from sqlalchemy.engine import Dialect
 
@@ -30,7 +32,8 @@ def prepared(sql: str, table: Table, *columns: str, **types: Any) -> TextClause:
 # psycopg parses the text of each such statement on the client, uncached because it is long
 # (about 27 ms a statement under the profiler, the largest item of a beat firing a boundary).
 # The same batch as one array per column is a short statement with one parameter a column,
-# parsed once per process, and PostgreSQL expands it with `unnest`.
+# parsed once per process, and PostgreSQL expands it with `unnest`. Each array goes in binary
+# (`BinaryArray`).
 
 
 def unnest_arrays(table: Table, columns: Sequence[str], dialect: Dialect) -> str:
@@ -40,12 +43,25 @@ def unnest_arrays(table: Table, columns: Sequence[str], dialect: Dialect) -> str
     return f"unnest({', '.join(casts)})"
 
 
+class BinaryArray(list[Any]):
+    """A list that psycopg sends as a binary array.
+
+    A plain list goes as a text array, which psycopg builds in Python, quoting and escaping
+    every element: 6.6-10.7 ms for the 18 columns of a 200-run batch, the largest single item
+    of a beat firing a boundary (a tenth of its CPU). The binary form packs each element with
+    its C dumper: 0.9 ms for the same batch. The SQL casts each array to its column's type
+    either way, so the values and the statements are the same."""
+
+
+psycopg.adapters.register_dumper(BinaryArray, ListBinaryDumper)
+
+
 def column_arrays(
     table: Table, rows: Sequence[Mapping[str, Any]], columns: Sequence[str], dialect: Dialect
-) -> dict[str, list[Any]]:
+) -> dict[str, BinaryArray]:
     """The rows as one list per column, each value converted as its column's type converts a
     parameter (JSON documents serialized, timestamps refused when naive and made UTC)."""
-    arrays: dict[str, list[Any]] = {}
+    arrays: dict[str, BinaryArray] = {}
     for column in columns:
         values = [row[column] for row in rows]
         type_ = table.c[column].type
@@ -53,5 +69,5 @@ def column_arrays(
             values = [None if v is None else json.dumps(v) for v in values]
         elif isinstance(type_, TypeDecorator):
             values = [type_.process_bind_param(v, dialect) for v in values]
-        arrays[column] = values
+        arrays[column] = BinaryArray(values)
     return arrays

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db.copy_rows import JsonText, insert_rows
+from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.rule_trust import trusted_hashes
 from ade_tasks.db.rule_versions import (
     CREATED,
@@ -193,7 +194,7 @@ def sync_file_rules(
     insert_rows(session, _RULES, inserts)
     if copies_history and inserts:
         ids = [row["id"] for row in inserts]
-        session.execute(_CREATED_FROM_ROWS, {"ids": ids, "change": CREATED, "by": by})
+        session.execute(_CREATED_FROM_ROWS, {"ids": BinaryArray(ids), "change": CREATED, "by": by})
     insert_rows(session, _VERSIONS, versions)
     return report
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.rules import in_batches, rule_not_found
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
 from ade_tasks.errors import InvalidInputError
@@ -73,7 +74,7 @@ def next_versions(session: Session, rule_ids: Sequence[str]) -> dict[str, int]:
         return {}
     ids = sorted(set(rule_ids))
     if session.get_bind().dialect.name == "postgresql":
-        rows = session.execute(_LAST_VERSIONS_PG, {"ids": ids})
+        rows = session.execute(_LAST_VERSIONS_PG, {"ids": BinaryArray(ids)})
         return {rule_id: int(version) + 1 for rule_id, version in rows}
     found: dict[str, int] = {}
     for batch in in_batches(ids):
