@@ -232,7 +232,7 @@ def _dispatch_seen(
         return None
     if not _insert_seen(session_factory, plan, seen):
         return None
-    run = RunRow(**plan.values)
+    run = runs_db.inserted_row(plan.values)
     error = _send(sender, [run])
     return DispatchResult(run, True, run.id in error and not error[run.id], error.get(run.id))
 
@@ -330,7 +330,7 @@ def dispatch_many(
         with sessions.begin() as session:
             existing = runs_db.runs_by_keys(session, seen)
             session.expunge_all()
-    created = [RunRow(**plan.values) for plan in admitted if plan.key in inserted]
+    created = [runs_db.inserted_row(plan.values) for plan in admitted if plan.key in inserted]
     send_errors = _send(sender, created)
     results: list[DispatchResult | AdeError] = []
     runs = iter(created)
