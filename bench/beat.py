@@ -35,7 +35,9 @@ What it measures, in one run (each side against its own minute boundary, one aft
     by the same beats. Timed from `run_at` to `runs.queued_at` (p50/p99) against the cron slot of
     (a) as the baseline, with the ratio; exactly once per scheduled-run id (`bench/beat_once.py`).
 
-Target (ADE): all N queued within 10 s of the boundary, exactly once; the one-shots likewise.
+Targets (ADE), exactly once: all N queued within 5 s of the boundary up to 10,000 rules and
+within 30 s up to 100,000 (issue 18; `boundary_target`); the one-shots within 10 s of their
+`run_at`.
 
 The benchmark creates a scratch database `ade_beatbench_<pid>` (dropped at the end), uses Redis
 database 11 (flushed before and after) and only talks to loopback services. It waits for up to
@@ -106,7 +108,7 @@ VANILLA_QUEUE = "bench.vanilla"
 READY_TASK = "bench.ready"
 READY_QUEUE = "bench.vanilla.ready"  # a 1 s entry: its first message says the beat is ticking
 
-TARGET_SECONDS = 10.0
+TARGET_SECONDS = 10.0  # the one-shots, from their run_at
 STARTUP_TARGET_SECONDS = 10.0  # issue 18: 3 beats loading 100,000 rules
 MAX_RULES = 200_000
 START_LEAD_SECONDS = 25.0  # processes start at least this long before their boundary
@@ -303,6 +305,11 @@ def sleep_until(moment: float) -> None:
         if remaining <= 0:
             return
         time.sleep(min(remaining, 0.5))
+
+
+def boundary_target(count: int) -> float:
+    """Issue 18's goal for a boundary of `count` rules: 5 s up to 10,000, 30 s above."""
+    return 5.0 if count <= 10_000 else 30.0
 
 
 def plan_boundary(lead: float = START_LEAD_SECONDS) -> float:
@@ -877,11 +884,10 @@ def report(
         print(f"ratio ADE / vanilla, time to all queued = {approx}{ade.last / vanilla.last:.2f}")
     else:
         print("vanilla Celery beat: skipped (--no-vanilla)")
-    verdict = "PASS" if ade.last <= TARGET_SECONDS else "MISS"
-    print(
-        f"ADE: all {ade.count} queued within {TARGET_SECONDS:g} s of the boundary:"
-        f" {_s(ade.last)}  {verdict}"
-    )
+    target = boundary_target(ade.count)
+    verdict = "PASS" if ade.last <= target else "MISS"
+    within = f"within {target:g} s of the boundary"
+    print(f"ADE: all {ade.count} queued {within}: {_s(ade.last)}  {verdict}")
     verdict = "PASS" if once.ok(ade.count) else "FAIL"
     print(f"ADE: exactly once: {once.describe()}  {verdict}")
     if one_shots is not None:

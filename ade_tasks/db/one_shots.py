@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ade_tasks.schedule.one_shots import TriggerOnce
 
 SCHEDULED = cast(Table, ScheduledRunRow.__table__)
-CLAIM_BATCH = 200  # as for cron slots: beats ticking together share the due runs
+CLAIM_BATCH = 200  # beats ticking together share the due runs (measured at 200, as cron slots were)
 RETENTION = timedelta(days=35)
 
 
