@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db.prepared import one_of
 from ade_tasks.db.schema import WHOLE_RULE, RulePauseRow
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.triggers import TriggerType
@@ -127,9 +128,10 @@ def pauses_of(session: Session, rule_ids: Iterable[str]) -> dict[str, list[Pause
     if not ids:
         return found
     for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
         rows = session.scalars(
             select(RulePauseRow)
-            .where(RulePauseRow.rule_id.in_(ids[start : start + 1000]))
+            .where(one_of(RulePauseRow.rule_id, chunk, session.get_bind().dialect))
             .order_by(RulePauseRow.rule_id, RulePauseRow.trigger_index)
         )
         for row in rows:

@@ -14,8 +14,9 @@ from typing import Any
 
 import psycopg
 from psycopg.types.array import ListBinaryDumper
-from sqlalchemy import JSON, Table, TextClause, TypeDecorator, bindparam, text
+from sqlalchemy import JSON, ColumnElement, Table, TextClause, TypeDecorator, any_, bindparam, text
 from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import InstrumentedAttribute
 
 
 def prepared(sql: str, table: Table, *columns: str, **types: Any) -> TextClause:
@@ -54,6 +55,17 @@ class BinaryArray(list[Any]):
 
 
 psycopg.adapters.register_dumper(BinaryArray, ListBinaryDumper)
+
+
+def one_of(
+    column: ColumnElement[Any] | InstrumentedAttribute[Any], values: Sequence[Any], dialect: Dialect
+) -> ColumnElement[bool]:
+    """`column IN values` for a batch: on PostgreSQL `column = ANY(array)` with the values as
+    one binary array parameter. An IN of 500 values is a long statement text that psycopg
+    parses anew on every call; the ANY form is short, the same text every time."""
+    if dialect.name == "postgresql":
+        return column == any_(bindparam(None, BinaryArray(values)))
+    return column.in_(list(values))
 
 
 def column_arrays(

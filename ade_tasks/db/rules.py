@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import URL, bindparam, select, text
 from sqlalchemy.orm import Session
 
+from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.rule import Rule
@@ -158,11 +159,23 @@ _SNAPSHOTS = (
 )
 
 
+# PostgreSQL: the ids as one binary array. An expanding IN of a beat's batch (500 ids) is a
+# long statement text that psycopg parses anew on every call (a tenth of a batch's CPU).
+_SNAPSHOTS_PG = text(
+    "SELECT id, version, enabled, content_hash, document, trust_state, source_file, "
+    "source_hash FROM rules WHERE id = ANY(CAST(:ids AS text[]))"
+).columns(document=RuleRow.__table__.c.document.type)
+
+
 def rule_snapshots(session: Session, rule_ids: Sequence[str]) -> dict[str, RuleSnapshot]:
     """Read many rules at once (one SELECT); ids that do not exist are absent from the result."""
     if not rule_ids:
         return {}
-    rows = session.execute(_SNAPSHOTS, {"ids": sorted(set(rule_ids))})
+    ids = sorted(set(rule_ids))
+    if session.get_bind().dialect.name == "postgresql":
+        rows = session.execute(_SNAPSHOTS_PG, {"ids": BinaryArray(ids)})
+    else:
+        rows = session.execute(_SNAPSHOTS, {"ids": ids})
     return {row.id: _snapshot(row.id, row, session) for row in rows}
 
 
