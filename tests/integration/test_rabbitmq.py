@@ -54,3 +54,29 @@ def test_a_batch_declares_each_of_its_queues_and_loses_no_message(rabbitmq_url: 
                 channel.queue_delete(queue)
     finally:
         app.close()
+
+
+@pytest.mark.rabbitmq
+def test_single_runs_declare_their_queue_once_per_connection(rabbitmq_url: str) -> None:
+    # A trigger's run goes alone; its queue is declared by the first send on a connection and
+    # then taken from kombu's cache, so a second run to it and a run to a new queue both arrive.
+    app = create_celery_app(Settings(broker_url=rabbitmq_url))
+    first, second = (f"ade.single-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    sender = CelerySender(app)
+    try:
+        for n, queue in enumerate([first, first, second]):
+            sender.send_run(f"run-{n}", queue=queue, rule_id="rule")
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                counts = {q: channel.queue_declare(q, passive=True).message_count
+                          for q in (first, second)}  # fmt: skip
+                if counts == {first: 2, second: 1}:
+                    break
+                time.sleep(0.05)
+            assert counts == {first: 2, second: 1}
+            for queue in (first, second):
+                channel.queue_delete(queue)
+    finally:
+        app.close()
