@@ -131,25 +131,26 @@ class AuthMiddleware:
         if method in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        status, audited = 500, False
+        audited = False
 
         async def audit_then_send(message: Message) -> None:
-            # The call is recorded before its response's last part goes out, so a client that
-            # has the response finds the call in the audit log (recorded after it, the line
-            # raced the client's next read, and a crash in between lost it).
-            nonlocal status, audited
+            # The call is recorded as soon as its status is known and before any of its response
+            # goes out, so a client that has the response finds the call in the audit log. Not
+            # at the last body part: an empty response (a form's 303) is complete at its headers,
+            # and the client's next read raced the line (as a crash in between lost it).
+            nonlocal audited
             if message["type"] == "http.response.start":
-                status = int(message["status"])
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
                 audited = True
-                await run_in_threadpool(self._audit, principal, method, path, status)
+                await run_in_threadpool(
+                    self._audit, principal, method, path, int(message["status"])
+                )
             await send(message)
 
         try:
             await self.app(scope, receive, audit_then_send)
         finally:
-            if not audited:  # no response was finished (the app raised)
-                await run_in_threadpool(self._audit, principal, method, path, status)
+            if not audited:  # no response was started (the app raised)
+                await run_in_threadpool(self._audit, principal, method, path, 500)
 
     def _authenticate(self, token: str) -> Principal | None:
         with self.session_factory.begin() as session:

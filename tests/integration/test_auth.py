@@ -7,6 +7,7 @@ import json
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,9 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.schema import ApiTokenRow, AuditRow, RunRow
 from ade_tasks.roles import Role
+from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
+from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 from tests.support import free_port, wait_until
@@ -146,14 +149,34 @@ def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
     assert "401" in anonymous.stderr and "ADE_API_TOKEN" in anonymous.stderr
 
 
+@pytest.mark.parametrize(
+    ("path", "form", "status"),
+    [
+        # an API call answered with a body
+        ("/api/v1/rules/no-such-rule/runs", None, 404),
+        # a web form's post answered by an empty 303, complete as soon as its headers are out
+        ("/ui/rules/nightly/pause", {"trigger_index": "", "note": "db move"}, 303),
+    ],
+)
 def test_a_call_is_in_the_audit_log_by_the_time_its_response_arrives(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    path: str,
+    form: dict[str, str] | None,
+    status: int,
 ) -> None:
     # Given the real app served by uvicorn, whose audit writes take a while (a busy database)
     engine = create_db_engine(database_url)
     sessions = create_session_factory(engine)
     with sessions.begin() as session:
         secret = tokens_db.create_token(session, "olivia", Role.OPERATOR, "tests")[1]
+    write_rule(tmp_path, "nightly.yaml", """
+        id: nightly
+        triggers: [{type: schedule, cron: "0 3 * * *"}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    assert not sync_rules_dir(sessions, tmp_path)[0].problems
     slow_record = tokens_db.record_call
 
     def record_call(*args: Any, **kwargs: Any) -> None:
@@ -171,15 +194,13 @@ def test_a_call_is_in_the_audit_log_by_the_time_its_response_arrives(
         base = f"http://127.0.0.1:{server.config.port}"
         headers = {"Authorization": f"Bearer {secret}"}
         # When an operator's state-changing call has its answer
-        answer = httpx.post(f"{base}/api/v1/rules/no-such-rule/runs", headers=headers, timeout=10)
-        assert answer.status_code == 404
+        answer = httpx.post(f"{base}{path}", headers=headers, data=form, timeout=10)
+        assert answer.status_code == status, answer.text
         # Then the audit log holds it already
         with sessions() as session:
             audit = session.execute(select(AuditRow.actor, AuditRow.method, AuditRow.path,
                                            AuditRow.status_code)).all()  # fmt: skip
-        assert [tuple(row) for row in audit] == [
-            ("olivia", "POST", "/api/v1/rules/no-such-rule/runs", 404)
-        ]
+        assert [tuple(row) for row in audit] == [("olivia", "POST", path, status)]
     finally:
         server.should_exit = True
         thread.join(timeout=15)
