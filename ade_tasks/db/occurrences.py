@@ -27,6 +27,13 @@ RETENTION = timedelta(days=35)
 #: 42-44 s and 0.57 ms of beat CPU a slot, 500 took 30-36 s and 0.41-0.48 ms, 1,000 33 s
 #: (docs/performance.md, "The scheduler").
 CLAIM_BATCH = 500
+#: How long a claim's transaction may sit between its statements before PostgreSQL ends it.
+#: Its row locks are what the other claimants of the same slots wait on, and its statements
+#: follow each other within milliseconds, so only a process frozen mid-claim (SIGSTOP, a paused
+#: VM) waits this long; without the limit it would hold every other beat's claims of those
+#: slots, and so of everything batched with them, until it woke, and then, minutes behind,
+#: record as missed the slots the others had been trying to fire.
+FROZEN_AFTER = timedelta(seconds=5)
 
 
 class OccurrenceKey(NamedTuple):
@@ -135,12 +142,26 @@ def _claim_statement(dialect: str) -> Any:
     return statement
 
 
-def limit_lock_wait(session: Session, timeout: timedelta) -> None:
-    """Make this transaction give up waiting on another transaction's row locks after `timeout`
-    (PostgreSQL; SQLite writers are serialized by its busy timeout instead)."""
+def bound_lock_waits(session: Session, timeout: timedelta) -> None:
+    """Bound the waits of this claim's transaction both ways: it gives up waiting on another
+    transaction's row locks after `timeout`, and PostgreSQL ends it (releasing its own locks) if
+    its process stops between statements for `FROZEN_AFTER`. PostgreSQL only; SQLite writers
+    are serialized by its busy timeout instead."""
     if session.get_bind().dialect.name == "postgresql":
-        milliseconds = int(timeout.total_seconds() * 1000)
-        session.execute(text(f"SET LOCAL lock_timeout = {milliseconds}"))
+        session.execute(
+            _BOUND_LOCK_WAITS,
+            {"waits": _milliseconds(timeout), "frozen": _milliseconds(FROZEN_AFTER)},
+        )
+
+
+_BOUND_LOCK_WAITS = text(
+    "SELECT set_config('lock_timeout', :waits, true), "
+    "set_config('idle_in_transaction_session_timeout', :frozen, true)"
+)
+
+
+def _milliseconds(span: timedelta) -> str:
+    return str(int(span.total_seconds() * 1000))
 
 
 def is_lock_timeout(exc: OperationalError) -> bool:

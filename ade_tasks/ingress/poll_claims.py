@@ -91,7 +91,7 @@ class PollClaims:
             return []
         try:
             with self._session_factory.begin() as session:
-                occ_db.limit_lock_wait(session, LOCK_TIMEOUT)
+                occ_db.bound_lock_waits(session, LOCK_TIMEOUT)
                 won = occ_db.claim(session, list(keys), self._owner, OccurrenceOutcome.FIRED)
         except OperationalError as exc:
             if not occ_db.is_lock_timeout(exc):

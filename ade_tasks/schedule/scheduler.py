@@ -44,7 +44,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
-from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, TransientError
@@ -105,6 +105,9 @@ class Scheduler:
         automations_disabled: bool = False,
     ) -> None:
         self._session_factory = session_factory
+        # An outcome is one statement, so it commits on its own: no transaction a beat frozen
+        # between its statements could leave open, holding the rows the others claim.
+        self._outcomes = autocommit(session_factory)
         # The kill switch: slots are still claimed, and recorded skipped with why, so the
         # occurrences show what did not run.
         self._automations_disabled = automations_disabled
@@ -279,7 +282,7 @@ class Scheduler:
         """Claim `keys`; None when another beat's locks held them past the lock timeout."""
         try:
             with self._session_factory.begin() as session:
-                occ_db.limit_lock_wait(session, self._lock_timeout)
+                occ_db.bound_lock_waits(session, self._lock_timeout)
                 return occ_db.claim(session, keys, self.beat_id, outcome)
         except OperationalError as exc:
             if not occ_db.is_lock_timeout(exc):
@@ -315,7 +318,7 @@ class Scheduler:
                 reason = f"could not be dispatched: {_reason(exc)}"
                 log.exception("occurrence %s %s", key, reason)
                 report.skipped[key] = reason
-                with self._session_factory.begin() as session:
+                with self._outcomes.begin() as session:
                     outcome = occ_db.Outcome(key, OccurrenceOutcome.SKIPPED, None, reason)
                     occ_db.record_outcomes(session, [outcome])
 
@@ -333,7 +336,7 @@ class Scheduler:
         outcomes = [
             _outcome(key, result, report) for key, result in zip(keys, results, strict=True)
         ]
-        with self._session_factory.begin() as session:
+        with self._outcomes.begin() as session:
             occ_db.record_outcomes(session, outcomes)
 
     def _refire_stale_claims(self, now: datetime, report: TickReport) -> None:

@@ -6,16 +6,21 @@ import random
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.db.retry import is_connection_lost
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
 from tests.scheduler_support import FakeClock, write_minutely_rules
+from tests.support import wait_until
 
 
 @pytest.fixture
@@ -59,6 +64,17 @@ def shuffled_beat(factory: SessionFactory, name: str, clock: object, seed: int) 
 
     beat.refresh = refresh_in_random_order  # type: ignore[method-assign]
     return beat
+
+
+def outcomes_by_slot(sessions: SessionFactory) -> list[tuple[str, str, int]]:
+    """(slot as HH:MM, outcome, how many occurrences), by slot."""
+    with sessions() as session:
+        rows = session.execute(
+            select(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome, func.count())
+            .group_by(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome)
+            .order_by(ScheduleOccurrenceRow.slot)
+        ).all()
+    return [(f"{slot:%H:%M}", outcome, n) for slot, outcome, n in rows]
 
 
 def test_three_beats_200_rules_ten_minutes_exactly_once(
@@ -128,13 +144,8 @@ def test_beats_started_again_resume_after_their_newest_claimed_slots(
 
     # Then 10:04 (more than a minute late) is recorded missed and 10:05 fired, once per rule
     with factories[0]() as session:
-        outcomes = session.execute(
-            select(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome, func.count())
-            .group_by(ScheduleOccurrenceRow.slot, ScheduleOccurrenceRow.outcome)
-            .order_by(ScheduleOccurrenceRow.slot)
-        ).all()
         runs = session.scalar(select(func.count()).select_from(RunRow))
-    assert [(f"{slot:%H:%M}", outcome, n) for slot, outcome, n in outcomes] == [
+    assert outcomes_by_slot(factories[0]) == [
         ("10:01", "fired", 100),
         ("10:02", "fired", 100),
         ("10:03", "fired", 100),
@@ -142,3 +153,66 @@ def test_beats_started_again_resume_after_their_newest_claimed_slots(
         ("10:05", "fired", 100),
     ]
     assert runs == 400
+
+
+def test_a_beat_frozen_in_its_claim_holds_the_others_up_for_seconds_not_until_it_wakes(
+    factories: list[SessionFactory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A beat stopped (SIGSTOP, a paused VM) between its claim's INSERT and COMMIT holds the
+    slots' row locks. PostgreSQL ends that transaction after `FROZEN_AFTER`, so the other beat
+    claims and fires the slots; the frozen beat, woken minutes later, finds them fired and
+    records none of them missed."""
+    # Given 20 minutely rules and two beats, one of which freezes inside its next claim
+    write_minutely_rules(factories[0], tmp_path / "rules", 20)
+    monkeypatch.setattr(occ_db, "FROZEN_AFTER", timedelta(seconds=1))
+    clock = FakeClock()  # 10:00:05
+    quick = timedelta(milliseconds=300)
+    sleeper = Scheduler(factories[1], InMemorySender(), "sleeper", clock=clock, lock_timeout=quick)
+    other = Scheduler(factories[2], InMemorySender(), "other", clock=clock, lock_timeout=quick)
+    run_beats([sleeper, other], clock, ticks=1, step=60)  # both start at the next slot, 10:01
+    frozen, wake = threading.Event(), threading.Event()
+    claim = occ_db.claim
+
+    def claim_then_freeze(session: Any, keys: Any, beat_id: str, *args: Any) -> Any:
+        won = claim(session, keys, beat_id, *args)
+        if beat_id == "sleeper":
+            frozen.set()
+            wake.wait(60)
+        return won
+
+    monkeypatch.setattr(occ_db, "claim", claim_then_freeze)
+    failures: list[Exception] = []
+
+    def sleeper_tick() -> None:
+        try:
+            sleeper.tick()
+        except Exception as exc:  # looked at below
+            failures.append(exc)
+
+    thread = threading.Thread(target=sleeper_tick)
+    thread.start()
+    assert frozen.wait(10), "the sleeper to claim 10:01 and freeze"
+
+    # When the other beat ticks on through three minutes while the sleeper stays frozen
+    def other_fired(minute: str) -> bool:
+        other.tick()
+        return (minute, "fired", 20) in outcomes_by_slot(factories[0])
+
+    try:
+        for minute in ("10:01", "10:02", "10:03"):
+            # Then it fires every slot within seconds, the frozen claim's first
+            wait_until(partial(other_fired, minute), 15, f"the other beat to fire {minute}")
+            clock.advance(60)
+    finally:
+        wake.set()
+        thread.join(timeout=30)
+    # The sleeper wakes at 10:04:05 to a claim PostgreSQL ended under it
+    assert len(failures) == 1 and is_connection_lost(failures[0]), failures
+    # And its next tick, three slots behind, fires nothing twice and records nothing missed
+    run_beats([sleeper, other], clock, ticks=1, step=60)
+    with factories[0]() as session:
+        runs = session.execute(select(RunRow.rule_id, RunRow.trigger)).all()
+    assert outcomes_by_slot(factories[0]) == [
+        (minute, "fired", 20) for minute in ("10:01", "10:02", "10:03", "10:04")
+    ]
+    assert len(runs) == 80 and len({(r, t["slot"]) for r, t in runs}) == 80
