@@ -28,6 +28,8 @@ def test_it_works_in_a_process_whose_mappers_were_never_configured() -> None:
         "row = inserted_row({'id': 'x', 'status': 'queued'})\n"
         "print(row.id, row.status, row.worker)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["x", "queued", "None"]

@@ -1,0 +1,38 @@
+"""The latency floor `make bench` prints (bench/dispatch.py): raw Celery's `true` task plus the two
+durable commits an ADE run makes before its step. It tells how much of the p50 ratio the commits
+alone take on the machine, so it must add up and say whether the target is within reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.dispatch import CommitProbe, Result, p50_floor, report
+
+
+def _result(label: str, p50_ms: float, rate: float = 100.0) -> Result:
+    return Result(label, "tasks", int(rate), 1.0, latencies=[p50_ms / 1000] * 5)
+
+
+def test_the_floor_is_raw_true_plus_two_commits_after_an_idle_gap() -> None:
+    true = _result("raw true", 2.0)
+    commits = CommitProbe(after_idle=[0.0008, 0.0010, 0.0012], back_to_back=[0.0001] * 3)
+
+    assert p50_floor(true, commits) == pytest.approx(0.002 + 2 * 0.0010)
+
+
+@pytest.mark.parametrize(
+    ("commit_ms", "reach", "floor_ratio"),
+    [(1.5, "out of reach", "3.5"), (0.5, "within reach", "1.5")],
+)
+def test_the_report_says_whether_the_commits_alone_leave_the_p50_target_in_reach(
+    capsys: pytest.CaptureFixture[str], commit_ms: float, reach: str, floor_ratio: str
+) -> None:
+    noop, true, ade = _result("noop", 1.0), _result("true", 0.5), _result("ade", 5.0, 40.0)
+    commits = CommitProbe(after_idle=[commit_ms / 1000] * 3, back_to_back=[0.0001] * 3)
+
+    report(noop, true, ade, commits)
+
+    out = capsys.readouterr().out
+    assert f"the p50 ratio cannot go below {floor_ratio} here ({reach} of the target" in out
+    rest = 5.0 - 0.5 - 2 * commit_ms
+    assert f"ADE p50 - floor = {rest:.1f} ms" in out
