@@ -18,6 +18,12 @@ from the first send to the last finish. Latency: `--latency-n` sequential round 
 is sent only after the previous finished), so it is not queueing time; p50 and p95 are reported.
 Each phase starts with a few unmeasured warm-up tasks so that pool processes have connected.
 
+The durable commits' floor: once the ADE worker has stopped, one-row INSERTs on the scratch
+database are timed, each after the latency loop's idle gap and back to back. An ADE run's path
+holds everything raw Celery's `true` task does plus two such commits (the run's INSERT before
+the send, the claim before the step), so raw `true`'s p50 plus two of them is a floor under
+ADE's p50; the report prints it against the p50 target, and how far ADE's p50 sits above it.
+
 The benchmark creates a scratch database `ade_bench_<pid>` (dropped at the end), uses Redis
 database 12 (flushed before and after) and only talks to loopback services. Run it from the
 repository root:
