@@ -1,38 +1,42 @@
 """Dispatch benchmark: ADE runs against raw Celery tasks on the same broker, pool and config.
 
-What it measures, in one run:
+Two real prefork workers (2 processes each, `--concurrency`) run side by side, both built by
+`create_celery_app`, so broker, prefetch, acks_late and the rest of the reliable configuration
+are identical:
 
-(a) raw Celery: a no-op task and a task running the `true` subprocess, sent by name to a real
-    worker (`celery -A bench.dispatch worker`, prefork, 2 processes) built by the same
-    `create_celery_app` as ADE's worker, so broker, prefetch, acks_late and the rest of the
-    reliable configuration are identical. The app ignores results and has no result backend, so
-    each task records its finish time (`time.time()`) into a Redis list in the benchmark's
-    Redis database; latency is that time minus the send time.
-(b) ADE: runs of the rule `bench-true` (one built-in step, `run-command: [true]`), created with
-    `ade_tasks.runs.dispatch.dispatch` from this process and executed by a real ADE worker
-    (`celery -A ade_workers.celery.app worker`, same pool and flags) against PostgreSQL.
-    Trigger-to-finished latency is `runs.finished_at` minus the time of the `dispatch()` call.
+(a) raw Celery: `celery -A bench.dispatch worker` on the queue `bench.raw`, running a no-op task
+    and a task that runs the `true` subprocess, sent by name from this process. The app has no
+    result backend, so each task records its finish time (`time.time()`) into a Redis list in
+    the benchmark's Redis database; latency is that time minus the send time.
+(b) ADE: `celery -A bench.dispatch:ade_app worker` on `ade.builtin`, ADE's own worker app with
+    one addition: after each run's task returns it pushes the run id to a Redis list, so the
+    bench waits on ADE's runs as it waits on the raw tasks (a blocking pop) instead of polling
+    PostgreSQL while the run goes. Runs of the rule `bench-true` (one built-in step,
+    `run-command: [true]`) are created with `ade_tasks.runs.dispatch.dispatch` from this process;
+    latency is the run's `finished_at` minus the time of the `dispatch()` call.
 
-Throughput: N tasks/runs are sent as fast as one thread can (`--n`, default 300) and measured
-from the first send to the last finish. Latency: `--latency-n` sequential round trips (the next
-is sent only after the previous finished), so it is not queueing time; p50 and p95 are reported.
-Each phase starts with a few unmeasured warm-up tasks so that pool processes have connected.
+The sides take turns (`measure`), so that the machine's drift reaches all of them alike.
+Throughput: `--rounds` rounds of one burst a side of `--n` tasks/runs sent as fast as one thread
+can, each from the first send to the last finish; a side's throughput is all its items over all
+its bursts' time, and the report gives each round's ratio too. Latency: `--latency-n` round trips
+a side, split between the rounds, each share right after the side's burst; a round trip is sent
+only after the previous one finished, so it is not queueing time; p50 and p95 are reported.
 
-The durable commits' floor: once the ADE worker has stopped, one-row INSERTs on the scratch
-database are timed, each after the latency loop's idle gap and back to back. An ADE run's path
-holds everything raw Celery's `true` task does plus two such commits (the run's INSERT before
-the send, the claim before the step), so raw `true`'s p50 plus two of them is a floor under
-ADE's p50; the report prints it against the p50 target, and how far ADE's p50 sits above it.
+The durable commits' floor: once both workers have stopped, one-row INSERTs on the scratch
+database are timed, each after a short quiet stretch and back to back. An ADE run's path holds
+everything raw Celery's `true` task does plus two such commits (the run's INSERT before the send,
+the claim before the step), so raw `true`'s p50 plus two of them is a floor under ADE's p50; the
+report prints it against the p50 target, and how far ADE's p50 sits above it.
 
 The benchmark creates a scratch database `ade_bench_<pid>` (dropped at the end), uses Redis
 database 12 (flushed before and after) and only talks to loopback services. Run it from the
 repository root:
 
     make bench                      # = .venv/bin/python bench/dispatch.py
-    .venv/bin/python bench/dispatch.py --n 500 --latency-n 100
+    .venv/bin/python bench/dispatch.py --n 500 --rounds 5 --latency-n 100
 
 It exits non-zero only when something breaks (a service is down, a worker does not start, a run
-fails, a deadline passes); a missed target is reported as MISS, not as an error.
+fails, the deadline passes); a missed target is reported as MISS, not as an error.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ if __package__ in (
 
 import argparse
 import contextlib
+import importlib
 import math
 import os
 import signal
@@ -61,10 +66,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
-from celery import Celery
+from celery import Celery, signals
 from sqlalchemy import Engine, bindparam, text
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
@@ -72,7 +77,7 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from ade_tasks.settings import Settings, get_settings
-from ade_workers.celery.app import BUILTIN_QUEUE, CelerySender, create_celery_app
+from ade_workers.celery.app import BUILTIN_QUEUE, EXECUTE_TASK, CelerySender, create_celery_app
 from ade_workers.engine.process import group_alive
 from bench.common import (
     BenchError,
@@ -107,13 +112,20 @@ execution:
 
 WORKER_START_SECONDS = 60.0
 WORKER_STOP_SECONDS = 20.0
-ADE_LATENCY_POLL_SECONDS = 0.005
-ADE_BATCH_POLL_SECONDS = 0.05
+#: The raw worker's queue; the ADE worker consumes ADE's own (`ade.builtin`) beside it.
+RAW_QUEUE = "bench.raw"
+#: Where the ADE worker's app pushes the id of each run it finished (`ade_worker_app`).
+ADE_FINISHED_KEY = "bench:ade:finished"
+#: Quiet before each side's turn, for the previous side's tail to settle.
+SWITCH_PAUSE_SECONDS = 0.05
+#: Quiet before each probed commit: about the stretch before a run's claim in the latency loop
+#: (from its dispatch's return: the send, the broker, the hand-off to a pool process).
+PROBE_GAP_SECONDS = 0.002
 TARGET_THROUGHPUT_RATIO = 0.5
 TARGET_P50_RATIO = 3.0
 
 
-# --- the raw-Celery baseline, importable by `celery -A bench.dispatch worker` -----------------
+# --- the two workers' apps, importable by `celery -A bench.dispatch[:ade_app] worker` -----------
 
 _recorder_lock = threading.Lock()
 _recorder_client: tuple[int, redis.Redis] | None = None
@@ -133,9 +145,10 @@ def _record_finish(url: str, key: str, seq: int) -> None:
 
 
 def baseline_app(settings: Settings | None = None) -> Celery:
-    """ADE's Celery app (same reliable config and queues) plus the two baseline tasks."""
+    """ADE's Celery app (same reliable config) plus the two baseline tasks, consumed from a
+    queue of their own (`RAW_QUEUE`) so that the raw worker and the ADE worker run side by side."""
     settings = settings or get_settings()
-    app = create_celery_app(settings)
+    app = create_celery_app(settings, extra_queues=(RAW_QUEUE,))
     url = settings.broker_url
 
     @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
@@ -150,15 +163,38 @@ def baseline_app(settings: Settings | None = None) -> Celery:
     return app
 
 
+def ade_worker_app() -> Celery:
+    """ADE's own worker app (`ade_workers.celery.app`, settings from the environment) with one
+    addition: after each run's task returns, its run id goes to `ADE_FINISHED_KEY` in the
+    broker's Redis database. The bench waits on that list as it waits on the raw tasks' records
+    (a blocking pop) instead of polling PostgreSQL while the run goes: a poll every few
+    milliseconds competed with the run for the machine's two cores and started the next trip
+    up to a poll later than raw Celery's loop does (0.5-0.8 ms on a 6 ms p50, 2026-12-06). The
+    push comes after the run's outcome is stamped, so it is not in the measured latency."""
+    url = get_settings().broker_url
+
+    def record(task: Any = None, args: Sequence[Any] | None = None, **_: Any) -> None:
+        if task is not None and task.name == EXECUTE_TASK and args:
+            _recorder(url).rpush(ADE_FINISHED_KEY, str(args[0]))
+
+    signals.task_postrun.connect(record, weak=False, dispatch_uid="bench.dispatch.ade_finished")
+    app: Celery = importlib.import_module("ade_workers.celery.app").app
+    return app
+
+
 app: Celery  # declared only: `__getattr__` builds it on first access
+ade_app: Celery  # likewise
 
 
 def __getattr__(name: str) -> Celery:
-    # `celery -A bench.dispatch` looks up `app`; build it on first access only.
+    # `celery -A bench.dispatch` looks up `app`, `-A bench.dispatch:ade_app` the ADE worker's.
+    global app, ade_app
     if name == "app":
-        global app
         app = baseline_app()
         return app
+    if name == "ade_app":
+        ade_app = ade_worker_app()
+        return ade_app
     raise AttributeError(name)
 
 
@@ -167,18 +203,24 @@ def __getattr__(name: str) -> Celery:
 
 @dataclass
 class Result:
-    """One side of the comparison: burst throughput and sequential latencies (seconds)."""
+    """One side of the comparison: its throughput bursts (count, seconds) and its sequential
+    latencies (seconds)."""
 
     label: str
     unit: str
-    count: int
-    seconds: float
+    bursts: list[tuple[int, float]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else math.inf
+        """Throughput over all bursts: their items over their time."""
+        seconds = sum(s for _, s in self.bursts)
+        return sum(c for c, _ in self.bursts) / seconds if seconds > 0 else math.inf
+
+    @property
+    def round_rates(self) -> list[float]:
+        return [count / seconds if seconds > 0 else math.inf for count, seconds in self.bursts]
 
     @property
     def p50(self) -> float:
@@ -229,13 +271,15 @@ def _group_cpu_seconds(pgid: int) -> float:
 
 @dataclass
 class CpuMeter:
-    """Where the CPU went during a burst: this process, the worker's process group, the rest.
+    """Where the CPU went during a side's bursts: this process, the side's worker (its process
+    group), the rest (PostgreSQL, Redis, the other side's idle worker), idle; summed over the
+    bursts `measuring` wraps.
 
     Linux only (/proc); the other sessions on the machine land in "other processes".
     """
 
     worker_pgid: int
-    started: tuple[float, ...] = ()
+    totals: list[float] = field(default_factory=lambda: [0.0] * 4)  # wall, ours, worker, idle
 
     def _now(self) -> tuple[float, ...]:
         return (
@@ -245,16 +289,20 @@ class CpuMeter:
             machine_idle_seconds(),
         )
 
-    def start(self) -> None:
-        self.started = self._now()
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        before = self._now()
+        yield
+        for index, (start, end) in enumerate(zip(before, self._now(), strict=True)):
+            self.totals[index] += end - start
 
     def note(self, count: int, unit: str) -> str:
-        wall, ours, worker, idle = (b - a for a, b in zip(self.started, self._now(), strict=True))
+        wall, ours, worker, idle = self.totals
         capacity = (os.cpu_count() or 1) * wall
         other = capacity - ours - worker - idle
         per = 1000 / count
         return (
-            f"CPU per {unit} in the burst: sender process {ours * per:.1f} ms, worker "
+            f"CPU per {unit} in the bursts: sender process {ours * per:.1f} ms, worker "
             f"{worker * per:.1f} ms, other processes (PostgreSQL, Redis, ...) {other * per:.1f} "
             f"ms, idle {idle * per:.1f} ms, of {capacity * per:.1f} core-ms"
         )
@@ -279,9 +327,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def running_worker(
-    module: str, env: dict[str, str], control: Celery, log_dir: Path, concurrency: int
+    module: str, queue: str, env: dict[str, str], control: Celery, log_dir: Path, concurrency: int
 ) -> Iterator[int]:
-    """A real prefork worker for `module` on the builtin queue, up and answering pings.
+    """A real prefork worker of the app `module` names, consuming `queue`, up and answering pings.
 
     Yields its pid, which is also the id of the process group holding its pool processes.
     """
@@ -289,7 +337,7 @@ def running_worker(
     log_path = log_dir / f"{name.partition('@')[0]}.log"
     argv = [
         sys.executable, "-m", "celery", "-A", module, "worker",
-        "-Q", BUILTIN_QUEUE, "-P", "prefork", "-c", str(concurrency),
+        "-Q", queue, "-P", "prefork", "-c", str(concurrency),
         "--without-mingle", "--without-gossip", "-n", name, "--loglevel=WARNING",
     ]  # fmt: skip
     with log_path.open("wb") as log:
@@ -321,87 +369,73 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-# --- raw Celery phases ------------------------------------------------------------------------
+# --- the two sides: a burst (throughput) and a round trip (latency) each ----------------------
 
 
 def _check_deadline(deadline: float, doing: str) -> None:
     if time.monotonic() > deadline:
-        raise BenchError(f"the phase deadline passed while {doing}; see --phase-timeout")
+        raise BenchError(f"the deadline passed while {doing}; see --timeout")
 
 
-def _collect(store: redis.Redis, key: str, count: int, deadline: float) -> dict[int, float]:
-    """Pop `count` finish records from `key`: sequence number -> finish time (epoch seconds)."""
-    finished: dict[int, float] = {}
-    while len(finished) < count:
+def _pop(store: redis.Redis, key: str, count: int, deadline: float, doing: str) -> list[str]:
+    """Pop `count` records from the list `key`, waiting for them (a blocking pop, no polling)."""
+    records: list[str] = []
+    while len(records) < count:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise BenchError(f"only {len(finished)} of {count} tasks finished before the deadline")
+            raise BenchError(f"only {len(records)} of {count} finished while {doing}")
         item = store.blpop([key], timeout=min(remaining, 1.0))
-        if item is None:
-            continue
-        record = item[1]
-        seq, stamp = (record.decode() if isinstance(record, bytes) else record).split()
-        finished[int(seq)] = float(stamp)
-    return finished
+        if item is not None:
+            record = item[1]
+            records.append(record.decode() if isinstance(record, bytes) else record)
+    return records
 
 
-def raw_burst(
-    app: Celery, store: redis.Redis, task: str, count: int, deadline: float
-) -> tuple[float, float]:
-    """Send `count` tasks back to back; (first send, last finish) as epoch seconds."""
-    key = f"bench:{task}:burst:{uuid.uuid4().hex}"
-    started = time.time()
-    for seq in range(count):
-        _check_deadline(deadline, "sending the burst")
-        app.send_task(task, args=[key, seq], queue=BUILTIN_QUEUE)
-    finished = _collect(store, key, count, deadline)
-    return started, max(finished.values())
+class RawSide:
+    """A baseline task sent by name to the raw worker; each task records its finish time."""
 
+    def __init__(
+        self, app: Celery, store: redis.Redis, task: str, label: str, worker_pgid: int
+    ) -> None:
+        self.app, self.store, self.task = app, store, task
+        self.result = Result(label, "tasks")
+        self.meter = CpuMeter(worker_pgid)
 
-def raw_latencies(
-    app: Celery, store: redis.Redis, task: str, count: int, deadline: float
-) -> list[float]:
-    """Sequential send-to-finish times of `count` tasks."""
-    key = f"bench:{task}:latency:{uuid.uuid4().hex}"
-    latencies = []
-    for seq in range(count):
+    def _send(self, key: str, seq: int) -> None:
+        self.app.send_task(self.task, args=[key, seq], queue=RAW_QUEUE)
+
+    def _finished(self, key: str, count: int, deadline: float) -> dict[int, float]:
+        """sequence number -> finish time (epoch seconds) of `count` tasks recorded at `key`."""
+        records = _pop(self.store, key, count, deadline, f"running {self.task}")
+        return {int(seq): float(stamp) for seq, stamp in (r.split() for r in records)}
+
+    def burst(self, count: int, deadline: float, *, measured: bool = True) -> None:
+        """Send `count` tasks back to back; measured: from the first send to the last finish."""
+        key = f"bench:{self.task}:burst:{uuid.uuid4().hex}"
+        with self.meter.measuring() if measured else contextlib.nullcontext():
+            started = time.time()
+            for seq in range(count):
+                _check_deadline(deadline, "sending a burst")
+                self._send(key, seq)
+            finished = self._finished(key, count, deadline)
+        if measured:
+            self.result.bursts.append((count, max(finished.values()) - started))
+
+    def trip(self, deadline: float) -> None:
+        """One task, sent when nothing else is in flight: send -> finished."""
+        key = f"bench:{self.task}:trip:{uuid.uuid4().hex}"
         sent = time.time()
-        app.send_task(task, args=[key, seq], queue=BUILTIN_QUEUE)
-        latencies.append(_collect(store, key, 1, deadline)[seq] - sent)
-    return latencies
+        self._send(key, 0)
+        self.result.latencies.append(self._finished(key, 1, deadline)[0] - sent)
 
-
-def bench_raw(
-    app: Celery,
-    store: redis.Redis,
-    task: str,
-    label: str,
-    args: argparse.Namespace,
-    worker_pgid: int,
-) -> Result:
-    deadline = time.monotonic() + args.phase_timeout
-    if args.warmup:
-        raw_burst(app, store, task, args.warmup, deadline)
-    meter = CpuMeter(worker_pgid)
-    meter.start()
-    started, last = raw_burst(app, store, task, args.n, deadline)
-    result = Result(label, "tasks", args.n, last - started, notes=[meter.note(args.n, "task")])
-    result.latencies = raw_latencies(app, store, task, args.latency_n, deadline)
-    return result
-
-
-# --- ADE phase --------------------------------------------------------------------------------
+    def finish(self, deadline: float) -> Result:
+        del deadline  # every figure is in already
+        self.result.notes.append(self.meter.note(sum(c for c, _ in self.result.bursts), "task"))
+        return self.result
 
 
 def _epoch(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-
-
-def _dispatch_one(session_factory: SessionFactory, sender: CelerySender) -> str:
-    result = dispatch(session_factory, sender, RULE_ID, TriggerEvent.manual(by="bench"))
-    if not result.sent:
-        raise BenchError(f"run {result.run.id} was not sent: {result.send_error}")
-    return result.run.id
 
 
 def _check_outcomes(engine: Engine, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -421,92 +455,120 @@ def _check_outcomes(engine: Engine, ids: Sequence[str]) -> dict[str, dict[str, A
     return rows
 
 
-def _wait_all_finished(engine: Engine, ids: Sequence[str], deadline: float) -> None:
-    query = text("SELECT count(*) FROM runs WHERE id IN :ids AND finished_at IS NOT NULL")
-    query = query.bindparams(bindparam("ids", expanding=True))
-    while True:
-        with engine.connect() as connection:
-            done = connection.execute(query, {"ids": list(ids)}).scalar_one()
-        if done >= len(ids):
-            return
-        if time.monotonic() > deadline:
-            raise BenchError(f"only {done} of {len(ids)} ADE runs finished before the deadline")
-        time.sleep(ADE_BATCH_POLL_SECONDS)
+class AdeSide:
+    """Runs of the rule `bench-true`, created by `dispatch()` here and executed by the ADE
+    worker, whose app pushes each finished run's id (`ade_worker_app`). Times come from the
+    runs' rows: trigger -> `finished_at`."""
 
+    def __init__(
+        self,
+        engine: Engine,
+        session_factory: SessionFactory,
+        sender: CelerySender,
+        store: redis.Redis,
+        worker_pgid: int,
+    ) -> None:
+        self.engine, self.session_factory, self.sender, self.store = (
+            engine, session_factory, sender, store,
+        )  # fmt: skip
+        self.result = Result("ADE run-command true", "runs")
+        self.meter = CpuMeter(worker_pgid)
+        self.dispatching = 0.0  # seconds the bursts spent in dispatch() calls
+        self.trips: dict[str, tuple[float, float]] = {}  # run id -> (dispatch called, returned)
 
-def _wait_finished(engine: Engine, run_id: str, deadline: float) -> None:
-    query = text("SELECT finished_at FROM runs WHERE id = :id")
-    with engine.connect() as connection:
-        while connection.execute(query, {"id": run_id}).scalar_one_or_none() is None:
-            connection.rollback()  # a fresh snapshot for the next poll
-            if time.monotonic() > deadline:
-                raise BenchError(f"ADE run {run_id} did not finish before the deadline")
-            time.sleep(ADE_LATENCY_POLL_SECONDS)
+    def _dispatch(self) -> str:
+        result = dispatch(
+            self.session_factory, self.sender, RULE_ID, TriggerEvent.manual(by="bench")
+        )
+        if not result.sent:
+            raise BenchError(f"run {result.run.id} was not sent: {result.send_error}")
+        return result.run.id
 
+    def _wait(self, ids: Sequence[str], deadline: float) -> None:
+        finished = _pop(self.store, ADE_FINISHED_KEY, len(ids), deadline, "running ADE runs")
+        if sorted(finished) != sorted(ids):
+            raise BenchError(f"the ADE worker finished other runs than these: {finished[:3]}...")
 
-def ade_burst(
-    engine: Engine,
-    session_factory: SessionFactory,
-    sender: CelerySender,
-    count: int,
-    deadline: float,
-) -> tuple[float, float, float]:
-    """Dispatch `count` runs back to back; (first dispatch, last dispatch returned, last finish)."""
-    started = time.time()
-    ids = []
-    for _ in range(count):
-        _check_deadline(deadline, "dispatching the burst")
-        ids.append(_dispatch_one(session_factory, sender))
-    dispatched = time.time()
-    _wait_all_finished(engine, ids, deadline)
-    rows = _check_outcomes(engine, ids)
-    return started, dispatched, max(_epoch(row["finished_at"]) for row in rows.values())
+    def burst(self, count: int, deadline: float, *, measured: bool = True) -> None:
+        """Dispatch `count` runs back to back; measured: from the first dispatch() call to the
+        last run's `finished_at`."""
+        with self.meter.measuring() if measured else contextlib.nullcontext():
+            started = time.time()
+            ids = []
+            for _ in range(count):
+                _check_deadline(deadline, "dispatching a burst")
+                ids.append(self._dispatch())
+            dispatched = time.time()
+            self._wait(ids, deadline)
+        rows = _check_outcomes(self.engine, ids)
+        if measured:
+            last = max(_epoch(row["finished_at"]) for row in rows.values())
+            self.result.bursts.append((count, last - started))
+            self.dispatching += dispatched - started
 
-
-def bench_ade(
-    engine: Engine,
-    session_factory: SessionFactory,
-    sender: CelerySender,
-    args: argparse.Namespace,
-    worker_pgid: int,
-) -> Result:
-    deadline = time.monotonic() + args.phase_timeout
-    if args.warmup:
-        ade_burst(engine, session_factory, sender, args.warmup, deadline)
-    meter = CpuMeter(worker_pgid)
-    meter.start()
-    started, dispatched, last = ade_burst(engine, session_factory, sender, args.n, deadline)
-    result = Result("ADE run-command true", "runs", args.n, last - started)
-    result.notes.append(meter.note(args.n, "run"))
-    result.notes.append(
-        f"dispatch() alone: {args.n / (dispatched - started):.0f} calls/s in the burst"
-    )
-
-    calls: dict[str, tuple[float, float]] = {}
-    for _ in range(args.latency_n):
+    def trip(self, deadline: float) -> None:
+        """One run, dispatched when nothing else is in flight: its times are read at `finish`."""
         called = time.time()
-        run_id = _dispatch_one(session_factory, sender)
-        calls[run_id] = (called, time.time())
-        _wait_finished(engine, run_id, deadline)
-    rows = _check_outcomes(engine, list(calls))
-    result.latencies = [_epoch(rows[i]["finished_at"]) - called for i, (called, _) in calls.items()]
+        run_id = self._dispatch()
+        self.trips[run_id] = (called, time.time())
+        self._wait([run_id], deadline)
 
-    def stage(fn: Callable[[str, dict[str, Any]], float]) -> str:
-        return _ms(percentile([fn(i, row) for i, row in rows.items()], 50))
+    def finish(self, deadline: float) -> Result:
+        del deadline
+        result, calls = self.result, self.trips
+        rows = _check_outcomes(self.engine, list(calls))
+        result.latencies = [
+            _epoch(rows[i]["finished_at"]) - called for i, (called, _) in calls.items()
+        ]
+        dispatched = sum(c for c, _ in result.bursts)
+        result.notes.append(self.meter.note(dispatched, "run"))
+        result.notes.append(
+            f"dispatch() alone: {dispatched / self.dispatching:.0f} calls/s in the bursts"
+        )
 
-    result.notes.append(
-        "p50 breakdown: dispatch() call "
-        + stage(lambda i, _: calls[i][1] - calls[i][0])
-        + ", dispatch returned -> run claimed "
-        + stage(lambda i, r: _epoch(r["started_at"]) - calls[i][1])
-        + ", claimed -> step started "
-        + stage(lambda _, r: _epoch(r["step_started_at"]) - _epoch(r["started_at"]))
-        + ", step (`true`) "
-        + stage(lambda _, r: _epoch(r["step_finished_at"]) - _epoch(r["step_started_at"]))
-        + ", step finished -> run finished "
-        + stage(lambda _, r: _epoch(r["finished_at"]) - _epoch(r["step_finished_at"]))
-    )
-    return result
+        def stage(fn: Callable[[str, dict[str, Any]], float]) -> str:
+            return _ms(percentile([fn(i, row) for i, row in rows.items()], 50))
+
+        result.notes.append(
+            "p50 breakdown: dispatch() call "
+            + stage(lambda i, _: calls[i][1] - calls[i][0])
+            + ", dispatch returned -> run claimed "
+            + stage(lambda i, r: _epoch(r["started_at"]) - calls[i][1])
+            + ", claimed -> step started "
+            + stage(lambda _, r: _epoch(r["step_started_at"]) - _epoch(r["started_at"]))
+            + ", step (`true`) "
+            + stage(lambda _, r: _epoch(r["step_finished_at"]) - _epoch(r["step_started_at"]))
+            + ", step finished -> run finished "
+            + stage(lambda _, r: _epoch(r["finished_at"]) - _epoch(r["step_finished_at"]))
+        )
+        return result
+
+
+class Side(Protocol):
+    def burst(self, count: int, deadline: float, *, measured: bool = True) -> None: ...
+    def trip(self, deadline: float) -> None: ...
+    def finish(self, deadline: float) -> Result: ...
+
+
+def measure(sides: Sequence[Side], args: argparse.Namespace, deadline: float) -> list[Result]:
+    """Both workers are up; the sides take turns, so that each figure of one side is measured
+    in the same minutes as the others' and the machine's drift (raw no-op's p50 moved between
+    1.6 and 3.5 ms within minutes on 2026-12-06) moves all of them alike.
+
+    `--rounds` rounds; in each, every side in turn runs a burst of `--n` (throughput), then its
+    share of the `--latency-n` round trips, back to back (latency), in the state its own burst
+    left the machine in, as when each side was measured alone. `SWITCH_PAUSE_SECONDS` before
+    each turn lets the previous side's tail (its worker's acks and events) settle."""
+    for side in sides:
+        side.burst(args.warmup, deadline, measured=False)
+    trips = math.ceil(args.latency_n / args.rounds)
+    for round_ in range(args.rounds):
+        for side in sides:
+            time.sleep(SWITCH_PAUSE_SECONDS)
+            side.burst(args.n, deadline)
+            for _ in range(min(trips, args.latency_n - round_ * trips)):
+                side.trip(deadline)
+    return [side.finish(deadline) for side in sides]
 
 
 # --- the durable commits' floor under the latency ----------------------------------------------
@@ -515,8 +577,8 @@ def bench_ade(
 @dataclass
 class CommitProbe:
     """Latency of one durable commit on the bench's database (a one-row INSERT, autocommit,
-    PostgreSQL's `synchronous_commit` as configured): each after the idle gap the latency loop
-    leaves between runs, and back to back."""
+    PostgreSQL's `synchronous_commit` as configured): each after `PROBE_GAP_SECONDS` of quiet,
+    as a run's claim comes after its INSERT in the latency loop, and back to back."""
 
     after_idle: list[float]
     back_to_back: list[float]
@@ -543,7 +605,7 @@ def probe_commits(engine: Engine, count: int) -> CommitProbe:
                 cursor.execute("INSERT INTO bench_commit_probe DEFAULT VALUES")
                 return time.perf_counter() - started
 
-            after_idle = [commit_after(ADE_LATENCY_POLL_SECONDS) for _ in range(count)]
+            after_idle = [commit_after(PROBE_GAP_SECONDS) for _ in range(count)]
             back_to_back = [commit_after(0) for _ in range(count)]
         connection.autocommit = False
     finally:
@@ -559,7 +621,7 @@ COMMITS_BEFORE_THE_STEP = 2
 def p50_floor(true: Result, commits: CommitProbe) -> float:
     """The least ADE's p50 can be while its two commits stay durable: a raw Celery task that
     runs `true` (send, broker, worker, pool process, the command) plus the two commits, each
-    after an idle gap as in the latency loop. Everything else ADE does on the way (the rule's
+    after a quiet stretch as in the latency loop. Everything else ADE does on the way (the rule's
     admission, the containment supervisor, the plan) comes on top."""
     return true.p50 + COMMITS_BEFORE_THE_STEP * percentile(commits.after_idle, 50)
 
@@ -591,6 +653,7 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result, CommitProbe]:
     except redis.RedisError as exc:
         raise BenchError(f"Redis at {args.redis_url} is not usable: {exc}") from exc
     apps: list[Celery] = []
+    deadline = time.monotonic() + args.timeout
     try:
         with (
             tempfile.TemporaryDirectory(prefix="ade-bench-") as tmp,
@@ -605,20 +668,38 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result, CommitProbe]:
                 raw_app = baseline_app(settings)
                 ade_app = create_celery_app(settings)
                 apps += [raw_app, ade_app]
-
-                print(f"raw Celery phase (n={args.n}, latency-n={args.latency_n}) ...", flush=True)
-                with running_worker("bench.dispatch", env, raw_app, work, args.concurrency) as pgid:
-                    noop = bench_raw(raw_app, store, NOOP_TASK, "raw celery no-op", args, pgid)
-                    true = bench_raw(
-                        raw_app, store, TRUE_TASK, "raw celery `true` subprocess", args, pgid
+                print(
+                    f"starting a raw Celery worker and an ADE worker ({args.concurrency} processes"
+                    " each) ...",
+                    flush=True,
+                )
+                with (
+                    running_worker(
+                        "bench.dispatch", RAW_QUEUE, env, raw_app, work, args.concurrency
+                    ) as raw_pgid,
+                    running_worker(
+                        "bench.dispatch:ade_app",
+                        BUILTIN_QUEUE,
+                        env,
+                        raw_app,
+                        work,
+                        args.concurrency,
+                    ) as ade_pgid,
+                ):
+                    print(
+                        f"measuring in turns: {args.rounds} rounds of bursts of {args.n}, "
+                        f"{args.latency_n} round trips a side ...",
+                        flush=True,
                     )
-                print("ADE phase ...", flush=True)
-                with running_worker(
-                    "ade_workers.celery.app", env, raw_app, work, args.concurrency
-                ) as pgid:
-                    sender = CelerySender(ade_app)
-                    ade = bench_ade(engine, session_factory, sender, args, pgid)
-                commits = probe_commits(engine, args.latency_n)  # the worker stopped: quiet
+                    sides: list[Side] = [
+                        RawSide(raw_app, store, NOOP_TASK, "raw celery no-op", raw_pgid),
+                        RawSide(
+                            raw_app, store, TRUE_TASK, "raw celery `true` subprocess", raw_pgid
+                        ),
+                        AdeSide(engine, session_factory, CelerySender(ade_app), store, ade_pgid),
+                    ]
+                    noop, true, ade = measure(sides, args, deadline)
+                commits = probe_commits(engine, args.latency_n)  # the workers stopped: quiet
             finally:
                 engine.dispose()
     finally:
@@ -642,12 +723,15 @@ def report(noop: Result, true: Result, ade: Result, commits: CommitProbe) -> Non
             print(f"{'':32}{note}")
     throughput = ade.rate / true.rate
     p50_noop = ade.p50 / noop.p50
+    rounds = ", ".join(
+        f"{a / t:.3f}" for a, t in zip(ade.round_rates, true.round_rates, strict=True)
+    )
     print()
     print("ratios:")
     verdict = "PASS" if throughput >= TARGET_THROUGHPUT_RATIO else "MISS"
     print(
-        f"  ADE / raw-true throughput = {throughput:.2f}"
-        f"  (target >= {TARGET_THROUGHPUT_RATIO})  {verdict}"
+        f"  ADE / raw-true throughput = {throughput:.3f}"
+        f"  (target >= {TARGET_THROUGHPUT_RATIO})  {verdict}   (round by round: {rounds})"
     )
     verdict = "PASS" if p50_noop <= TARGET_P50_RATIO else "MISS"
     print(
@@ -659,8 +743,8 @@ def report(noop: Result, true: Result, ade: Result, commits: CommitProbe) -> Non
     print()
     print(
         f"a durable commit (one-row INSERT, by the driver): p50 "
-        f"{_ms(percentile(commits.after_idle, 50))} after a {_ms(ADE_LATENCY_POLL_SECONDS)} idle "
-        f"gap, {_ms(percentile(commits.back_to_back, 50))} back to back"
+        f"{_ms(percentile(commits.after_idle, 50))} after {_ms(PROBE_GAP_SECONDS)} of quiet, "
+        f"{_ms(percentile(commits.back_to_back, 50))} back to back"
     )
     reach = "out of reach" if floor / noop.p50 > TARGET_P50_RATIO else "within reach"
     print(
@@ -677,17 +761,26 @@ def report(noop: Result, true: Result, ade: Result, commits: CommitProbe) -> Non
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=300, help="tasks/runs per throughput burst")
-    parser.add_argument("--latency-n", type=int, default=50, help="sequential round trips")
-    parser.add_argument("--warmup", type=int, default=20, help="unmeasured tasks per phase")
+    parser.add_argument("--rounds", type=int, default=3, help="bursts per side, taken in turns")
+    parser.add_argument("--latency-n", type=int, default=60, help="round trips per side")
+    parser.add_argument("--warmup", type=int, default=20, help="unmeasured tasks per side")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork processes per worker")
     parser.add_argument(
-        "--phase-timeout", type=float, default=120.0, help="deadline of each phase (s)"
+        "--timeout", type=float, default=300.0, help="deadline of the measurements (s)"
     )
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="PostgreSQL admin URL")
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="broker (flushed!)")
     args = parser.parse_args(argv)
-    if args.n < 1 or args.latency_n < 2 or args.warmup < 0 or args.concurrency < 1:
-        parser.error("need --n >= 1, --latency-n >= 2, --warmup >= 0, --concurrency >= 1")
+    if (
+        args.n < 1
+        or args.rounds < 1
+        or args.latency_n < 2
+        or args.warmup < 0
+        or args.concurrency < 1
+    ):
+        parser.error(
+            "need --n >= 1, --rounds >= 1, --latency-n >= 2, --warmup >= 0, --concurrency >= 1"
+        )
     return args
 
 

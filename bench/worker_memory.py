@@ -1,7 +1,8 @@
 """Worker memory benchmark: RSS of one real ADE worker's processes over N runs.
 
-One real prefork worker (`celery -A ade_workers.celery.app worker`, `--concurrency` pool
-processes, started as `bench/dispatch.py` starts it) executes `--runs` runs (default 10,000) of
+One real prefork worker of ADE's app (`--concurrency` pool processes, started as
+`bench/dispatch.py` starts its ADE worker: `celery -A bench.dispatch:ade_app`, which reports each
+finished run to the bench through Redis) executes `--runs` runs (default 10,000) of
 the rule `bench-true` (one built-in `run-command: [true]` step), dispatched from this process in
 bursts of `--every` (default 1,000) with `ade_tasks.runs.dispatch.dispatch`; after each burst has
 finished (every run `succeeded`), the resident set size (VmRSS from /proc) of every process of
@@ -41,7 +42,7 @@ from pathlib import Path
 import redis
 
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_workers.celery.app import CelerySender, create_celery_app
+from ade_workers.celery.app import BUILTIN_QUEUE, CelerySender, create_celery_app
 from bench.common import (
     BenchError,
     exit_on_sigterm,
@@ -49,7 +50,7 @@ from bench.common import (
     require_own_redis_db,
     scratch_database,
 )
-from bench.dispatch import ade_burst, prepare_bench_rule, running_worker, worker_env
+from bench.dispatch import AdeSide, prepare_bench_rule, running_worker, worker_env
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
@@ -106,14 +107,15 @@ def run(args: argparse.Namespace) -> list[tuple[int, dict[int, int]]]:
                 deadline = time.monotonic() + args.deadline
                 env = worker_env(settings)
                 with running_worker(
-                    "ade_workers.celery.app", env, app, work, args.concurrency
+                    "bench.dispatch:ade_app", BUILTIN_QUEUE, env, app, work, args.concurrency
                 ) as pgid:
                     print(f"worker pid {pgid}: {args.runs:,} runs in bursts of {args.every:,}")
+                    ade = AdeSide(engine, session_factory, sender, store, pgid)
                     done = 0
                     while done < args.runs:
                         burst = min(args.every, args.runs - done)
                         started = time.monotonic()
-                        ade_burst(engine, session_factory, sender, burst, deadline)
+                        ade.burst(burst, deadline, measured=False)
                         done += burst
                         sizes = group_rss(pgid)
                         samples.append((done, sizes))

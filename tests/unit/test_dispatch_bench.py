@@ -1,6 +1,8 @@
-"""The latency floor `make bench` prints (bench/dispatch.py): raw Celery's `true` task plus the two
-durable commits an ADE run makes before its step. It tells how much of the p50 ratio the commits
-alone take on the machine, so it must add up and say whether the target is within reach."""
+"""What `make bench` (bench/dispatch.py) computes from its measurements: throughput over all of a
+side's bursts and round by round, and the latency floor it prints (raw Celery's `true` task plus
+the two durable commits an ADE run makes before its step), which tells how much of the p50 ratio
+the commits alone take on the machine, so it must add up and say whether the target is within
+reach."""
 
 from __future__ import annotations
 
@@ -10,7 +12,30 @@ from bench.dispatch import CommitProbe, Result, p50_floor, report
 
 
 def _result(label: str, p50_ms: float, rate: float = 100.0) -> Result:
-    return Result(label, "tasks", int(rate), 1.0, latencies=[p50_ms / 1000] * 5)
+    return Result(label, "tasks", bursts=[(int(rate), 1.0)], latencies=[p50_ms / 1000] * 5)
+
+
+def test_throughput_is_all_bursts_items_over_their_time_and_each_round_is_kept() -> None:
+    result = Result("ade", "runs", bursts=[(300, 1.0), (300, 2.0), (300, 3.0)])
+
+    assert result.rate == pytest.approx(900 / 6.0)
+    assert result.round_rates == pytest.approx([300.0, 150.0, 100.0])
+
+
+def test_the_report_gives_the_throughput_ratio_of_each_round_beside_the_pooled_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    noop = _result("noop", 1.0, 500.0)
+    true = Result("true", "tasks", bursts=[(300, 1.0), (300, 1.0)], latencies=[0.002] * 3)
+    ade = Result("ade", "runs", bursts=[(300, 2.5), (300, 1.5)], latencies=[0.004] * 3)
+    commits = CommitProbe(after_idle=[0.0003] * 3, back_to_back=[0.0001] * 3)
+
+    report(noop, true, ade, commits)
+
+    out = capsys.readouterr().out
+    assert "ADE / raw-true throughput = 0.500  (target >= 0.5)  PASS" in out
+    assert "(round by round: 0.400, 0.667)" in out
+    assert "ADE p50 / raw no-op p50   = 4.0  (target <= 3)  MISS" in out
 
 
 def test_the_floor_is_raw_true_plus_two_commits_after_an_idle_gap() -> None:
