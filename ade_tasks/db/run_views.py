@@ -121,21 +121,31 @@ def list_runs(
 ) -> tuple[Sequence[RunRow], str | None]:
     """One page of runs, newest first, and the cursor of the next page (None on the last).
     A cursor from before the oldest month of runs still held (on a partitioned history, whose
-    expired months are dropped) is refused with ExpiredCursorError: its pages are gone."""
+    expired months are dropped) is refused with ExpiredCursorError: its pages are gone.
+
+    Only an empty page needs that check, so only an empty page pays its catalog reads (is
+    `runs` partitioned, its months, a probe of its DEFAULT partition): a cursor into dropped
+    history always gives one, because every row older than the oldest month kept went with its
+    month (`oldest_retained` is None while the DEFAULT partition holds an older row)."""
     limit = max(1, min(limit, MAX_PAGE))
-    if cursor:
-        at, _ = _decode_cursor(cursor)
-        oldest = partitions_db.oldest_retained(session)
-        if oldest is not None and at < oldest:
-            raise ExpiredCursorError(
-                f"cursor {cursor!r} points to runs queued at {at.isoformat()}, and the history "
-                f"before {oldest.isoformat()} was dropped (run retention); start again "
-                "without a cursor for the newest runs, or narrow the list with `since`"
-            )
     rows = session.scalars(page_query(filters, limit, cursor)).all()
     if len(rows) > limit:
         return rows[:limit], encode_cursor(rows[limit - 1])
+    if cursor and not rows:
+        _refuse_expired(session, cursor)
     return rows, None
+
+
+def _refuse_expired(session: Session, cursor: str) -> None:
+    """ExpiredCursorError when `cursor` points before the oldest month of runs still held."""
+    at, _ = _decode_cursor(cursor)
+    oldest = partitions_db.oldest_retained(session)
+    if oldest is not None and at < oldest:
+        raise ExpiredCursorError(
+            f"cursor {cursor!r} points to runs queued at {at.isoformat()}, and the history "
+            f"before {oldest.isoformat()} was dropped (run retention); start again "
+            "without a cursor for the newest runs, or narrow the list with `since`"
+        )
 
 
 @dataclass(frozen=True)

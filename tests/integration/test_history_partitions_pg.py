@@ -2,7 +2,8 @@
 migration moves existing rows into monthly partitions and keeps idempotency keys unique, the
 partition job makes the coming months and drops expired ones with everything that referred to
 their runs, a failed creation is retried and shows in the metrics, a cursor into dropped history
-answers 410, and a scrape during the migration answers."""
+answers 410 (and only an empty page pays for that check), and a scrape during the migration
+answers."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from typing import Any
 import pytest
 from alembic import command
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, insert, text, update
+from sqlalchemy import Engine, event, insert, text, update
 from sqlalchemy.orm import Session
 
 from ade_api.http.app import create_app
 from ade_tasks.clock import utcnow
 from ade_tasks.db import partitions as partitions_db
+from ade_tasks.db import run_views
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import alembic_config, upgrade
@@ -302,6 +304,44 @@ def test_a_cursor_into_dropped_history_answers_410(
     assert "without a cursor" in gone.json()["detail"]
     fresh = api.get("/api/v1/runs")
     assert fresh.status_code == 200 and len(fresh.json()["items"]) == 1
+
+
+def test_a_cursor_page_with_runs_reads_no_catalog_and_an_empty_one_checks_for_dropped_months(
+    engine: Engine, sessions: SessionFactory
+) -> None:
+    # Given three runs this month, and the first page of one
+    now = utcnow()
+    with sessions.begin() as session:
+        for minutes in (1, 2, 3):
+            add_run(session, now - timedelta(minutes=minutes), children=False)
+    with sessions() as session:
+        _, cursor = run_views.list_runs(session, run_views.RunFilter(), limit=1)
+    assert cursor is not None
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        statements.append(sql)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        # When the next page is read with that cursor
+        with sessions() as session:
+            rows, after = run_views.list_runs(
+                session, run_views.RunFilter(), limit=1, cursor=cursor
+            )
+        # Then it is the page query alone: no catalog read, no probe of the DEFAULT partition
+        assert len(rows) == 1 and after is not None
+        assert len(statements) == 1 and "pg_class" not in statements[0]
+        # And a page past the last run, which comes back empty, does check for dropped months
+        with sessions() as session:
+            rest, _ = run_views.list_runs(session, run_views.RunFilter(), limit=5, cursor=after)
+            statements.clear()
+            past_the_last = run_views.encode_cursor(rest[-1])
+            empty, none = run_views.list_runs(session, run_views.RunFilter(), cursor=past_the_last)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert empty == [] and none is None
+    assert any("runs_default" in sql for sql in statements)
 
 
 def test_a_scrape_during_the_partition_migration_answers(
