@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.retry import database_fault
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.roles import Role
 
@@ -146,11 +147,16 @@ class AuthMiddleware:
                 )
             await send(message)
 
+        status = 500
         try:
             await self.app(scope, receive, audit_then_send)
+        except BaseException as exc:
+            if database_fault(exc) is not None:
+                status = 503  # what `http.db_faults`, in front of us, answers it with
+            raise
         finally:
-            if not audited:  # no response was started (the app raised)
-                await run_in_threadpool(self._audit, principal, method, path, 500)
+            if not audited:  # no response was started (the app raised): what the caller gets
+                await run_in_threadpool(self._audit, principal, method, path, status)
 
     def _authenticate(self, token: str) -> Principal | None:
         with self.session_factory.begin() as session:

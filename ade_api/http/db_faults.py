@@ -26,15 +26,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ade_api.http.auth import SAFE_METHODS
 from ade_api.http.problems import RETRY_AFTER_SECONDS, problem
 from ade_api.http.web.pages import error_page
-from ade_tasks.db.retry import ATTEMPTS, BACKOFF, is_connection_lost
+from ade_tasks.db.retry import ATTEMPTS, BACKOFF, DatabaseFault, database_fault
 from ade_tasks.errors import DatabaseUnavailableError
 
 log = logging.getLogger(__name__)
@@ -52,35 +50,7 @@ class _Progress:
     answering: bool = False
 
 
-@dataclass(frozen=True)
-class _Fault:
-    lost: bool  # the connection died: another attempt gets a fresh one
-    kind: str  # for the caller: the error's class, never its message
-    reason: str  # for the log
-
-
-def fault_of(exc: BaseException) -> _Fault | None:
-    """The database fault behind an error (also inside an exception group), or None."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            fault = fault_of(inner)
-            if fault is not None:
-                return fault
-        return None
-    if isinstance(exc, DBAPIError) and (
-        is_connection_lost(exc) or isinstance(exc, OperationalError)
-    ):
-        orig = exc.orig if exc.orig is not None else exc
-        reason = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-        return _Fault(is_connection_lost(exc), type(orig).__name__, reason)
-    if isinstance(exc, PoolTimeoutError):
-        return _Fault(False, "no free database connection in time", str(exc).splitlines()[0])
-    if isinstance(exc, DatabaseUnavailableError):
-        return _Fault(False, "database unavailable", exc.message)
-    return None
-
-
-def _detail(fault: _Fault, method: str) -> str:
+def _detail(fault: DatabaseFault, method: str) -> str:
     wait = f"try again in {RETRY_AFTER_SECONDS} seconds (Retry-After)"
     if method in SAFE_METHODS:
         return f"the database did not answer ({fault.kind}); {wait}"
@@ -160,7 +130,7 @@ class DatabaseFaultMiddleware:
                 await self.app(attempt_scope, replay.receive, answering)
                 return
             except Exception as exc:
-                fault = fault_of(exc)
+                fault = database_fault(exc)
                 if fault is None or progress.answering:
                     raise
                 again = method in SAFE_METHODS or not progress.reached_routes

@@ -17,9 +17,11 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ade_tasks.errors import DatabaseUnavailableError
 
@@ -56,6 +58,38 @@ def is_connection_lost(exc: BaseException) -> bool:
     if state is None:  # psycopg raises OperationalError without a SQLSTATE for a closed socket
         return type(exc.orig).__name__ == "OperationalError"
     return str(state).startswith(_CONNECTION_STATES)
+
+
+@dataclass(frozen=True)
+class DatabaseFault:
+    """The database's failure behind an error, as the API answers it (503) and logs it."""
+
+    lost: bool  # the connection died: another attempt gets a fresh one
+    kind: str  # for the caller: the error's class, never its message (it can name hosts)
+    reason: str  # for the log
+
+
+def database_fault(exc: BaseException) -> DatabaseFault | None:
+    """The database fault behind an error (also inside an exception group), or None: a lost
+    connection, any other OperationalError (a lock or statement timeout, a serialization
+    failure), a pool with no connection to spare, or DatabaseUnavailableError."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            fault = database_fault(inner)
+            if fault is not None:
+                return fault
+        return None
+    if isinstance(exc, DBAPIError) and (
+        is_connection_lost(exc) or isinstance(exc, OperationalError)
+    ):
+        orig = exc.orig if exc.orig is not None else exc
+        reason = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        return DatabaseFault(is_connection_lost(exc), type(orig).__name__, reason)
+    if isinstance(exc, PoolTimeoutError):
+        return DatabaseFault(False, "no free database connection in time", str(exc).splitlines()[0])
+    if isinstance(exc, DatabaseUnavailableError):
+        return DatabaseFault(False, "database unavailable", exc.message)
+    return None
 
 
 def unavailable(exc: BaseException) -> DatabaseUnavailableError:

@@ -3,22 +3,24 @@ revoked token, a role too low changes nothing, and state-changing calls land in 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from ade_api.http.app import create_app
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_tasks.db.schema import ApiTokenRow, AuditRow, RunRow
+from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
+from ade_tasks.db.schema import ApiTokenRow, AuditRow, RulePauseRow, RunRow
 from ade_tasks.roles import Role
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.settings import Settings
@@ -149,6 +151,41 @@ def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
     assert "401" in anonymous.stderr and "ADE_API_TOKEN" in anonymous.stderr
 
 
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """The app served by uvicorn on a free loopback port; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
+                                           log_level="warning"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 15, "uvicorn to serve the app")
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def operator_with_rule(sessions: SessionFactory, rules: Path) -> str:
+    """An operator's token, with the rule `nightly` synced from `rules`."""
+    with sessions.begin() as session:
+        secret = tokens_db.create_token(session, "olivia", Role.OPERATOR, "tests")[1]
+    write_rule(rules, "nightly.yaml", """
+        id: nightly
+        triggers: [{type: schedule, cron: "0 3 * * *"}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
+        """)  # fmt: skip
+    assert not sync_rules_dir(sessions, rules)[0].problems
+    return secret
+
+
+def audited_calls(sessions: SessionFactory) -> list[tuple[Any, ...]]:
+    with sessions() as session:
+        audit = session.execute(select(AuditRow.actor, AuditRow.method, AuditRow.path,
+                                       AuditRow.status_code)).all()  # fmt: skip
+    return [tuple(row) for row in audit]
+
+
 @pytest.mark.parametrize(
     ("path", "form", "status"),
     [
@@ -169,14 +206,7 @@ def test_a_call_is_in_the_audit_log_by_the_time_its_response_arrives(
     # Given the real app served by uvicorn, whose audit writes take a while (a busy database)
     engine = create_db_engine(database_url)
     sessions = create_session_factory(engine)
-    with sessions.begin() as session:
-        secret = tokens_db.create_token(session, "olivia", Role.OPERATOR, "tests")[1]
-    write_rule(tmp_path, "nightly.yaml", """
-        id: nightly
-        triggers: [{type: schedule, cron: "0 3 * * *"}]
-        execution: {kind: built-in, actions: [{type: run-command, command: "echo hi"}]}
-        """)  # fmt: skip
-    assert not sync_rules_dir(sessions, tmp_path)[0].problems
+    secret = operator_with_rule(sessions, tmp_path)
     slow_record = tokens_db.record_call
 
     def record_call(*args: Any, **kwargs: Any) -> None:
@@ -185,23 +215,46 @@ def test_a_call_is_in_the_audit_log_by_the_time_its_response_arrives(
 
     monkeypatch.setattr(tokens_db, "record_call", record_call)
     app = create_app(Settings(database_url=database_url), session_factory=sessions)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
-                                           log_level="warning"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     try:
-        wait_until(lambda: server.started, 15, "uvicorn to serve the app")
-        base = f"http://127.0.0.1:{server.config.port}"
-        headers = {"Authorization": f"Bearer {secret}"}
-        # When an operator's state-changing call has its answer
-        answer = httpx.post(f"{base}{path}", headers=headers, data=form, timeout=10)
-        assert answer.status_code == status, answer.text
-        # Then the audit log holds it already
-        with sessions() as session:
-            audit = session.execute(select(AuditRow.actor, AuditRow.method, AuditRow.path,
-                                           AuditRow.status_code)).all()  # fmt: skip
-        assert [tuple(row) for row in audit] == [("olivia", "POST", path, status)]
+        with served(app) as base:
+            headers = {"Authorization": f"Bearer {secret}"}
+            # When an operator's state-changing call has its answer
+            answer = httpx.post(f"{base}{path}", headers=headers, data=form, timeout=10)
+            assert answer.status_code == status, answer.text
+            # Then the audit log holds it already
+            assert audited_calls(sessions) == [("olivia", "POST", path, status)]
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+        engine.dispose()
+
+
+def test_a_call_the_database_failed_is_audited_with_the_503_its_caller_got(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Given the real app whose connections give up on a lock after 0.3 s, and the table of
+    # pauses locked by someone else (a migration, a long transaction)
+    engine = create_db_engine(
+        database_url, connect_args={"connect_timeout": 5, "options": "-c lock_timeout=300"}
+    )
+    sessions = create_session_factory(engine)
+    secret = operator_with_rule(sessions, tmp_path)
+    app = create_app(Settings(database_url=database_url), session_factory=sessions)
+    locker = create_db_engine(database_url)
+    path = "/api/v1/rules/nightly/pause"
+    try:
+        with served(app) as base, locker.connect() as holder:
+            holder.execute(text("LOCK TABLE rule_pauses IN ACCESS EXCLUSIVE MODE"))
+            # When an operator pauses the rule
+            answer = httpx.post(
+                f"{base}{path}", headers={"Authorization": f"Bearer {secret}"},
+                json={"note": "db move"}, timeout=10,
+            )  # fmt: skip
+            holder.rollback()
+            # Then the caller is told the database failed, and the audit log says the same
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["retry-after"]
+            assert audited_calls(sessions) == [("olivia", "POST", path, 503)]
+            with sessions() as session:
+                assert session.scalar(select(func.count()).select_from(RulePauseRow)) == 0
+    finally:
+        locker.dispose()
         engine.dispose()
