@@ -64,7 +64,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,8 +72,10 @@ import redis
 from celery import Celery, signals
 from sqlalchemy import Engine, bindparam, text
 
+from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
+from ade_tasks.db.partitions import create_months, month_start
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from ade_tasks.settings import Settings, get_settings
@@ -644,6 +646,19 @@ def prepare_bench_rule(engine: Engine, work: Path, database_url: str, broker_url
     )
 
 
+def keep_months(session_factory: SessionFactory, months: int) -> int:
+    """Make the monthly partitions of the `months` months before this one, empty, as a
+    cluster keeping that much history has them (a run's statements find it by id, so they cost
+    more with every partition they have to look in, unless aimed at the run's month); the
+    number of partitions made."""
+    now = utcnow()
+    first = month_start(now)
+    for _ in range(months):
+        first = month_start(first - timedelta(days=1))
+    with session_factory.begin() as session:
+        return len(create_months(session, first, month_start(now) - timedelta(days=1)))
+
+
 def run(args: argparse.Namespace) -> tuple[Result, Result, Result, CommitProbe]:
     require_loopback(args.admin_url, "--admin-url")
     require_loopback(args.redis_url, "--redis-url")
@@ -664,6 +679,9 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result, CommitProbe]:
             try:
                 session_factory = create_session_factory(engine)
                 settings = prepare_bench_rule(engine, work, database_url, args.redis_url)
+                if args.months:
+                    made = keep_months(session_factory, args.months)
+                    print(f"history kept: {made} partitions of `runs` and its children", flush=True)
                 env = worker_env(settings)
                 raw_app = baseline_app(settings)
                 ade_app = create_celery_app(settings)
@@ -766,6 +784,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured tasks per side")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork processes per worker")
     parser.add_argument(
+        "--months", type=int, default=0, help="past months of history partitions to keep"
+    )
+    parser.add_argument(
         "--timeout", type=float, default=300.0, help="deadline of the measurements (s)"
     )
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="PostgreSQL admin URL")
@@ -777,9 +798,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         or args.latency_n < 2
         or args.warmup < 0
         or args.concurrency < 1
+        or not 0 <= args.months <= 120
     ):
         parser.error(
-            "need --n >= 1, --rounds >= 1, --latency-n >= 2, --warmup >= 0, --concurrency >= 1"
+            "need --n >= 1, --rounds >= 1, --latency-n >= 2, --warmup >= 0, --concurrency >= 1,"
+            " 0 <= --months <= 120"
         )
     return args
 

@@ -24,6 +24,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.direct import direct_statements
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import repeating
+from ade_tasks.db.run_ids import new_run_id
 from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails.base import Admission
@@ -391,7 +392,7 @@ def _plan(
     policy = guardrails.overlap_for(kind)
     now = utcnow()
     values: dict[str, Any] = {
-        "id": str(uuid.uuid4()),
+        "id": new_run_id(now),  # names the month of `queued_at`: its partition (run_ids)
         "rule_id": rule_id,
         "rule_version": snapshot.version,
         "trigger_type": kind,

@@ -4,16 +4,19 @@ died under them is retried on a fresh one."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, insert, text
 from sqlalchemy.exc import DBAPIError
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db import partitions as partitions_db
+from ade_tasks.db import run_ids
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
@@ -159,3 +162,115 @@ def test_a_dispatch_whose_guardrail_reads_holds_one_connection_at_a_time(
     assert first.created and again.created and first.run.id != again.run.id
     with cluster.session_factory() as session:
         assert runs_db.get_run(session, again.run.id).status == RunStatus.QUEUED
+
+
+# --- statements aimed at the run's month (`ade_tasks.db.run_ids`) -------------------------------
+
+
+def observed(sessions: SessionFactory) -> list[str]:
+    """The SQL of every statement the engine sends from now on (a listener puts the direct
+    path on SQLAlchemy's, which tells listeners, with the same SQL)."""
+    seen: list[str] = []
+    event.listen(sessions.kw["bind"], "before_cursor_execute",
+                 lambda _c, _cur, sql, *_: seen.append(sql))  # fmt: skip
+    return seen
+
+
+def queued_run(sessions: SessionFactory, run_id: str, queued_at: datetime) -> None:
+    values = {
+        "id": run_id, "rule_id": "direct", "rule_version": 1, "trigger_type": "manual",
+        "trigger_summary": "", "trigger": {}, "idempotency_key": f"key-{run_id}",
+        "status": "queued", "billing_code": "team-d", "usage": {}, "queue": "ade.builtin",
+        "attempt": 0, "buffered": False, "send_count": 1, "sent_at": queued_at,
+        "queued_at": queued_at, "finished_at": None, "error": None,
+    }  # fmt: skip
+    with sessions.begin() as session:
+        session.execute(insert(runs_db.RUNS).values(**values))
+
+
+def partition_holding(sessions: SessionFactory, run_id: str) -> str:
+    with sessions() as session:
+        sql = "SELECT tableoid::regclass::text FROM runs WHERE id = :id"
+        return str(session.execute(text(sql), {"id": run_id}).scalar_one())
+
+
+def claim_and_finish(sessions: SessionFactory, run_id: str) -> tuple[bool, bool]:
+    direct = direct_of(sessions)
+    claimed = runs_db.claim_run(direct, run_id, "w1", utcnow() + timedelta(minutes=1))
+    charge = usage_db.Charge("team-d", usage_db.day_of(utcnow()), 2.0)
+    finished = runs_db.finish_run(direct, run_id, "w1", RunStatus.SUCCEEDED, charge=charge)
+    return claimed is not None, finished
+
+
+def test_a_dispatched_run_is_claimed_and_finished_on_its_month_partition_only(
+    sessions: SessionFactory,
+) -> None:
+    # Given a dispatched run: its id names the month of its queued_at
+    run_id = new_run(sessions)
+    with sessions() as session:
+        queued_at = runs_db.get_run(session, run_id).queued_at
+    month = partitions_db.partition_name("runs", partitions_db.month_start(queued_at))
+    assert run_ids.queued_month(run_id) == partitions_db.month_start(queued_at)
+    assert partition_holding(sessions, run_id) == month
+    seen = observed(sessions)
+
+    # When a worker claims it and records its outcome
+    assert claim_and_finish(sessions, run_id) == (True, True)
+
+    # Then each went to that month's partition, once
+    claims = [sql for sql in seen if sql.lstrip().startswith("UPDATE")]
+    outcomes = [sql for sql in seen if sql.startswith("WITH")]
+    assert len(claims) == 1 and claims[0].startswith(f"UPDATE {month} AS runs SET")
+    assert len(outcomes) == 1 and f"finished AS (UPDATE {month} AS runs SET" in outcomes[0]
+    with sessions() as session:
+        assert runs_db.get_run(session, run_id).status == RunStatus.SUCCEEDED
+
+
+def test_a_run_held_in_default_is_found_in_the_parent_and_its_month_is_remembered(
+    sessions: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run of a month no partition covers (a clock far off): it lives in DEFAULT
+    monkeypatch.setattr(runs_db, "_MISSING_PARTITIONS", set())
+    stamped = utcnow() - timedelta(days=800)
+    run_id = run_ids.new_run_id(stamped)
+    queued_run(sessions, run_id, stamped)
+    assert partition_holding(sessions, run_id) == "runs_default"
+
+    # When it is claimed and finished by the driver
+    outcome = claim_and_finish(sessions, run_id)
+
+    # Then both took effect through the parent table, charged once, and this process
+    # remembers that month has no partition
+    assert outcome == (True, True)
+    with sessions() as session:
+        assert runs_db.get_run(session, run_id).status == RunStatus.SUCCEEDED
+        assert usage_db.usage_on(session, usage_db.day_of(utcnow()), "team-d").run_seconds == 2.0
+    month = partitions_db.partition_name("runs", partitions_db.month_start(stamped))
+    assert runs_db._MISSING_PARTITIONS == {month}
+
+
+@pytest.mark.parametrize("id_kind", ["another month", "uuid4"])
+def test_a_run_whose_id_does_not_name_its_month_is_still_claimed_and_finished(
+    sessions: SessionFactory, id_kind: str
+) -> None:
+    # Given a run queued now whose id names next month (made by hand), or an id from before
+    # ids named months
+    now = utcnow()
+    if id_kind == "uuid4":
+        run_id = str(uuid.uuid4())
+    else:
+        run_id = run_ids.new_run_id(partitions_db.next_month(partitions_db.month_start(now)))
+    queued_run(sessions, run_id, now)
+    seen = observed(sessions)
+
+    # When it is claimed and finished
+    outcome = claim_and_finish(sessions, run_id)
+
+    # Then both took effect, through the parent table in the end, and charged once
+    assert outcome == (True, True)
+    updates = [sql for sql in seen if sql.startswith(("UPDATE", "WITH"))]
+    assert updates[-1].startswith("WITH") and "finished AS (UPDATE runs SET" in updates[-1]
+    assert len(updates) == (2 if id_kind == "uuid4" else 4)  # a miss, then the parent
+    with sessions() as session:
+        assert runs_db.get_run(session, run_id).status == RunStatus.SUCCEEDED
+        assert usage_db.usage_on(session, usage_db.day_of(now), "team-d").run_seconds == 2.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.dispatch import CommitProbe, Result, p50_floor, report
+from bench.dispatch import CommitProbe, Result, p50_floor, parse_args, report
 
 
 def _result(label: str, p50_ms: float, rate: float = 100.0) -> Result:
@@ -61,3 +61,18 @@ def test_the_report_says_whether_the_commits_alone_leave_the_p50_target_in_reach
     assert f"the p50 ratio cannot go below {floor_ratio} here ({reach} of the target" in out
     rest = 5.0 - 0.5 - 2 * commit_ms
     assert f"ADE p50 - floor = {rest:.1f} ms" in out
+
+
+@pytest.mark.parametrize("months", ["-1", "121"])
+def test_a_history_outside_zero_to_ten_years_is_refused_with_the_range(
+    months: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--months", months])
+
+    assert "0 <= --months <= 120" in capsys.readouterr().err
+
+
+def test_the_months_of_history_default_to_none_and_take_a_count() -> None:
+    assert parse_args([]).months == 0
+    assert parse_args(["--months", "24"]).months == 24
