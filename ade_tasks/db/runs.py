@@ -149,11 +149,11 @@ _RENEW = prepared(
     RUNS,
     "lease_expires_at",
 )
-# Parameters of the run's outcome are prefixed: in the CTE below they share the statement with
-# the step's columns of the same names.
 
 
 def _finish(table: str) -> str:
+    """The run's outcome on `table`. Its parameters are prefixed: in the CTE of
+    `_finish_on_postgresql` they share the statement with the step's columns of the same names."""
     return (
         f"UPDATE {_target(table)} SET status = :run_status, error = :run_error, "
         "finished_at = :run_finished_at, queue_status = :queue_status, confidence = :confidence, "
@@ -202,8 +202,8 @@ def _first_in_its_partition(
     A statement on one partition probes one primary key where one on `runs` probes every
     month's: 0.19-0.21 ms of server CPU for a claim against 0.32-0.43 ms with 30 partitions
     (docs/performance.md). Only the direct path aims (PostgreSQL; SQLite has no partitions).
-    Repeating the statement on `runs` after it found nothing is safe: the claim and the outcome
-    are conditional updates that change nothing the second time round, and the outcome's step
+    Running the statement on `runs` after it found nothing on the partition is safe: the first
+    changed no run (the claim and the outcome are conditional updates), and the outcome's step
     record is an upsert of the same values."""
     partition = _partition_of(session, run_id)
     if partition is not None:
