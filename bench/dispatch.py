@@ -15,6 +15,11 @@ are identical:
     `run-command: [true]`) are created with `ade_tasks.runs.dispatch.dispatch` from this process;
     latency is the run's `finished_at` minus the time of the `dispatch()` call.
 
+The raw side is Celery as shipped: its app and worker use kombu's own Redis transport, where ADE's
+use `ade_workers.celery.redis_transport` (one Redis client per channel instead of one built for
+every publish and ack, which ADE's app configures). `--raw-transport ade` gives the raw side
+ADE's transport too, for the like-for-like ratio of ADE's own work to Celery's.
+
 The sides take turns (`measure`), so that the machine's drift reaches all of them alike.
 Throughput: `--rounds` rounds of one burst a side of `--n` tasks/runs sent as fast as one thread
 can, each from the first send to the last finish; a side's throughput is all its items over all
@@ -116,6 +121,8 @@ WORKER_START_SECONDS = 60.0
 WORKER_STOP_SECONDS = 20.0
 #: The raw worker's queue; the ADE worker consumes ADE's own (`ade.builtin`) beside it.
 RAW_QUEUE = "bench.raw"
+#: "ade" gives the raw worker and sender ADE's Redis transport, not kombu's (`--raw-transport`).
+RAW_TRANSPORT_ENV = "BENCH_RAW_TRANSPORT"
 #: Where the ADE worker's app pushes the id of each run it finished (`ade_worker_app`).
 ADE_FINISHED_KEY = "bench:ade:finished"
 #: Quiet before each side's turn, for the previous side's tail to settle.
@@ -146,11 +153,19 @@ def _record_finish(url: str, key: str, seq: int) -> None:
     _recorder(url).rpush(key, f"{seq} {time.time()!r}")
 
 
-def baseline_app(settings: Settings | None = None) -> Celery:
+def baseline_app(settings: Settings | None = None, *, ade_transport: bool | None = None) -> Celery:
     """ADE's Celery app (same reliable config) plus the two baseline tasks, consumed from a
-    queue of their own (`RAW_QUEUE`) so that the raw worker and the ADE worker run side by side."""
+    queue of their own (`RAW_QUEUE`) so that the raw worker and the ADE worker run side by side.
+
+    Its broker transport is kombu's own Redis transport, as raw Celery has it, unless
+    `ade_transport` (default: `RAW_TRANSPORT_ENV` set to "ade", which `--raw-transport ade`
+    passes to the raw worker) gives it ADE's (`ade_workers.celery.redis_transport`)."""
     settings = settings or get_settings()
     app = create_celery_app(settings, extra_queues=(RAW_QUEUE,))
+    if ade_transport is None:
+        ade_transport = os.environ.get(RAW_TRANSPORT_ENV) == "ade"
+    if not ade_transport:
+        app.conf.broker_transport = None
     url = settings.broker_url
 
     @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
@@ -683,7 +698,8 @@ def run(args: argparse.Namespace) -> tuple[Result, Result, Result, CommitProbe]:
                     made = keep_months(session_factory, args.months)
                     print(f"history kept: {made} partitions of `runs` and its children", flush=True)
                 env = worker_env(settings)
-                raw_app = baseline_app(settings)
+                env[RAW_TRANSPORT_ENV] = args.raw_transport
+                raw_app = baseline_app(settings, ade_transport=args.raw_transport == "ade")
                 ade_app = create_celery_app(settings)
                 apps += [raw_app, ade_app]
                 print(
@@ -788,6 +804,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="deadline of the measurements (s)"
+    )
+    parser.add_argument(
+        "--raw-transport",
+        choices=("kombu", "ade"),
+        default="kombu",
+        help="raw Celery's Redis transport: kombu's own (raw Celery as shipped) or ADE's",
     )
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="PostgreSQL admin URL")
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="broker (flushed!)")

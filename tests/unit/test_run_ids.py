@@ -53,7 +53,7 @@ def test_a_moment_outside_the_ids_range_is_refused_with_it(queued_at: datetime) 
 @pytest.mark.parametrize(
     "run_id",
     [
-        str(uuid.uuid4()),  # a run from before ids named months
+        "331ffd08-3465-4b63-8cba-bcd8780509bc",  # a uuid4: a run from before ids named months
         "01932c07-8b7a-7c2e-9f3b-5d4e6a7b8c9d",  # a UUIDv7: version 7 where 8 would be
         "run-1",
         "zzzzzzzz-zzzz-8zzz-8zzz-zzzzzzzzzzzz",
