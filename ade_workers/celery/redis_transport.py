@@ -9,8 +9,8 @@ back), so one per channel serves every command the channel sends, from any threa
 fresh ones did; it is built again whenever the channel's pool is (after a fork or a lost
 connection kombu replaces the pool, and the client must not keep the old one).
 
-Celery uses this transport for `redis://` and `rediss://` brokers (`create_celery_app` sets
-`broker_transport`); everything else of kombu's transport (visibility timeout, unacked
+Celery uses this transport for `redis://` brokers (`create_celery_app` sets `broker_transport`);
+`rediss://` keeps kombu's own, which alone applies its TLS defaults to a bare URL. Everything else of kombu's transport (visibility timeout, unacked
 restore, batches, fanout, key prefixes) is unchanged.
 """
 
