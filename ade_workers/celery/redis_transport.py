@@ -10,8 +10,9 @@ fresh ones did; it is built again whenever the channel's pool is (after a fork o
 connection kombu replaces the pool, and the client must not keep the old one).
 
 Celery uses this transport for `redis://` brokers (`create_celery_app` sets `broker_transport`);
-`rediss://` keeps kombu's own, which alone applies its TLS defaults to a bare URL. Everything else of kombu's transport (visibility timeout, unacked
-restore, batches, fanout, key prefixes) is unchanged.
+`rediss://` keeps kombu's own, which alone applies its TLS defaults to a bare URL. Everything
+else of kombu's transport (visibility timeout, unacked restore, batches, fanout, key prefixes)
+is unchanged.
 """
 
 from __future__ import annotations
