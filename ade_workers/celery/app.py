@@ -14,7 +14,7 @@ from kombu.entity import Queue
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.settings import Settings, get_settings
-from ade_workers.celery.redis_transport import TRANSPORT as REDIS_TRANSPORT
+from ade_workers.celery.redis_transport import transport_for
 from ade_workers.celery.sender import EXECUTE_TASK, CelerySender
 
 __all__ = ["EXECUTE_TASK", "CelerySender", "broker_reachable", "create_celery_app"]
@@ -76,8 +76,8 @@ def create_celery_app(
         broker_connection_timeout=3,
         broker_transport_options=transport_options,
         # kombu's Redis transport with one client per channel, not one per command
-        # (`redis_transport`); rediss:// keeps kombu's own, which alone applies its TLS defaults.
-        broker_transport=REDIS_TRANSPORT if settings.broker_url.startswith("redis://") else None,
+        # (`redis_transport`) for redis://; every other broker keeps kombu's own.
+        broker_transport=transport_for(settings.broker_url),
         task_publish_retry_policy={
             "max_retries": 2,
             "interval_start": 0,

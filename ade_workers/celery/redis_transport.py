@@ -9,8 +9,9 @@ back), so one per channel serves every command the channel sends, from any threa
 fresh ones did; it is built again whenever the channel's pool is (after a fork or a lost
 connection kombu replaces the pool, and the client must not keep the old one).
 
-Celery uses this transport for `redis://` brokers (`create_celery_app` sets `broker_transport`);
-`rediss://` keeps kombu's own, which alone applies its TLS defaults to a bare URL. Everything
+Celery uses this transport for `redis://` brokers (`transport_for`, which `create_celery_app`
+passes as `broker_transport`); `rediss://` keeps kombu's own, which alone applies its TLS
+defaults to a bare URL. Everything
 else of kombu's transport (visibility timeout, unacked restore, batches, fanout, key prefixes)
 is unchanged.
 """
@@ -25,6 +26,12 @@ from kombu.transport import redis as kombu_redis
 
 #: The value of Celery's `broker_transport` setting that selects this transport.
 TRANSPORT = "ade_workers.celery.redis_transport:Transport"
+
+
+def transport_for(broker_url: str) -> str | None:
+    """Celery's `broker_transport` for `broker_url`: this transport for a plain `redis://`
+    broker, None (the URL's scheme decides, as in stock Celery) for every other."""
+    return TRANSPORT if broker_url.startswith("redis://") else None
 
 
 class Channel(kombu_redis.Channel):
