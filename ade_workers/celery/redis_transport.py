@@ -11,9 +11,8 @@ connection kombu replaces the pool, and the client must not keep the old one).
 
 Celery uses this transport for `redis://` brokers (`transport_for`, which `create_celery_app`
 passes as `broker_transport`); `rediss://` keeps kombu's own, which alone applies its TLS
-defaults to a bare URL. Everything
-else of kombu's transport (visibility timeout, unacked restore, batches, fanout, key prefixes)
-is unchanged.
+defaults to a bare URL. Everything else of kombu's transport (visibility timeout, unacked
+restore, batches, fanout, key prefixes) is unchanged.
 """
 
 from __future__ import annotations
