@@ -46,9 +46,6 @@ DEFAULT_STEP_TIMEOUT_SEC = 300.0
 OCCURRENCE_RETENTION = timedelta(days=35)
 
 
-CRON_ALIASES = frozenset(
-    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-)
 MAX_DURATION = timedelta(days=366)  # the longest duration any field takes, before its own bound
 #: Upper bounds of counts and amounts (admission only, see `ADMISSION`).
 MAX_CONCURRENT = 10_000

@@ -46,7 +46,7 @@ def parser_fingerprint() -> bytes:
     root = Path(ade_tasks.__file__).parent
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for package in ("pydantic", "pydantic-core", "PyYAML", "croniter"):
+    for package in ("pydantic", "pydantic-core", "PyYAML"):
         digest.update(f"{package}={_version(package)}\0".encode())
     return digest.digest()
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec, next_fire_times
+from ade_tasks.schedule.slots import ScheduleError, next_fire_times
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedul
     for index, trigger in enumerate(rule.triggers):
         if not isinstance(trigger, ScheduleTrigger) or trigger.cron is None:
             continue  # one-shot triggers are listed as scheduled runs, not previewed here
-        spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
+        spec = trigger.spec(rule.id, index)
         try:
             found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
         except ScheduleError as exc:

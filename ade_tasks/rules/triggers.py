@@ -4,12 +4,10 @@ GitHub, git, lane and file events)."""
 from __future__ import annotations
 
 import functools
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from pydantic import (
     BeforeValidator,
     Field,
@@ -19,7 +17,6 @@ from pydantic import (
 )
 
 from ade_tasks.rules.base import (
-    CRON_ALIASES,
     MAX_DURATION,
     OCCURRENCE_RETENTION,
     REPO_NAME,
@@ -29,24 +26,25 @@ from ade_tasks.rules.base import (
     Regex,
     admitting,
 )
-from ade_tasks.schedule.slots import ScheduleError, check_fires, check_not_past, check_zoned
+from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
+from ade_tasks.schedule.evaluator import ScheduleError, never_fires, zone_named
+from ade_tasks.schedule.legacy import admitted_day_match
+from ade_tasks.schedule.slots import ScheduleSpec, check_not_past, check_zoned
 
 
 @functools.lru_cache(maxsize=4096)
-def _cron_problem(expr: str, admit: bool, day: date) -> str | None:  # noqa: ARG001 (cache key)
-    """Why a 5-field cron is refused (`{value}` stands for the text as written), or None.
+def _admitted_cron(text: str, day_match: str | None) -> str:
+    """The cron as admission stores it (`n-n` written `n`), or ValueError saying what to write
+    (outside the grammar, or no day ever matches).
 
-    Cached: checking costs about half a millisecond, and the rules of a large directory share
-    a few hundred expressions. `day` is part of the key because whether a cron fires within
-    the horizon depends on today (`admit`: only admission checks that)."""
-    if not croniter.is_valid(expr):
-        return "cron {value} is not a valid cron expression"
-    if admit:  # a 5-field cron fires somewhere in every 5 years, or never
-        try:
-            check_fires(expr)
-        except ScheduleError as exc:
-            return exc.message
-    return None
+    Cached: the rules of a large directory share a few hundred expressions."""
+    try:
+        expr = parse_cron(text)
+    except CronSyntaxError as exc:
+        raise ValueError(exc.message) from None
+    if not expr.can_fire(day_match):
+        raise ValueError(never_fires(expr))
+    return expr.canonical
 
 
 class TriggerType(StrEnum):
@@ -122,11 +120,14 @@ class ScheduleTrigger(Document):
     """
 
     type: Literal["schedule"]
+    day_match: Literal["any", "all"] | None = None  # before cron: its check needs the day rule
     cron: str | None = None
     timezone: str = "UTC"
     catchup_window: Duration | None = None
     run_at: datetime | None = None
     delay_seconds: int | None = None
+    dst_gap: Literal["skip", "shift"] | None = None
+    dst_repeat: Literal["first", "last", "both"] | None = None
 
     @property
     def once(self) -> str | None:
@@ -138,6 +139,34 @@ class ScheduleTrigger(Document):
             return f"delay_seconds={self.delay_seconds}"
         return None
 
+    def spec(self, rule_id: str, index: int) -> ScheduleSpec:
+        """This cron trigger as the scheduler and the previews evaluate it."""
+        assert self.cron is not None
+        return ScheduleSpec(
+            rule_id,
+            index,
+            self.cron,
+            self.timezone,
+            self.catchup_window,
+            self.day_match,
+            self.dst_gap,
+            self.dst_repeat,
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _explicit_day_match(cls, data: Any, info: ValidationInfo) -> Any:
+        """At admission, write down the day rule where croniter read the days otherwise, so a
+        stored trigger without it is known to be older (`ade_tasks.schedule.legacy`)."""
+        if not (admitting(info) and isinstance(data, dict) and isinstance(data.get("cron"), str)):
+            return data
+        try:
+            expr = parse_cron(data["cron"])
+        except CronSyntaxError:
+            return data  # the cron's own validator says what is wrong
+        day_match = admitted_day_match(expr, data.get("day_match"))
+        return data if day_match is None else {**data, "day_match": day_match}
+
     @model_validator(mode="after")
     def _exactly_one_when(self) -> ScheduleTrigger:
         if self.cron is None and self.run_at is None and self.delay_seconds is None:
@@ -145,6 +174,13 @@ class ScheduleTrigger(Document):
                 "a schedule trigger needs exactly one of cron, run_at or delay_seconds; "
                 'add e.g. `cron: "0 3 * * *"` or `run_at: 2026-12-24T18:00:00+01:00`'
             )
+        if self.cron is None:
+            for option in ("day_match", "dst_gap", "dst_repeat"):
+                if getattr(self, option) is not None:
+                    raise ValueError(
+                        f"{option} applies to cron schedules only; remove it from this "
+                        "run_at / delay_seconds trigger"
+                    )
         return self
 
     @field_validator("cron")
@@ -152,31 +188,19 @@ class ScheduleTrigger(Document):
     def _valid_cron(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        expr = " ".join(value.split())
-        if expr.startswith("@"):
-            if expr not in CRON_ALIASES:
-                raise ValueError(
-                    f"unknown cron alias {value!r} (known: {', '.join(sorted(CRON_ALIASES))})"
-                )
-            return expr
-        if len(expr.split(" ")) != 5:
-            raise ValueError(
-                f"cron {value!r} must have 5 fields (minute hour day-of-month month day-of-week)"
-            )
-        problem = _cron_problem(expr, admitting(info), datetime.now(UTC).date())
-        if problem is not None:
-            raise ValueError(problem.replace("{value}", repr(value)))
-        return expr
+        if not admitting(info):
+            # A stored trigger is read as stored: if this version cannot evaluate it, that is
+            # its own problem (`slots.stored_evaluator`), not a document that cannot be read.
+            return value
+        return _admitted_cron(" ".join(value.split()), info.data.get("day_match"))
 
     @field_validator("timezone")
     @classmethod
     def _valid_zone(cls, value: str) -> str:
         try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {value!r}; use an IANA name such as Europe/Berlin or UTC"
-            ) from None
+            zone_named(value)
+        except ScheduleError as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @field_validator("catchup_window")

@@ -48,7 +48,7 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, dispatch_many
 from ade_tasks.schedule.scheduler import STALE_CLAIM, occurrence_outcome, schedule_event
-from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec, iter_slots, span
+from ade_tasks.schedule.slots import ScheduleError, iter_slots, span
 from ade_tasks.states import OccurrenceOutcome
 
 #: The most slots one backfill fires; a longer range is refused with where to split it.
@@ -170,7 +170,7 @@ def slots_in_range(rule: Rule, start: datetime, end: datetime) -> list[Occurrenc
     keys: list[OccurrenceKey] = []
     for index, trigger in crons:
         assert trigger.cron is not None
-        spec = ScheduleSpec(rule.id, index, trigger.cron, trigger.timezone)
+        spec = trigger.spec(rule.id, index)
         try:
             # (after, until] over minutes is [start, end) over instants.
             slots = islice(iter_slots(spec, start - _TICK, end - _TICK), MAX_SLOTS + 1)

@@ -1,22 +1,14 @@
-"""Schedule math: the UTC minute slots at which a `schedule` trigger fires.
+"""Schedule slots: the UTC minutes at which a `schedule` trigger fires, walked by cursors that the
+beats keep between ticks.
 
-Cron expressions are evaluated in the trigger's IANA time zone; a slot is identified by its UTC
-minute, so the same occurrence has the same key on every beat.
+A slot is identified by its UTC minute, so the same occurrence has the same key on every beat.
+What the expression means (grammar, day rule, daylight-saving policy) is `cron` and `evaluator`;
+this module shares one evaluator walk among every trigger of the same cron, zone and policy.
 
-Daylight-saving changes, defined here and tested for Europe/Berlin and America/New_York:
-
-* **Skipped hour** (spring forward, e.g. 02:00-03:00 does not exist): a schedule whose times fall in
-  the gap fires **once, at the first minute after the gap** (03:00 local), as Vixie cron does.
-  Several gap times of one schedule (`*/20` at 02:00, 02:20, 02:40) collapse into that one fire, and
-  it coincides with a regular 03:00 slot if the schedule has one.
-* **Repeated hour** (fall back, e.g. 02:00-03:00 happens twice): a schedule whose hour field is
-  `*` (it runs every hour) fires in **both** passes, because they are different instants; any
-  other schedule fires **only in the first pass**, so a daily 02:30 job runs once that night.
-
-A cron that never fires within `CRON_HORIZON_YEARS` (5) years (`0 0 30 2 *`: February 30) is
-refused when a rule is admitted; one stored before that check existed (or whose time zone this
-machine no longer knows) raises `ScheduleError` here, which callers treat as that trigger's
-problem, never as a failure of the schedules around it.
+A stored trigger that this version cannot evaluate (a cron outside the grammar or whose meaning
+changed since it was stored, `legacy`; a cron that never fires; a time zone this machine does
+not know) raises `ScheduleError` here, which callers treat as that trigger's problem, never as a
+failure of the schedules around it.
 """
 
 from __future__ import annotations
@@ -25,27 +17,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from ade_tasks.errors import InvalidInputError
+from ade_tasks.rules.base import parse_duration
+from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
+from ade_tasks.schedule.evaluator import Evaluator, ScheduleError
+from ade_tasks.schedule.legacy import meaning_change
 
-from ade_tasks.errors import AdeError, InvalidInputError
-from ade_tasks.rules.base import CRON_ALIASES, parse_duration
+__all__ = ["LATE_TOLERANCE", "CronCursor", "ScheduleError", "ScheduleSpec"]
 
-CRON_HORIZON_YEARS = 5
 #: How late a slot (or a one-shot run) may fire and still count as on time.
 LATE_TOLERANCE = timedelta(minutes=1)
-
-_ALIAS_EXPANSION = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-assert set(_ALIAS_EXPANSION) == CRON_ALIASES
 
 
 @dataclass(frozen=True)
@@ -57,20 +39,24 @@ class ScheduleSpec:
     cron: str
     timezone: str = "UTC"
     catchup_window: timedelta | None = None
-
-    @property
-    def expression(self) -> str:
-        """The 5-field expression (aliases expanded)."""
-        return _ALIAS_EXPANSION.get(self.cron, self.cron)
-
-    @property
-    def every_hour(self) -> bool:
-        """Does the schedule run in every hour (its hour field is `*`)?"""
-        return self.expression.split()[1] == "*"
+    day_match: str | None = None
+    dst_gap: str | None = None
+    dst_repeat: str | None = None
 
 
-class ScheduleError(AdeError):
-    """A schedule trigger cannot be evaluated: its cron never fires, or its zone is unknown."""
+def stored_evaluator(spec: ScheduleSpec) -> Evaluator:
+    """The evaluator of a stored trigger; ScheduleError says why it has none."""
+    try:
+        expr = parse_cron(spec.cron)
+    except CronSyntaxError as exc:
+        raise ScheduleError(
+            f"{exc.message} (stored by an earlier version that accepted it; it does not fire "
+            "until the rule is fixed)"
+        ) from None
+    changed = meaning_change(expr, spec.day_match)
+    if changed is not None:
+        raise ScheduleError(changed)
+    return Evaluator(expr, spec.timezone, spec.day_match, spec.dst_gap, spec.dst_repeat)
 
 
 def minute(moment: datetime) -> datetime:
@@ -81,28 +67,16 @@ def minute(moment: datetime) -> datetime:
 
 
 class CronSeries:
-    """The fire slots of one cron expression in one time zone, shared by every trigger that has
-    them, so 100,000 triggers of a few crons cost a few croniter walks, not 100,000.
+    """The fire slots of one stored trigger's schedule, shared by every trigger that has the
+    same, so 100,000 triggers of a few crons cost a few walks, not 100,000.
 
-    `next_after` is memoized (a slot -> the slot after it), and the walk continues the same
-    croniter iterator while it is asked for the slot it last returned, as one cursor's walk
-    did before the series were shared; a slot asked out of order starts a fresh iterator there.
-    """
+    `next_after` is memoized (a slot -> the slot after it); the evaluator's answer never
+    depends on where a walk started, so a memo filled by one cursor serves every other."""
 
     def __init__(self, spec: ScheduleSpec) -> None:
         self.cron = spec.cron
-        self.timezone = timezone = spec.timezone
-        self._expression = spec.expression
-        self._every_hour = spec.every_hour
-        try:
-            self._zone = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ScheduleError(
-                f"unknown time zone {timezone!r} (this machine's tz database has no such "
-                "zone); use an IANA name such as Europe/Berlin or UTC"
-            ) from None
-        self._iter: croniter | None = None
-        self._at: datetime | None = None  # the slot the iterator last returned
+        self.timezone = spec.timezone
+        self.evaluator = stored_evaluator(spec)
         self._next: dict[datetime, datetime] = {}
 
     def next_after(self, start: datetime) -> datetime:
@@ -111,47 +85,18 @@ class CronSeries:
         if found is None:
             if len(self._next) >= _SERIES_MEMO:
                 self._next.clear()
-            found = self._next[start] = self._walk(start)
+            found = self._next[start] = self.evaluator.next_after(start)
         return found
-
-    def _walk(self, start: datetime) -> datetime:
-        if self._iter is None or self._at != start:
-            try:
-                self._iter = croniter(
-                    self._expression,
-                    start.astimezone(self._zone),
-                    max_years_between_matches=CRON_HORIZON_YEARS,
-                )
-            except CroniterError as exc:
-                raise ScheduleError(
-                    f"cron {self.cron!r} is not a valid cron expression ({exc})"
-                ) from None
-        while True:
-            try:
-                local: datetime = self._iter.get_next(datetime)
-            except CroniterError:  # CroniterBadDateError: no match within the horizon
-                self._iter = None
-                raise ScheduleError(
-                    f"cron {self.cron!r} ({self.timezone}) never fires within "
-                    f"{CRON_HORIZON_YEARS} years; check its day of month and month (e.g. "
-                    "February has no 30th, April no 31st)"
-                ) from None
-            slot = minute(local)
-            # The second pass of a repeated hour: fire it only for every-hour schedules.
-            if slot.astimezone(self._zone).fold == 1 and not self._every_hour:
-                continue
-            self._at = slot
-            return slot
 
 
 _SERIES_MEMO = 4096  # slots remembered per series (a minutely cron: almost three days)
-_SERIES_MAX = 10_000  # series kept (distinct cron and zone pairs); past it, rebuilt on demand
-_SERIES: dict[tuple[str, str, str], CronSeries] = {}
+_SERIES_MAX = 10_000  # series kept (distinct crons, zones and policies); past it, rebuilt on demand
+_SERIES: dict[tuple[Any, ...], CronSeries] = {}
 
 
 def series_of(spec: ScheduleSpec) -> CronSeries:
-    """The shared series of a schedule's cron and zone (built on first use)."""
-    key = (spec.expression, spec.cron, spec.timezone)
+    """The shared series of a schedule's cron, zone and policies (built on first use)."""
+    key = (spec.cron, spec.timezone, spec.day_match, spec.dst_gap, spec.dst_repeat)
     series = _SERIES.get(key)
     if series is None:
         if len(_SERIES) >= _SERIES_MAX:
@@ -195,17 +140,6 @@ def next_fire_times(spec: ScheduleSpec, after: datetime, count: int) -> list[dat
 def iter_slots(spec: ScheduleSpec, after: datetime, until: datetime) -> Iterator[datetime]:
     """Every slot in (after, until]."""
     yield from CronCursor(spec, after).due(until)
-
-
-def check_fires(cron: str, timezone: str = "UTC", now: datetime | None = None) -> None:
-    """Raise ScheduleError unless the cron fires within `CRON_HORIZON_YEARS` after `now`."""
-    now = now or datetime.now(UTC)
-    first = CronCursor(ScheduleSpec("", 0, cron, timezone), now).peek()
-    if first - now > timedelta(days=366 * CRON_HORIZON_YEARS):
-        raise ScheduleError(
-            f"cron {cron!r} ({timezone}) never fires within {CRON_HORIZON_YEARS} years "
-            f"(next: {first:%Y-%m-%d})"
-        )
 
 
 # --- one-shot times (`ade_tasks.schedule.one_shots` fires them) -----------------------------------

@@ -190,7 +190,5 @@ def _entry(rule_id: str, content_hash: str, updated_at: datetime, parsed: _Parse
         if trigger.cron is None:  # run_at / delay_seconds: fired once (schedule.one_shots)
             once.append(TriggerOnce(rule_id, index, trigger, stored_at))
         else:
-            specs.append(
-                ScheduleSpec(rule_id, index, trigger.cron, trigger.timezone, trigger.catchup_window)
-            )
+            specs.append(trigger.spec(rule_id, index))
     return _Entry(content_hash, updated_at, tuple(specs), tuple(once), None)

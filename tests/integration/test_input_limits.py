@@ -93,7 +93,7 @@ def test_rule_writes_too_deep_or_out_of_range_are_refused_and_store_nothing(
     never = {**RULE, "triggers": [{"type": "schedule", "cron": "0 0 30 2 *"}]}
     refused = problem(api.post("/api/v1/rules", json={"document": never}), 422)
     assert [e["field"] for e in refused["errors"]] == ["triggers.0.cron"]
-    assert "never fires within 5 years" in refused["detail"]
+    assert "never fires" in refused["detail"]
 
     too_big = problem(api.post("/api/v1/rules", json={"yaml": "#" * (3 * 1024 * 1024)}), 413)
     assert "nothing was stored" in too_big["detail"]

@@ -1,4 +1,4 @@
-"""What validation knows before a rule runs: a cron that never fires within 5 years and numbers
+"""What validation knows before a rule runs: a cron that never fires and numbers
 outside their documented range are refused with the file, the field and the reason, while a
 document stored before those checks existed still reads back."""
 
@@ -42,10 +42,10 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *", "0 12 31 2,4,6 *"])
-def test_a_cron_that_never_fires_within_five_years_is_refused_naming_the_field(cron: str) -> None:
+def test_a_cron_that_never_fires_is_refused_naming_the_field(cron: str) -> None:
     (problem,) = problems_of(document(triggers=[{"type": "schedule", "cron": cron}]))
     assert problem.startswith("r.yaml:triggers.0.cron: ")
-    assert "never fires within 5 years" in problem and repr(cron) in problem
+    assert "never fires" in problem and repr(cron) in problem
 
 
 @pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 30 2 1", "@yearly", "*/5 * * * *"])

@@ -58,10 +58,10 @@ def test_unknown_trigger_type_names_the_trigger(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("cron", "reason"),
     [
-        ("61 * * * *", "is not a valid cron expression"),
-        ("* * * *", "must have 5 fields"),
-        ("0 0 * * * *", "must have 5 fields"),
-        ("@fortnightly", "unknown cron alias"),
+        ("61 * * * *", "minute field '61': 61 is out of range; write a value in 0-59"),
+        ("* * * *", "has 4 field(s); write 5: minute hour day-of-month month day-of-week"),
+        ("0 0 * * * *", "has 6 field(s); write 5"),
+        ("@fortnightly", "unknown macro; write one of @yearly"),
     ],
 )
 def test_bad_cron_is_refused(tmp_path: Path, cron: str, reason: str) -> None:

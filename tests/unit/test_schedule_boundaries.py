@@ -75,7 +75,7 @@ def test_an_impossible_cron_is_its_rules_problem_and_every_other_schedule_fires(
     assert fired == [("every-minute-0000", 0), ("every-minute-0001", 0), ("february-30", 1)]
     (problem,) = beat.problems.items()
     assert problem[0] == ("february-30", 0)
-    assert "never fires within 5 years" in problem[1] and "'0 0 30 2 *'" in problem[1]
+    assert "never fires" in problem[1] and "'0 0 30 2 *'" in problem[1]
 
 
 def test_a_stored_document_this_version_cannot_read_does_not_stop_the_others(
