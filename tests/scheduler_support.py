@@ -26,12 +26,16 @@ class FakeClock:
 
 
 def write_minutely_rules(
-    session_factory: SessionFactory, rules_dir: Path, count: int, extra: str = ""
+    session_factory: SessionFactory,
+    rules_dir: Path,
+    count: int,
+    extra: str = "",
+    overlap: str = "allow-all",
 ) -> list[str]:
     """`count` enabled rules firing every minute, synced; returns their ids.
 
-    Their overlap policy is allow-all: nothing executes the runs in these tests, so under the
-    schedule default (skip) every slot after the first would be skipped.
+    Their overlap policy is allow-all unless `overlap` says otherwise: most of these tests run
+    no worker, so under the schedule default (skip) every slot after the first would be skipped.
     """
     rules_dir.mkdir(parents=True, exist_ok=True)
     documents = []
@@ -40,7 +44,7 @@ def write_minutely_rules(
             f"- id: every-minute-{n:04d}\n"
             "  triggers: [{type: schedule, cron: '* * * * *'" + extra + "}]\n"
             "  execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n"
-            "  guardrails: {overlap: allow-all}\n"
+            f"  guardrails: {{overlap: {overlap}}}\n"
         )
     (rules_dir / "minutely.yaml").write_text("".join(documents))
     loaded, _ = sync_rules_dir(session_factory, rules_dir)

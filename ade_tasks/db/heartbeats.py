@@ -29,7 +29,9 @@ class Heartbeat:
     """A process's newest sign of life: which process, of what kind, when, and how soon the
     next one is due. A poller's `repos` are those it polls; None: the `repo` filters of the
     enabled github.* triggers (read again every cycle). A relay drain's `relay` is the relay it
-    drains and `error` why its last drain failed (None: it drained the relay to its end)."""
+    drains and `error` why its last drain failed (None: it drained the relay to its end). A
+    beat's `clock_offset` is how many seconds its machine's clock is ahead of the database's
+    (negative: behind; None: not read yet, `ade_tasks.db.clock`)."""
 
     process_id: str
     kind: str
@@ -38,6 +40,7 @@ class Heartbeat:
     repos: tuple[str, ...] | None = None
     relay: str | None = None
     error: str | None = None
+    clock_offset: float | None = None
 
     def alive(self, now: datetime) -> bool:
         """Did the process write its heartbeat within its interval (and a grace) of `now`?"""
@@ -83,6 +86,7 @@ def recent(session: Session) -> Sequence[Heartbeat]:
             repos=tuple(row.detail["repos"]) if row.detail.get("repos") is not None else None,
             relay=row.detail.get("relay"),
             error=row.detail.get("error"),
+            clock_offset=row.detail.get("clock_offset"),
         )
         for row in rows
     ]

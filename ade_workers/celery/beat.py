@@ -14,6 +14,11 @@ A beat also polls GitHub in a thread of its own, claimed per repository across t
 
 Every `HEARTBEAT_SECONDS` a beat also writes its heartbeat (`ade_tasks.db.heartbeats`, real
 time even on a simulated clock), which is how rule health knows a schedule will fire.
+
+A beat judges time by the database's clock, not its machine's (`ade_tasks.db.clock`): it reads
+it before it fires anything and every `CHECK_EVERY` after, logs when its own clock is off by more
+than 2 s, and puts the offset in its heartbeat (the API's `/metrics` shows it as
+`ade_beat_clock_offset_seconds`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from celery.beat import Scheduler as CeleryScheduler
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.db.clock import DatabaseClock, read_clock
 from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.schedule.scheduler import Scheduler, simulated_clock
 from ade_workers.celery import beat_poller
@@ -90,6 +96,7 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         jobs += relay_jobs(runtime.session_factory, sender, runtime.settings, self.beat_id)
         self._housekeeping = Housekeeping(runtime.session_factory, self.beat_id, jobs)
         self._session_factory = runtime.session_factory
+        self._db_clock = DatabaseClock(partial(read_clock, runtime.session_factory), self.beat_id)
         self._last_heartbeat: float | None = None
         self._sender = sender
         self.poller: beat_poller.BeatPoller | None = None
@@ -98,6 +105,9 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         interval = _guarded("Celery's schedule entries", partial(super().tick, *args, **kwargs))
+        _guarded("reading the database's clock", self._db_clock.check)
+        if self._db_clock.offset is None:  # never judge a slot by this machine's clock alone
+            return TICK_SECONDS
         _guarded("firing the rules' schedules", self._fire_schedules)
         _guarded("housekeeping", lambda: self._housekeeping.tick(self._schedules.now()))
         _guarded("the heartbeat", self._heartbeat)
@@ -153,7 +163,12 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
             return
         with self._session_factory.begin() as session:
             heartbeats_db.record(
-                session, self.beat_id, heartbeats_db.BEAT, every=HEARTBEAT_SECONDS, now=utcnow()
+                session,
+                self.beat_id,
+                heartbeats_db.BEAT,
+                every=HEARTBEAT_SECONDS,
+                now=utcnow(),
+                detail={"clock_offset": self._db_clock.offset},
             )
         self._last_heartbeat = now
 

@@ -165,10 +165,11 @@ class Cluster:
         )
         return child
 
-    def beat(self) -> Child:
-        """A real `ade-tasks beat` process (it drives the recovery sweep)."""
+    def beat(self, env: dict[str, str] | None = None) -> Child:
+        """A real `ade-tasks beat` process (it drives the recovery sweep); `env` adds to the
+        cluster's environment for this beat alone."""
         log = self.tmp / f"beat-{len(self.children)}.log"
-        child = Child([str(BIN / "ade-tasks"), "beat"], self.env, log, self.tmp)
+        child = Child([str(BIN / "ade-tasks"), "beat"], {**self.env, **(env or {})}, log, self.tmp)
         self.children.append(child)
         wait_until(lambda: "beat: Starting" in child.output(), 30, f"beat to start ({child.log})")
         return child

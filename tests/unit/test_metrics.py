@@ -19,6 +19,7 @@ from ade_api.http.delivery_intake import EventIntake
 from ade_api.http.deps import Services
 from ade_api.http.routes import metrics as metrics_route
 from ade_tasks.clock import utcnow
+from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.metrics import RUN_DURATION_BUCKETS, cluster_facts
 from ade_tasks.db.migrate import head_revision, upgrade
@@ -226,6 +227,25 @@ def test_the_endpoint_exposes_the_facts_and_the_queues(populated: SessionFactory
     # The configured queues and the queues of unfinished runs, empty on the in-memory broker.
     for queue in queues:
         assert samples[("ade_queue_depth", (("queue", queue),))] == 0
+
+
+def test_each_live_beat_reports_its_clock_offset(session_factory: SessionFactory) -> None:
+    # given three beats: one 90 s fast, one that has not read the database's clock yet, and
+    # one 30 s slow that has been gone for an hour
+    with session_factory.begin() as session:
+        for beat, offset, seen in (
+            ("fast", 90.0, NOW),
+            ("starting", None, NOW),
+            ("gone", -30.0, NOW - timedelta(hours=1)),
+        ):
+            heartbeats_db.record(
+                session, beat, heartbeats_db.BEAT, every=10, now=seen,
+                detail={"clock_offset": offset},
+            )  # fmt: skip
+    # when /metrics is scraped, only the live beat that knows its offset has a sample
+    samples = scrape(metrics_app(Settings(), session_factory))
+    offsets = {k[1]: v for k, v in samples.items() if k[0] == "ade_beat_clock_offset_seconds"}
+    assert offsets == {(("beat", "fast"),): 90.0}
 
 
 def test_an_unreachable_broker_or_database_does_not_fail_the_scrape(tmp_path: Path) -> None:

@@ -107,6 +107,18 @@ class ClusterCollector(Collector):
             ["relay", "drainer"],
             drains,
         )
+        offsets = {
+            h.process_id: h.clock_offset
+            for h in state.alive(heartbeats_db.BEAT)
+            if h.clock_offset is not None
+        }
+        yield _gauge(
+            "ade_beat_clock_offset_seconds",
+            "Per live beat: seconds its machine's clock is ahead of the database's (negative: "
+            "behind). Beats judge schedules by the database's clock; beyond 2 s a beat logs it.",
+            ["beat"],
+            offsets,
+        )
         yield _gauge(
             "ade_rule_ready",
             "1 when the rule can fire (its health is ready: every trigger has a path that fires "
