@@ -249,17 +249,27 @@ def rules_trust(settings: Settings, content_hash: str, by: str) -> None:
 @rules.command("next")
 @click.argument("rule_id")
 @click.option("-n", "count", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--from", "start", help="list fire times after this time (Z or an offset; default: now)"
+)
 @url_option
 @json_option
 @click.pass_obj
 def rules_next(
-    settings: Settings, rule_id: str, count: int, url: str | None, as_json: bool
+    settings: Settings,
+    rule_id: str,
+    count: int,
+    start: str | None,
+    url: str | None,
+    as_json: bool,
 ) -> None:
-    """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC), or the
-    problem of a schedule that cannot fire (as the API and `rules show` report it)."""
-    preview = Api(settings, url).call(
-        "GET", f"/api/v1/rules/{rule_id}/schedule", params={"count": count}
-    )
+    """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC, with the fires a
+    daylight-saving change moved or doubled marked), or the problem of a schedule that cannot
+    fire (as the API and `rules show` report it). `ade-tasks cron` previews any expression."""
+    params: dict[str, Any] = {"count": count}
+    if start is not None:
+        params["from"] = start
+    preview = Api(settings, url).call("GET", f"/api/v1/rules/{rule_id}/schedule", params=params)
     if as_json:
         click.echo(json.dumps(preview, indent=2))
         return
@@ -278,7 +288,8 @@ def rules_next(
         if trigger.get("problem"):
             click.echo(f"  problem: {trigger['problem']}")
         for fire in trigger["next"]:
-            click.echo(f"  {fire['local'][:16].replace('T', ' ')} local   {fire['utc'][:16]}Z")
+            line = f"  {fire['local'][:16].replace('T', ' ')} local   {fire['utc'][:16]}Z"
+            click.echo(f"{line}  {fire['dst']}" if fire.get("dst") else line)
 
 
 @rules.command("occurrences")

@@ -3,12 +3,12 @@ the rule answer of the API and rule health show)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.schedule.slots import ScheduleError, next_fire_times
+from ade_tasks.schedule.slots import ScheduleError, next_fire_times, series_of
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class TriggerSchedule:
     trigger: ScheduleTrigger
     times: list[datetime]
     problem: str | None = None
+    #: Per time: how a daylight-saving change moved or doubled it (None: it did not).
+    dst: list[str | None] = field(default_factory=list)
 
 
 def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedule]:
@@ -30,7 +32,9 @@ def rule_schedules(rule: Rule, now: datetime, count: int) -> list[TriggerSchedul
             continue  # one-shot triggers are listed as scheduled runs, not previewed here
         spec = trigger.spec(rule.id, index)
         try:
-            found.append(TriggerSchedule(index, trigger, next_fire_times(spec, now, count)))
+            times = next_fire_times(spec, now, count)
+            notes = [series_of(spec).evaluator.dst_note(t) for t in times]
+            found.append(TriggerSchedule(index, trigger, times, None, notes))
         except ScheduleError as exc:
             found.append(TriggerSchedule(index, trigger, [], f"triggers.{index}: {exc.message}"))
     return found

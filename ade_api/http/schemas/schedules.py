@@ -12,6 +12,12 @@ class FireTime(BaseModel):
 
     utc: datetime
     local: datetime = Field(description="the same moment in the trigger's time zone")
+    dst: str | None = Field(
+        default=None,
+        description="how a daylight-saving change moved this fire (a local time that does not "
+        "exist that day) or doubled it (one that happens twice), per the trigger's dst_gap "
+        "and dst_repeat; null when it did not",
+    )
 
 
 class ScheduleTriggerPreview(BaseModel):
