@@ -79,23 +79,23 @@ class Evaluator:
             raise ScheduleError(never_fires(expr, f" ({timezone})"))
         self._wall = WallClock(expr, self.day_match)
         self._spans = spans_of(timezone)
-        self._span = self._spans.span_at(datetime(2000, 1, 1, tzinfo=UTC))
-        self._span_end = _wall(self._span.end, self._span.offset)  # the walk's bound in it
+        # The span the last walk was in, with its end as a wall time (the bound of a walk in
+        # it); one attribute, so threads sharing this evaluator never see half of an update.
+        self._span = self._spanned(datetime(2000, 1, 1, tzinfo=UTC))
 
     def next_after(self, after: datetime) -> datetime:
         """The first slot after the UTC minute `after`."""
         moment = after + MINUTE
         limit = after + HORIZON
         while moment < limit:
-            span = self._span
+            span, span_end = self._span
             if not span.start <= moment < span.end:
-                span = self._span = self._spans.span_at(moment)
-                self._span_end = _wall(span.end, span.offset)
+                span, span_end = self._span = self._spanned(moment)
             offset = span.offset
             if moment == span.start and span.gap_before and self.dst_gap == "shift":
                 if self._wall.next_match(_wall(moment, span.before), _wall(moment, offset)):
                     return moment
-            found = self._wall.next_match(_wall(moment, offset), self._span_end)
+            found = self._wall.next_match(_wall(moment, offset), span_end)
             if found is None:
                 moment = span.end
                 continue
@@ -113,6 +113,10 @@ class Evaluator:
             f"cron {self.expr.text!r} ({self.timezone}) does not fire within 400 years of "
             f"{after:%Y-%m-%d}"
         )
+
+    def _spanned(self, moment: datetime) -> tuple[Span, datetime]:
+        span = self._spans.span_at(moment)
+        return span, _wall(span.end, span.offset)
 
     def dst_note(self, slot: datetime) -> str | None:
         """How a daylight-saving change moved or doubled this slot (None: it did not)."""

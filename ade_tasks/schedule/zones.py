@@ -9,6 +9,7 @@ where it changes (a zone changes its offset at most a few times a year, never tw
 from __future__ import annotations
 
 import functools
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,7 @@ class ZoneSpans:
         self._years: set[int] = set()
         self._changes: list[datetime] = []  # UTC instants where the offset changes, sorted
         self._offsets: list[timedelta] = []  # the offset from each change on
+        self._lock = threading.Lock()  # the API's threads share a zone's spans
 
     def offset_at(self, moment: datetime) -> timedelta:
         """The zone's UTC offset at a UTC instant."""
@@ -59,6 +61,10 @@ class ZoneSpans:
     def span_at(self, moment: datetime) -> Span:
         """The span holding a UTC minute. A span ends at a change or, when none is near, at a
         year's end with the same offset on both sides (the walk just carries on there)."""
+        with self._lock:
+            return self._span_at(moment)
+
+    def _span_at(self, moment: datetime) -> Span:
         year = moment.year
         for known in (year - 1, year, year + 1):
             self._learn(known)

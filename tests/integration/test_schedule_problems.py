@@ -109,3 +109,31 @@ def test_the_schedule_api_rules_show_and_the_web_page_name_the_problem(cluster: 
     shown = cli(cluster, "rules", "show", "february-30", "--url", str(api.base_url))
     assert shown.returncode == 0, shown.stderr
     assert "problem: triggers.0: cron '0 0 30 2 *'" in shown.stdout and NEVER in shown.stdout
+
+
+def test_a_cron_whose_meaning_changed_is_shown_as_its_problem(
+    cluster: Cluster,
+) -> None:
+    # Given a rule stored by an earlier version, which read `5-5` as every minute
+    store_rule(
+        cluster.session_factory,
+        {
+            "id": "five-five",
+            "triggers": [{"type": "schedule", "cron": "5-5 * * * *"}],
+            "execution": ACTIONS,
+        },
+    )
+    api = cluster.api()
+    changed = "was stored by an earlier version, which read a range like 5-5 as *"
+
+    # Then the schedule API, `rules show` and the web page say so and what to do
+    preview = api.get("/api/v1/rules/five-five/schedule")
+    assert preview.status_code == 200, preview.text
+    (trigger,) = preview.json()["triggers"]
+    assert trigger["next"] == [] and changed in trigger["problem"]
+    assert "sync its file or save it to take the new meaning" in trigger["problem"]
+    shown = cli(cluster, "rules", "show", "five-five", "--url", str(api.base_url))
+    assert shown.returncode == 0, shown.stderr
+    assert changed in shown.stdout
+    page = api.get("/ui/rules/five-five")
+    assert page.status_code == 200 and "was stored by an earlier version" in page.text

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ade_tasks.schedule.cron import parse_cron
 from ade_tasks.schedule.evaluator import Evaluator
+from ade_tasks.schedule.legacy import admitted_day_match
 from ade_tasks.schedule.slots import ScheduleSpec, iter_slots
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Australia/Adelaide")
@@ -95,3 +96,23 @@ def test_slots_in_a_common_window_do_not_depend_on_the_start(
         return slots
 
     assert walk(second) == [s for s in walk(first) if s > second]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cron=EXPRESSIONS,
+    zone=st.sampled_from(ZONES),
+    change=st.sampled_from(CHANGES),
+    offsets=st.tuples(st.integers(0, 36 * 60), st.integers(0, 36 * 60)),
+)
+def test_beats_sharing_a_walk_agree_whichever_started_first(
+    cron: str, zone: str, change: datetime, offsets: tuple[int, int]
+) -> None:
+    # Cursors of two beats (or of one beat's two triggers) share one memoized series.
+    expr = parse_cron(cron)
+    spec = ScheduleSpec("r", 0, expr.canonical, zone, None, admitted_day_match(expr, None))
+    first, second = sorted(change + timedelta(minutes=m) for m in offsets)
+    end = second + timedelta(hours=6)
+    late = list(iter_slots(spec, second, end))  # the later start walks first this time
+    early = list(iter_slots(spec, first, end))
+    assert late == [s for s in early if s > second]
