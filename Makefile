@@ -27,11 +27,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-# tests/e2e/test_web_ui.py drives Debian's Chromium (never a browser Playwright downloads).
-$(CHROMIUM):
-	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM) (Debian: apt-get install chromium)"; exit 1; }
-	@echo "installing Debian's chromium for the browser tests ..."
-	$(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get install -y -qq --no-install-recommends chromium || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }'
+# Debian packages the tests use: chromium (tests/e2e/test_web_ui.py drives it, never a browser
+# Playwright downloads), bubblewrap (the sandbox every agent and command step runs in) and faketime
+# (beats whose clocks are off). Installed with apt when one of their programs is missing.
+DEBIAN_PACKAGES := chromium bubblewrap faketime
+DEBIAN_PROGRAMS := $(CHROMIUM) /usr/bin/bwrap /usr/bin/faketime
+APT_INSTALL := apt-get install -y -qq --no-install-recommends $(DEBIAN_PACKAGES)
+
+$(DEBIAN_PROGRAMS) &:
+	@command -v apt-get >/dev/null || { echo "install $(DEBIAN_PACKAGES) (Debian: apt-get install $(DEBIAN_PACKAGES))"; exit 1; }
+	@echo "installing Debian's $(DEBIAN_PACKAGES) for the tests ..."
+	$(if $(filter 0,$(shell id -u)),,sudo) sh -c '$(APT_INSTALL) || { apt-get update -qq && $(APT_INSTALL); }'
 
 # Without npm the real-CLI tests skip locally and fail under CI (tests/real_clis.py says why).
 $(CLIS_STAMP): tests/agent_clis/package.json tests/agent_clis/package-lock.json $(STAMP)
@@ -46,7 +52,7 @@ $(CLIS_STAMP): tests/agent_clis/package.json tests/agent_clis/package-lock.json 
 dev: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ade-tasks dev
 
-test: $(STAMP) $(CHROMIUM) $(CLIS_STAMP)
+test: $(STAMP) $(DEBIAN_PROGRAMS) $(CLIS_STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(MKDOCS) build --strict --site-dir $(SITE)

@@ -45,6 +45,7 @@ from ade_workers.agents.session import SessionLimits, SessionOutcome, run_sessio
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.engine.agent_user import AgentUser, AgentUsers
+from ade_workers.sandbox.engine import agent_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,10 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
     protected = ProtectedPaths.from_settings(settings, context.root)
     with ExitStack() as lease:  # the agent user, if any, is this session's until it ends
         try:
+            sandbox = agent_sandbox(settings, context.root, f"agent step {action.id!r}")
             user = _agent_user(settings, context, protected, limits.deadline, lease)
+            if sandbox is not None and user is not None:  # helpers run as the user, inside
+                sandbox = replace(sandbox, python=user.python())
         except AdeError as exc:
             return StepOutcome(StepStatus.FAILED, error=exc.message)
         except OSError as exc:
@@ -104,6 +108,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             should_stop=context.should_stop,
             time_left=lambda: limits.deadline - time.monotonic(),
             user=user,
+            sandbox=sandbox,
         )
         if action.provider in CLI_BINARIES:
             configured = settings.provider(action.provider)
@@ -121,6 +126,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 masker=tool_ctx.masker,
                 record=record,
                 user=user,
+                sandbox=sandbox,
             )
             outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
         else:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ade_tasks.secrets import Masker, StreamMasker
 from ade_workers.engine.supervisor import ContainedProcess
+from ade_workers.sandbox.layout import Sandbox
 
 OUTPUT_CAP = 80_000
 STOP_CHECK_INTERVAL = 0.25
@@ -99,14 +100,18 @@ def run_process(
     cap: int = OUTPUT_CAP,
     masker: Masker | None = None,
     user: tuple[int, int] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
-    `user` is the (uid, gid) to run it as; the worker's own by default.
+    `user` is the (uid, gid) to run it as; the worker's own by default. With a `sandbox` it
+    runs inside it (its container then holds the sandbox's processes).
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were
     a tenth of a `true` step's time, more on a loaded machine."""
     started = time.monotonic()
+    if sandbox is not None:
+        argv = sandbox.command(argv, str(cwd))
     with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user) as process:
         output = _Drain(process.output, CappedOutput(cap), StreamMasker(masker) if masker else None)
         try:

@@ -401,6 +401,9 @@ def test_a_claude_code_rule_runs_the_cli_and_records_its_capability_report(
         update={
             "providers": providers,
             "command_env_allowlist": (*config.settings.command_env_allowlist, "FAKE_CLI_STREAM"),
+            # The fake CLI replays a recording from the test tree, which no sandbox shows; the
+            # real CLIs run in the sandbox (test_agent_sandbox.py, test_claude_code_real.py).
+            "sandbox": "off",
         }
     )
     env = {**config.base_env, "FAKE_CLI_STREAM": str(stream)}

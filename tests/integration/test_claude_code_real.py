@@ -26,11 +26,12 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
-from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
 from ade_workers.agents.cli.outcome import CliSessionOutcome
 from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
 from ade_workers.agents.session import SessionLimits
+from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.real_clis import real_cli
 from tests.support import wait_until
@@ -87,6 +88,8 @@ def run_claude(
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
     masker: Masker | None = None,
+    sandboxed: bool = True,
+    settings: Settings | None = None,
 ) -> Run:
     execution = AgentSession(
         provider="claude-code",
@@ -117,6 +120,9 @@ def run_claude(
         provider=ProviderSettings(api_key=REAL_KEY, base_url=server.url),  # type: ignore[arg-type]
         masker=masker or Masker.none(),
         record=lambda kind, data: events.append((kind, data)),
+        sandbox=agent_sandbox(settings or Settings(), worktree, "the test session")
+        if sandboxed
+        else None,
     )
     outcome = run_cli_session(
         execution,
@@ -329,9 +335,11 @@ SESSION_IN_A_WORKER = textwrap.dedent(
 )
 
 
-def test_nothing_of_a_session_outlives_its_worker(claude, worktree, tmp_path):
-    pid_file, late = tmp_path / "tool.pid", tmp_path / "late.txt"
-    command = f"echo $$ > {pid_file}; sleep 5; touch {late}"
+def test_nothing_of_a_session_outlives_its_worker(claude, worktree):
+    # The tool runs in the session's sandbox: it writes only in the worktree, and its own pid
+    # is one of the sandbox's, so its host pid is found by its unique command line.
+    started, late = worktree / "tool.started", worktree / "late.txt"
+    command = f"touch {started}; sleep 7.25; touch {late}"
     script = SESSION_IN_A_WORKER.format(
         root=str(Path(__file__).resolve().parents[2]),
         command=command,
@@ -340,14 +348,27 @@ def test_nothing_of_a_session_outlives_its_worker(claude, worktree, tmp_path):
     )
     worker = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
-        tool_pid = int(wait_until(lambda: pid_file.read_text().strip(), 60, "the tool to start"))
+        wait_until(started.exists, 60, "the tool to start")
+        tool_pids = wait_until(lambda: _pids_running(b"sleep\x007.25"), 10, "the tool's sleep")
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(10)
-        wait_until(lambda: not _alive(tool_pid), 10, "the tool to die with its worker")
+        wait_until(lambda: not any(map(_alive, tool_pids)), 10, "the tool to die with its worker")
         assert not late.exists()
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def _pids_running(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.joinpath("cmdline").read_bytes().rstrip(b"\x00") == cmdline:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -22,11 +22,12 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
-from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
 from ade_workers.agents.cli.outcome import CliSessionOutcome
 from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
 from tests.real_clis import real_cli
 from tests.support import wait_until
@@ -96,6 +97,7 @@ def run_codex(
         provider=ProviderSettings(api_key=KEY, base_url=f"{server.url}/v1"),  # type: ignore[arg-type]
         masker=Masker.none(),
         record=lambda kind, data: events.append((kind, data)),
+        sandbox=agent_sandbox(Settings(), worktree, "the test session"),
     )
     outcome = run_cli_session(
         execution,
@@ -181,12 +183,21 @@ def test_a_session_over_its_token_budget_is_stopped(codex, server, worktree):
     assert not marker.exists()
 
 
-def test_an_edit_session_in_a_worktree_holding_engine_data_never_starts(codex, server, worktree):
+def test_an_edit_session_in_a_worktree_holding_engine_data_cannot_reach_it(
+    codex, server, worktree
+):
+    # The sandbox shows every `.ade` below the worktree as an empty, read-only directory.
     (worktree / ".ade").mkdir()
-    ran, _ = run_codex(codex, server, worktree, mode="edit", policy=WRITES)
-    assert ran.outcome.status == "failed"
-    assert "holds the engine's own data" in (ran.outcome.error or "")
-    assert server.model_requests() == []
+    (worktree / ".ade" / "api-token").write_text("dev-stack-token-canary\n")
+    server.script(
+        Turn.command("cat .ade/api-token | rev; echo x > .ade/planted", call_id="c"),
+        Turn.text("done"),
+    )
+    policy = ToolPolicy(allowed_tools=["write_file", "edit_file", "bash"])
+    ran, _ = run_codex(codex, server, worktree, mode="edit", policy=policy)
+    assert ran.outcome.status == "completed", ran.outcome.error
+    assert "yranac" not in server.tool_outputs()["c"]
+    assert not (worktree / ".ade" / "planted").exists()
 
 
 def test_providers_check_runs_one_real_codex_call(codex, server, monkeypatch):

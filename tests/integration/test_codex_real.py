@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ade_tasks.agents.policy import Decision
+from ade_tasks.settings import Settings
 from ade_workers.agents.cli.codex_app_server import CodexOutcome, run_codex_session
 from ade_workers.agents.cli.codex_home import KEY_VARIABLE, Sandbox
 from ade_workers.agents.cli.codex_requests import CodexRequest
+from ade_workers.sandbox.engine import agent_sandbox
+from ade_workers.sandbox.layout import Sandbox as OsSandbox
 from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
 from tests.real_clis import real_cli
+from tests.sandbox_escapes import Target, check_escapes, escape_script
 from tests.support import child_pids, pid_alive
 
 KEY = "sk-codex-test-key-0123456789abcdef"
@@ -92,7 +97,13 @@ def session(
     timeout: float = 60,
     should_stop: Callable[[], bool] = lambda: False,
     over_budget: Callable[[int, int], str | None] = lambda i, o: None,
+    outer: bool = True,
+    layout: OsSandbox | None = None,
 ) -> CodexOutcome:
+    """A session in the engine's sandbox (read-only worktree for `read-only`), unless `outer`
+    is False: then codex's own sandbox, as with ADE_SANDBOX=off."""
+    base = layout or (agent_sandbox(Settings(), run.worktree, "the test session") if outer else None)
+    outer_layout = replace(base, writable=sandbox == "workspace-write") if base else None
     return run_codex_session(
         binary=codex,
         worktree=run.worktree,
@@ -109,6 +120,7 @@ def session(
         deadline=time.monotonic() + timeout,
         over_budget=over_budget,
         kill_grace=2.0,
+        outer=outer_layout,
     )
 
 
@@ -221,10 +233,12 @@ def test_an_allowed_command_runs_without_the_provider_key(
     assert results and results[0]["id"] == "call_ok" and results[0]["exit_code"] == 0
 
 
-def test_a_file_change_outside_the_worktree_is_denied(
+def test_a_file_change_outside_the_worktree_never_reaches_the_host(
     codex: str, server: ScriptedResponsesServer, tmp_path: Path
 ) -> None:
-    # Given: patches that add a file by absolute path and through `..`
+    # Given: patches that add a file by absolute path and through `..`. Inside the engine's
+    # sandbox codex applies them unasked (it has no sandbox of its own there), into the
+    # sandbox's private /tmp: nothing of them reaches the host.
     outside = tmp_path / "outside-absolute.txt"
     server.script(
         Turn.patch(add_file_patch(str(outside), "escaped"), call_id="call_abs"),
@@ -238,13 +252,6 @@ def test_a_file_change_outside_the_worktree_is_denied(
     assert outcome.status == "completed", outcome
     assert not outside.exists()
     assert not (tmp_path / "outside-dotdot.txt").exists()
-    assert [r.paths for r in run.requests] == [
-        (str(outside),),
-        (str(tmp_path / "outside-dotdot.txt"),),
-    ]
-    assert {d["verdict"] for d in run.kinds("agent.tool_decision")} == {"deny"}
-    assert "rejected" in server.tool_outputs()["call_abs"]
-    assert "rejected" in server.tool_outputs()["call_up"]
 
 
 def test_an_in_worktree_change_is_applied_unasked_under_workspace_write(
@@ -262,7 +269,7 @@ def test_an_in_worktree_change_is_applied_unasked_under_workspace_write(
     assert run.requests == []
 
 
-def test_under_read_only_every_change_asks_and_an_allowed_one_is_applied(
+def test_under_read_only_nothing_is_written_and_every_command_asks(
     codex: str, server: ScriptedResponsesServer, tmp_path: Path
 ) -> None:
     server.script(
@@ -275,13 +282,12 @@ def test_under_read_only_every_change_asks_and_an_allowed_one_is_applied(
     outcome = session(codex, run, sandbox="read-only")
 
     assert outcome.status == "completed", outcome
-    assert [r.kind for r in run.requests] == ["file_change", "command"]
-    assert run.requests[0].paths == (str(run.worktree / "inside.txt"),)
-    assert (run.worktree / "inside.txt").read_text() == "hello\n"
-    # An approved command still runs inside the read-only sandbox.
+    # The engine's sandbox shows the worktree read-only: the patch fails without asking,
+    # the command asks, and even approved it writes nothing.
+    assert [r.kind for r in run.requests] == ["command"]
+    assert not (run.worktree / "inside.txt").exists()
     assert not (run.worktree / "sandboxed-marker").exists()
     assert "Read-only file system" in server.tool_outputs()["call_touch"]
-
 
 def test_large_usage_stops_the_session_as_over_budget(
     codex: str, server: ScriptedResponsesServer, tmp_path: Path
@@ -440,26 +446,26 @@ def test_sourcing_a_script_the_model_wrote_unasked_is_still_asked(
     assert not (run.worktree / "sourced-marker").exists()
 
 
-def test_a_program_no_rule_names_runs_unasked_inside_the_sandbox(
+def test_a_program_run_through_the_dynamic_loader_runs_unasked_but_escapes_nothing(
     codex: str, server: ScriptedResponsesServer, tmp_path: Path
 ) -> None:
     # The limit of execpolicy rules (the module docstring reports it): rules match programs by
-    # basename, and the rules list the names on PATH and in the worktree when the session
-    # starts. An executable elsewhere under another name runs without asking, confined only
-    # by codex's sandbox.
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    program = elsewhere / "zz-unlisted-tool"
-    program.write_text("#!/bin/sh\ntouch unlisted-marker\n")
-    program.chmod(0o755)
-    server.script(Turn.command(str(program), call_id="call_unlisted"), Turn.text("done"))
+    # basename, so `ld-linux-x86-64.so.2 /bin/sh ...` runs without asking, in plan mode and
+    # with every call denied. The engine's sandbox is what bounds it: the escape corpus.
+    data = tmp_path / "engine-data"
+    data.mkdir()
+    (data / "api-token").write_text("codex-canary-token-42\n")
+    target = Target.of_this_process(data / "api-token", (int(server.url.rsplit(":", 1)[1]),))
+    command = f"/lib64/ld-linux-x86-64.so.2 /bin/sh -c {shlex.quote(escape_script(target))}"
+    server.script(Turn.command(command, call_id="call_loader"), Turn.text("done"))
     run = new_run(tmp_path, server, always("deny"))
 
-    outcome = session(codex, run)
+    base = agent_sandbox(Settings(data_dir=data), run.worktree, "the test session")
+    outcome = session(codex, run, sandbox="read-only", layout=base)
 
     assert outcome.status == "completed", outcome
-    assert run.requests == []
-    assert (run.worktree / "unlisted-marker").exists()
+    assert run.requests == []  # it ran unasked ...
+    check_escapes(server.tool_outputs()["call_loader"], target)  # ... and reached nothing
 
 
 def test_an_allowed_command_cannot_write_outside_the_worktree(
@@ -473,5 +479,4 @@ def test_an_allowed_command_cannot_write_outside_the_worktree(
 
     assert outcome.status == "completed", outcome
     assert len(run.requests) == 1
-    assert not outside.exists()
-    assert "Read-only file system" in server.tool_outputs()["call_out"]
+    assert not outside.exists()  # it wrote into the sandbox's private /tmp

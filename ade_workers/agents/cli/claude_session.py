@@ -52,8 +52,15 @@ from ade_workers.agents.cli.setup import (
     engine_data_out_of_reach,
     private_home,
     proxy_capabilities,
+    real_binary,
+    require_binary,
+    sandbox_capability,
+    session_sandbox,
 )
 from ade_workers.engine.process import ProcessResult, run_process
+from ade_workers.sandbox import helpers
+from ade_workers.sandbox.bridge import UnixBridge
+from ade_workers.sandbox.layout import Forward
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 KEY_SETTING = "ADE_PROVIDERS__CLAUDE_CODE__API_KEY"
@@ -68,13 +75,22 @@ QUIET_ENV = {
 }
 
 
+#: The hook's bytes as this worker started with them (never the source tree's later state).
+HOOK_PROGRAM = helpers.register(claude_hook.__file__)
+
+
 @dataclass(frozen=True)
 class Hook:
-    """How Claude runs the engine's hook: the Python, the script and the decision socket."""
+    """How Claude runs the engine's hook: the Python, the script (the engine's read-only,
+    hash-checked copy) and the decision socket."""
 
     socket_path: Path
     python: str = sys.executable
-    script: str = claude_hook.__file__
+    script: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.script:
+            object.__setattr__(self, "script", str(HOOK_PROGRAM.installed()))
 
 
 def session_settings(hook: Hook) -> dict[str, Any]:
@@ -96,7 +112,7 @@ def claude_argv(
 ) -> list[str]:
     """The `claude -p` command line of one engine-bounded session."""
     argv = [
-        setup.binary,
+        real_binary(setup),
         "-p",
         "--output-format",
         "stream-json",
@@ -139,18 +155,19 @@ def session_env(setup: CliSetup, proxy: ModelProxy, home: Path) -> dict[str, str
 
 
 def _hook(setup: CliSetup, sockets: Path) -> Hook:
-    """The hook of a session whose decision socket lives in `sockets`. For an agent user the
-    directory only lets it in (0711): it can reach the socket, which is its own, and run a copy
-    of the hook that it cannot change, with a Python it may run."""
+    """The hook of a session whose decision socket lives in `sockets`, run from the engine's
+    copy of it, by the Python the sandbox holds. For an agent user the directory only lets it
+    in (0711): it can reach the socket, which is its own, and run the copy, which it cannot
+    change, with a Python it may run."""
     socket_path = sockets / "decide.sock"
-    if setup.user is None:
-        return Hook(socket_path)
-    script = sockets / "claude_hook.py"
-    shutil.copyfile(claude_hook.__file__, script)
-    script.chmod(0o644)
-    sockets.chmod(0o711)
-    setup.user.check_reachable(sockets, "the decision socket")
-    return Hook(socket_path, python=setup.user.python(), script=str(script))
+    if setup.sandbox is not None:
+        python = setup.sandbox.python
+    else:
+        python = setup.user.python() if setup.user else sys.executable
+    if setup.user is not None:
+        sockets.chmod(0o711)
+        setup.user.check_reachable(sockets, "the decision socket")
+    return Hook(socket_path, python=python)
 
 
 def capabilities(
@@ -175,6 +192,14 @@ def capabilities(
         Capability("fallback", E, f"{hook}; ask parks the run as a pending input"),
         Capability("engine_data", E, f"{hook}: the engine's data and .git internals are refused")
         if "bash" not in setup.tools
+        else Capability(
+            "engine_data",
+            E,
+            "the sandbox hides it and keeps .git read-only"
+            + (f"; every process of the session runs as {setup.user.name}" if setup.user else "")
+            + f"; {hook} too",
+        )
+        if setup.sandbox is not None
         else engine_data_out_of_reach(setup)
         or Capability(
             "engine_data",
@@ -183,6 +208,12 @@ def capabilities(
             "but the engine's secrets are masked in everything sent to the model",
         ),
         Capability("max_turns", E, "--max-turns"),
+        sandbox_capability(
+            setup,
+            writes="the worktree read-only (plan)"
+            if execution.permission_mode == "plan"
+            else "writes only in the worktree, .git read-only",
+        ),
         *proxy_capabilities(setup, f"{hook}: only read-only tools run"),
     ]
     if init is None:
@@ -239,6 +270,7 @@ def run_claude(
 ) -> ClaudeRun:
     """Start the proxy and the decision socket, run `claude -p` under them, and tear
     everything down, the private home included."""
+    require_binary(setup)
     stop = Stop()
     home = private_home(setup, "ade-claude-")
     # The socket lives apart from the home: a Unix socket's path has at most 107 bytes, and
@@ -273,17 +305,27 @@ def run_claude(
         ):
             argv = claude_argv(execution, setup, prompt=prompt, system=system, hook=hook)
             masker = setup.masker.with_values([proxy.token, *([key] if key else [])])
-            result = run_process(
-                argv,
-                cwd=setup.worktree,
-                env=session_env(setup, proxy, home),
-                timeout=max(deadline - time.monotonic(), 0.0),
-                kill_grace=kill_grace,
-                should_stop=lambda: stop.event.is_set() or should_stop(),
-                cap=output_cap,
-                masker=masker,
-                user=setup.user.ids if setup.user else None,
+            model_socket = sockets / "model.sock"
+            sandbox = session_sandbox(
+                setup,
+                writable=execution.permission_mode != "plan",
+                private=(home,),
+                read_only=(sockets, Path(hook.script).parent),
+                forwards=(Forward(proxy.port, model_socket),),
             )
+            with UnixBridge(model_socket, ("127.0.0.1", proxy.port), owner=setup.user):
+                result = run_process(
+                    argv,
+                    cwd=setup.worktree,
+                    env=session_env(setup, proxy, home),
+                    timeout=max(deadline - time.monotonic(), 0.0),
+                    kill_grace=kill_grace,
+                    should_stop=lambda: stop.event.is_set() or should_stop(),
+                    cap=output_cap,
+                    masker=masker,
+                    user=setup.user.ids if setup.user else None,
+                    sandbox=sandbox,
+                )
             spend = proxy.spend
             return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)
     finally:

@@ -53,14 +53,24 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from ade_tasks.agents.policy import Decision
-from ade_workers.agents.cli.codex_home import KEY_VARIABLE, PROVIDER, Sandbox, write_session_home
+from ade_workers.agents.cli.codex_home import (
+    KEY_VARIABLE,
+    PROVIDER,
+    CodexSandboxMode,
+    Sandbox,
+    write_session_home,
+)
 from ade_workers.agents.cli.codex_requests import (
     CodexRequest,
     Message,
@@ -68,8 +78,12 @@ from ade_workers.agents.cli.codex_requests import (
     item_events,
 )
 from ade_workers.agents.cli.codex_rpc import RpcConnection
+from ade_workers.agents.cli.setup import cli_install
 from ade_workers.engine.agent_user import AgentUser
 from ade_workers.engine.supervisor import ContainedProcess
+from ade_workers.sandbox.bridge import UnixBridge
+from ade_workers.sandbox.layout import Forward
+from ade_workers.sandbox.layout import Sandbox as OsSandbox
 
 CodexStatus = Literal["completed", "failed", "timed_out", "budget_exceeded"]
 Record = Callable[[str, Message], None]
@@ -236,6 +250,7 @@ def run_codex_session(
     over_budget: Callable[[int, int], str | None],
     kill_grace: float,
     user: AgentUser | None = None,
+    outer: OsSandbox | None = None,
 ) -> CodexOutcome:
     """Run one codex turn on `prompt` in `worktree`, contained, until it completes, fails, is
     stopped, passes `deadline` (time.monotonic) or goes over budget. As `user`, if given: it
@@ -243,8 +258,11 @@ def run_codex_session(
     files in it are the worker's, but the user could replace them, so it is the sandbox that
     keeps the session's own commands away from them (CODEX_HOME is no writable root)."""
     path = env.get("PATH", os.defpath)
+    # Inside the engine's sandbox (the floor: plan's worktree is read-only there) codex's own
+    # would nest a second one, which its helper binaries cannot make under a /tmp home.
+    mode: CodexSandboxMode = "danger-full-access" if outer is not None else sandbox
     home = write_session_home(
-        codex_home, model=model, base_url=base_url, sandbox=sandbox, path=path, worktree=worktree
+        codex_home, model=model, base_url=base_url, sandbox=mode, path=path, worktree=worktree
     )
     if user is not None:
         user.hand_over(home)
@@ -262,13 +280,66 @@ def run_codex_session(
         return CodexOutcome("timed_out", error="the session's deadline passed before codex started")
     if should_stop():
         return CodexOutcome("failed", error="codex was cancelled before it started")
-    try:
-        process = ContainedProcess(
-            argv, cwd=str(worktree), env=child_env, kill_grace=kill_grace, stdin=True,
-            separate_stderr=True, user=user.ids if user else None,
-        )  # fmt: skip
-    except OSError as exc:
-        return CodexOutcome("failed", error=f"codex could not be started (`{binary}`): {exc}")
+    with ExitStack() as bridges:
+        if outer is not None:
+            argv = _sandboxed(argv, outer, worktree, codex_home, base_url, bridges, user)
+        try:
+            process = ContainedProcess(
+                argv, cwd=str(worktree), env=child_env, kill_grace=kill_grace, stdin=True,
+                separate_stderr=True, user=user.ids if user else None,
+            )  # fmt: skip
+        except OSError as exc:
+            return CodexOutcome("failed", error=f"codex could not be started (`{binary}`): {exc}")
+        return _drive(process, worktree, model, mode, prompt, should_stop, deadline,
+                      decide, record, over_budget, kill_grace)  # fmt: skip
+
+
+def _sandboxed(
+    argv: list[str],
+    outer: OsSandbox,
+    worktree: Path,
+    codex_home: Path,
+    base_url: str,
+    bridges: ExitStack,
+    user: AgentUser | None,
+) -> list[str]:
+    """codex's command line inside the engine's sandbox: CODEX_HOME read-write, and the model
+    endpoint's port (on 127.0.0.1) forwarded in through a Unix socket (the agent user's, if
+    any: the directory only lets it in)."""
+    endpoint = urlsplit(base_url)
+    sockets = Path(tempfile.mkdtemp(prefix="ade-codex-sockets-"))
+    bridges.callback(shutil.rmtree, sockets, True)
+    if user is not None:
+        sockets.chmod(0o711)
+    forwards: tuple[Forward, ...] = ()
+    if endpoint.hostname in ("127.0.0.1", "localhost") and endpoint.port:
+        socket_path = sockets / "model.sock"
+        target = ("127.0.0.1", endpoint.port)
+        bridges.enter_context(UnixBridge(socket_path, target, owner=user))
+        forwards = (Forward(endpoint.port, socket_path),)
+    install = cli_install(argv[0], os.environ.get("PATH"))
+    layout = replace(
+        outer,
+        read_write=(*outer.read_write, codex_home),
+        read_only=(*outer.read_only, sockets, *([install] if install else [])),
+        forwards=forwards,
+    )
+    return layout.command(argv, str(worktree))
+
+
+def _drive(
+    process: ContainedProcess,
+    worktree: Path,
+    model: str,
+    sandbox: CodexSandboxMode,
+    prompt: str,
+    should_stop: Callable[[], bool],
+    deadline: float,
+    decide: Callable[[CodexRequest], Decision],
+    record: Record,
+    over_budget: Callable[[int, int], str | None],
+    kill_grace: float,
+) -> CodexOutcome:
     with process:
         rpc = RpcConnection(process)
         session = _Session(
@@ -295,7 +366,7 @@ def _converse(
     session: _Session,
     worktree: Path,
     model: str,
-    sandbox: Sandbox,
+    sandbox: CodexSandboxMode,
     prompt: str,
     should_stop: Callable[[], bool],
     deadline: float,

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 Sandbox = Literal["read-only", "workspace-write"]
+#: What codex is told: its own sandbox, or none inside the engine's (`danger-full-access`).
+CodexSandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 
 #: The variable that carries the provider key; only the codex process gets it, and codex keeps
 #: it out of the commands it runs (`shell_environment_policy.inherit = "core"`).
@@ -53,7 +55,7 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a TOML basic string
 
 
-def session_config(*, model: str, base_url: str, sandbox: Sandbox) -> str:
+def session_config(*, model: str, base_url: str, sandbox: CodexSandboxMode) -> str:
     """The `config.toml` of one session: the engine's provider, sandbox and approval policy,
     and nothing that reaches outside the session."""
     lines = [
@@ -127,7 +129,13 @@ def exec_rules(names: Iterable[str]) -> str:
 
 
 def write_session_home(
-    codex_home: Path, *, model: str, base_url: str, sandbox: Sandbox, path: str, worktree: Path
+    codex_home: Path,
+    *,
+    model: str,
+    base_url: str,
+    sandbox: CodexSandboxMode,
+    path: str,
+    worktree: Path,
 ) -> Path:
     """Fill `codex_home` (config, rules, an empty HOME) for one session; the HOME it made."""
     home = codex_home / "home"

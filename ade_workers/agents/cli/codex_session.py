@@ -25,6 +25,7 @@ from typing import Any
 
 from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
+from ade_tasks.agents.tool_names import matching_pattern
 from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli.codex_app_server import CodexOutcome, run_codex_session
 from ade_workers.agents.cli.codex_home import Sandbox
@@ -40,6 +41,9 @@ from ade_workers.agents.cli.setup import (
     engine_data_out_of_reach,
     private_home,
     proxy_capabilities,
+    require_binary,
+    sandbox_capability,
+    session_sandbox,
     taint_refusal,
 )
 
@@ -86,7 +90,7 @@ class CodexJudge:
                 "never grants that",
             )
         if tool == "bash" and "bash" not in self.setup.tools:
-            return Decision("deny", "bash is not among this session's tools (mode and palette)")
+            return self._read_only_command()
         if tool == "edit_file" and not WRITE_TOOLS & set(self.setup.tools):
             return Decision("deny", "this session's tools do not write files (mode and palette)")
         tainted = taint_refusal(tool, self.setup.tainted)
@@ -116,6 +120,17 @@ class CodexJudge:
         return decision
 
 
+    def _read_only_command(self) -> Decision:
+        """A command in a session whose tools do not include bash (plan, taint): in the
+        engine's read-only sandbox it can change nothing and reach no network, so it runs,
+        unless the policy denies bash by name; without the sandbox it is refused."""
+        if self.setup.sandbox is None:
+            return Decision("deny", "bash is not among this session's tools (mode and palette)")
+        if matching_pattern("bash", self.setup.policy.denied_tools) is not None:
+            return Decision("deny", "bash is among the rule's denied_tools")
+        return Decision("allow", "runs in the engine's read-only sandbox (no writes, no network)")
+
+
 def sandbox_for(setup: CliSetup, execution: AgentSession) -> Sandbox:
     """Read-only unless the session may write: its mode, its palette and taint all allow it
     (under workspace-write codex applies changes inside the worktree without asking)."""
@@ -125,8 +140,8 @@ def sandbox_for(setup: CliSetup, execution: AgentSession) -> Sandbox:
 
 def unenforceable(setup: CliSetup, execution: AgentSession) -> str | None:
     """Why this session cannot run bounded (checked before it starts), or None."""
-    if sandbox_for(setup, execution) == "read-only":
-        return None
+    if sandbox_for(setup, execution) == "read-only" or setup.sandbox is not None:
+        return None  # the engine's sandbox hides its data from codex and every command
     found = engine_data_in(setup)
     if found is None:
         return None
@@ -173,8 +188,7 @@ def run_codex(
     """Run one codex session behind the engine's model proxy, in a private CODEX_HOME.
     Raises FileNotFoundError when the binary is not there (the app-server's pipes would only
     say "broken pipe")."""
-    if shutil.which(setup.binary, path=setup.env.get("PATH", os.defpath)) is None:
-        raise FileNotFoundError(setup.binary)
+    require_binary(setup)
     stop = Stop()
     home = private_home(setup, "ade-codex-")
     key = setup.api_key()
@@ -207,6 +221,11 @@ def run_codex(
                 over_budget=lambda _in, _out: None,  # the proxy meters every answer
                 kill_grace=kill_grace,
                 user=setup.user,
+                outer=session_sandbox(
+                    setup,
+                    writable=sandbox_for(setup, execution) == "workspace-write",
+                    private=(),
+                ),
             )
             spend = proxy.spend
             return CodexRun(outcome, stop, spend.input_tokens, spend.output_tokens)
@@ -218,7 +237,13 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
     """What the engine enforces on a codex session and how (codex 0.169, app-server)."""
     E, B, U = Support.ENFORCED, Support.BEST_EFFORT, Support.UNSUPPORTED
     sandbox = sandbox_for(setup, execution)
-    asks = "codex asks the engine before each command (an execpolicy rule for every program)"
+    asks = (
+        "codex asks the engine before each command it knows to name (an execpolicy rule for "
+        "every program); one it does not (e.g. through the dynamic loader) runs inside the "
+        "engine's sandbox"
+        if setup.sandbox is not None
+        else "codex asks the engine before each command (an execpolicy rule for every program)"
+    )
     changes = (
         "every file change asks the engine (read-only sandbox)"
         if sandbox == "read-only"
@@ -229,7 +254,7 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
         Capability(
             "permission_mode", E, f"{execution.permission_mode}: --sandbox {sandbox}; {asks}"
         ),
-        Capability("denied_tools", E, f"{asks}; {changes}"),
+        Capability("denied_tools", B if setup.sandbox is not None else E, f"{asks}; {changes}"),
         Capability("allowed_tools", E, f"{asks}; {changes}"),
         Capability("fallback", E, f"{asks}; ask parks the run as a pending input"),
         Capability(
@@ -239,7 +264,16 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
             if setup.policy.sandbox_root is None
             else f"{changes}; writes by commands stay in the worktree (bubblewrap)",
         ),
-        Capability("reads", U, "codex's sandbox does not confine what commands read"),
+        Capability("reads", E, "the engine's sandbox shows commands only the worktree and "
+                   "system directories, never the engine's data")
+        if setup.sandbox is not None
+        else Capability("reads", U, "codex's sandbox does not confine what commands read"),
+        sandbox_capability(
+            setup,
+            writes="the worktree read-only"
+            if sandbox == "read-only"
+            else "writes only in the worktree, .git read-only",
+        ),
         engine_data_out_of_reach(setup)
         or Capability(
             "engine_data",

@@ -110,7 +110,12 @@ class ModelProxy:
     @property
     def url(self) -> str:
         """The base URL the CLI is given (the upstream's path prefix is kept on forwarding)."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """The proxy's port on 127.0.0.1 (a sandbox forwards the same port on its loopback)."""
+        return int(self._server.server_address[1])
 
     def __enter__(self) -> ModelProxy:
         self._thread.start()

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli.facts import Capability, Support
 from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 from ade_workers.engine.agent_user import AgentUser
+from ade_workers.sandbox.host import SETTING as SANDBOX_SETTING
+from ade_workers.sandbox.layout import Forward, Sandbox
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class CliSetup:
     masker: Masker
     record: Record
     user: AgentUser | None = None  # who the CLI runs as, when not the worker (ADE_AGENT_USER)
+    sandbox: Sandbox | None = None  # the session's base sandbox; None: ADE_SANDBOX=off
 
     def api_key(self) -> str | None:
         """The provider's key (it stays in the worker's model proxy)."""
@@ -96,9 +100,97 @@ def proxy_capabilities(setup: CliSetup, taint: str) -> list[Capability]:
         Capability(
             "credentials",
             E,
-            "the key stays in the worker's model proxy; the CLI has a per-session token",
+            "the key stays in the worker's model proxy; the CLI has a per-session token"
+            + _credentials_floor(setup),
+        )
+        if setup.sandbox is not None or setup.user is not None
+        else Capability(
+            "credentials",
+            Support.BEST_EFFORT,
+            "the key stays in the worker's model proxy, but with no sandbox and no agent user "
+            "the CLI's commands run as the worker and can read its environment and files",
         ),
     ]
+
+
+def _credentials_floor(setup: CliSetup) -> str:
+    if setup.sandbox is not None:
+        return "; the sandbox hides the worker's processes and files"
+    who = setup.user.name if setup.user else "the worker"
+    return f"; the CLI runs as {who}, who may not read the worker's environment"
+
+
+def session_sandbox(
+    setup: CliSetup,
+    *,
+    writable: bool,
+    private: tuple[Path, ...],
+    read_only: tuple[Path, ...] = (),
+    forwards: tuple[Forward, ...] = (),
+) -> Sandbox | None:
+    """The CLI's sandbox: the base one with the worktree writable (edit) or not (plan), the
+    session's private directories read-write, the CLI's install and the engine's helper copies
+    read-only, and the model proxy forwarded in."""
+    if setup.sandbox is None:
+        return None
+    install = cli_install(setup.binary, setup.env.get("PATH"))
+    return replace(
+        setup.sandbox,
+        writable=writable,
+        read_write=private,
+        read_only=(*read_only, *([install] if install else [])),
+        forwards=forwards,
+    )
+
+
+def cli_install(binary: str, path: str | None) -> Path | None:
+    """The directory of the CLI's install that a sandbox shows read-only: the `node_modules`
+    it was installed into by npm (codex's native binary is a package beside its launcher), else
+    the nearest directory above the real binary with a package.json, else the binary's."""
+    found = shutil.which(binary, path=path)
+    if found is None:
+        return None
+    real = Path(os.path.realpath(found))
+    for directory in real.parents:
+        if directory.name == "node_modules":
+            return directory
+    for directory in list(real.parents)[:4]:
+        if (directory / "package.json").is_file():
+            return directory
+    return real.parent
+
+
+def sandbox_capability(setup: CliSetup, *, writes: str) -> Capability:
+    """The sandbox item of a capability report."""
+    if setup.sandbox is None:
+        return Capability(
+            "sandbox",
+            Support.UNSUPPORTED,
+            f"off ({SANDBOX_SETTING}=off, set by an admin): the CLI and its commands run "
+            "with the worker's view of the host",
+        )
+    return Capability(
+        "sandbox",
+        Support.ENFORCED,
+        f"bubblewrap: {writes}; the engine's code, virtualenv, data and tokens hidden; a PID "
+        "namespace that dies with the session; a network of its own reaching only the "
+        "engine's model proxy",
+    )
+
+
+def require_binary(setup: CliSetup) -> None:
+    """Raise FileNotFoundError when the CLI's binary is not there: inside a sandbox (or
+    behind codex's pipes) a missing binary would only show as the CLI's early exit."""
+    if shutil.which(setup.binary, path=setup.env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(setup.binary)
+
+
+def real_binary(setup: CliSetup) -> str:
+    """The CLI's binary by its real path when sandboxed (PATH inside may not reach it)."""
+    if setup.sandbox is None:
+        return setup.binary
+    found = shutil.which(setup.binary, path=setup.env.get("PATH"))
+    return os.path.realpath(found) if found else setup.binary
 
 
 def engine_data_out_of_reach(setup: CliSetup) -> Capability | None:

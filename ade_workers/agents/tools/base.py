@@ -13,6 +13,7 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
 from ade_workers.engine.agent_user import AgentUser
+from ade_workers.sandbox.layout import Sandbox
 
 
 class ToolError(Exception):
@@ -72,6 +73,7 @@ class ToolContext:
     report: Report | None = None
     protected: ProtectedPaths | None = None
     user: AgentUser | None = None  # who `bash` runs as, when not the worker (ADE_AGENT_USER)
+    sandbox: Sandbox | None = None  # where `bash` runs (the worktree writable); None: off
 
     def __post_init__(self) -> None:
         if self.protected is None:

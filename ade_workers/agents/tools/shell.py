@@ -1,5 +1,6 @@
 """The `bash` tool: a shell command in the worktree, in a container of its own (so everything
-it starts dies with it), with a deadline, capped output and the masker on that output."""
+it starts dies with it) and the session's sandbox (no network, nothing of the engine, only the
+worktree writable), with a deadline, capped output and the masker on that output."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def bash(args: JsonObject, ctx: ToolContext) -> ToolResult:
         cap=BASH_OUTPUT_CAP,
         masker=ctx.masker,
         user=ctx.user.ids if ctx.user else None,
+        sandbox=ctx.sandbox,
     )
     if result.timed_out:
         footer = f"[timed out after {timeout:g}s; everything the command started was killed]"

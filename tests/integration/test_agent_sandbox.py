@@ -1,0 +1,153 @@
+"""The sandbox under agent processes, attacked as an agent would attack it.
+
+The real Claude Code CLI (scripted model server) and an HTTP session's `bash` tool run the escape
+corpus (`tests/sandbox_escapes.py`) inside the sandbox `ade_workers.sandbox` makes; each attempt
+must be refused or come to nothing. Plus: a daemon that kills its supervisor dies with the
+sandbox, and an agent whose project is the engine's own checkout cannot change the hook the
+engine runs for its later calls.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.settings import Settings
+from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.shell import bash
+from ade_workers.sandbox.engine import agent_sandbox
+from tests.fake_anthropic import ScriptedAnthropic, Turn
+from tests.integration.test_claude_code_real import BASH, results, run_claude
+from tests.real_clis import real_cli
+from tests.sandbox_escapes import Target, check_escapes, escape_script
+
+TOKEN = "ade-token-canary-0123456789"
+
+
+@pytest.fixture
+def engine_data(tmp_path: Path) -> Settings:
+    """Settings whose data directory holds an API token file, as a dev stack's does."""
+    data = tmp_path / "engine-data"
+    data.mkdir()
+    (data / "api-token").write_text(TOKEN + "\n")
+    return Settings(data_dir=data)
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    root = tmp_path / "wt"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def test_claudes_bash_escapes_nothing(engine_data, worktree):
+    claude = real_cli("claude")
+    with ScriptedAnthropic() as server:
+        target = Target.of_this_process(engine_data.dev_token_file, (_port(server),))
+        server.script(Turn.tool("Bash", command=escape_script(target)), Turn.text("done"))
+        run = run_claude(
+            claude, server, worktree, mode="full-auto", policy=BASH, settings=engine_data
+        )
+        assert run.outcome.status == "completed", run.outcome.error
+        (_, output), = results(server)
+    check_escapes(output, target)
+    sandbox = {item["aspect"]: item for item in run.capabilities["items"]}["sandbox"]
+    assert sandbox["support"] == "enforced"
+
+
+def test_an_http_sessions_bash_escapes_nothing(engine_data, worktree):
+    with ScriptedAnthropic() as listening:  # a server on the host that must stay unreachable
+        target = Target.of_this_process(engine_data.dev_token_file, (_port(listening),))
+        ctx = ToolContext(
+            worktree=worktree,
+            env={"PATH": "/usr/bin:/bin"},
+            sandbox=agent_sandbox(engine_data, worktree, "the test session"),
+        )
+        result = bash({"command": escape_script(target)}, ctx)
+    check_escapes(result.content, target)
+
+
+def test_a_daemon_that_kills_its_supervisor_dies_with_the_sandbox(engine_data, worktree):
+    ctx = ToolContext(
+        worktree=worktree,
+        env={"PATH": "/usr/bin:/bin"},
+        sandbox=agent_sandbox(engine_data, worktree, "the test session"),
+    )
+    result = bash({"command": "setsid -f sleep 301.25; kill -9 $PPID; echo after-kill"}, ctx)
+    assert result.data["exit_code"] is not None
+    assert not _running(b"sleep\x00301.25"), "a daemon outlived its sandbox"
+
+
+HOOK_TAKEOVER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {checkout!r})
+    import ade_workers
+    assert ade_workers.__file__.startswith({checkout!r}), ade_workers.__file__
+    from pathlib import Path
+    from ade_tasks.rules.agent import ToolPolicy
+    from ade_tasks.settings import Settings
+    from tests.integration.test_claude_code_real import run_claude, results
+    from tests.fake_anthropic import ScriptedAnthropic, Turn
+    hook = Path({checkout!r}) / "ade_workers/agents/cli/claude_hook.py"
+    evil = "import sys\\nprint('{{}}')\\nsys.exit(0)\\n"  # allows every call
+    with ScriptedAnthropic() as server:
+        server.script(
+            Turn.tool("Write", file_path=str(hook), content=evil),
+            Turn.tool("Read", file_path="/etc/passwd"),
+            Turn.text("done"),
+        )
+        run = run_claude(
+            Path({claude!r}), server, Path({checkout!r}), mode="edit",
+            policy=ToolPolicy(allowed_tools=["write_file"], denied_tools=["bash"]),
+            settings=Settings(data_dir=Path({checkout!r}) / ".ade"),
+        )
+        print(repr([kind for kind, data in run.events if kind == "agent.tool_decision"]))
+        print(repr(results(server)))
+    """
+)
+
+
+def test_an_agent_in_the_engines_checkout_cannot_replace_the_engines_hook(tmp_path):
+    """The `make dev` default project is the engine's checkout: an allowed Write of the hook's
+    source lands nowhere (the sandbox shows the engine's code as an empty, read-only directory)
+    and the next call, a Read outside the worktree, is still the engine's to refuse (its hook
+    runs from the engine's own hashed copy, never from the source tree)."""
+    claude = real_cli("claude")
+    checkout = tmp_path / "checkout"
+    root = Path(__file__).resolve().parents[2]
+    for package in ("ade_tasks", "ade_workers", "ade_api", "tests"):
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(root / package, checkout / package, ignore=ignore)
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    hook = checkout / "ade_workers/agents/cli/claude_hook.py"
+    original = hook.read_bytes()
+    script = HOOK_TAKEOVER.format(checkout=str(checkout), claude=str(claude))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert hook.read_bytes() == original  # the Write landed in the sandbox's mask, not on disk
+    decisions, answers = done.stdout.splitlines()[:2]
+    assert decisions.count("agent.tool_decision") == 2, done.stdout  # the engine decided both
+    assert "root:x:0:0" not in answers, answers  # the Read outside the worktree was refused
+
+
+def _running(cmdline: bytes) -> bool:
+    def matches(entry: Path) -> bool:
+        try:
+            return entry.joinpath("cmdline").read_bytes().rstrip(b"\x00") == cmdline
+        except OSError:
+            return False
+
+    return any(matches(e) for e in Path("/proc").iterdir() if e.name.isdigit())
+
+
+def _port(server: ScriptedAnthropic) -> int:
+    return int(server.url.rsplit(":", 1)[1])

@@ -1,0 +1,139 @@
+"""The sandbox's pieces: its bwrap layout, the host check, the engine's helper copies and the
+port forwarder (the sandbox itself is attacked in tests/integration/test_agent_sandbox.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ade_tasks.settings import Settings
+from ade_workers.sandbox import helpers, host
+from ade_workers.sandbox.bridge import UnixBridge
+from ade_workers.sandbox.engine import FORWARDER, agent_sandbox, engine_paths
+from ade_workers.sandbox.layout import Forward, Sandbox
+
+# Under CI a host without a sandbox fails these tests rather than skipping them.
+needs_bwrap = pytest.mark.skipif(
+    host.sandbox_problem() is not None and not os.environ.get("CI"), reason="no sandbox here"
+)
+
+
+def layout(tmp_path: Path, **fields: object) -> Sandbox:
+    worktree = tmp_path / "wt"
+    worktree.mkdir(exist_ok=True)
+    return Sandbox(bwrap="bwrap", worktree=worktree, python=sys.executable, **fields)  # type: ignore[arg-type]
+
+
+def test_a_plan_sandbox_binds_the_worktree_read_only_and_has_no_network(tmp_path):
+    argv = layout(tmp_path, writable=False).command(["true"], str(tmp_path / "wt"))
+    worktree = str(tmp_path / "wt")
+    assert ["--ro-bind", worktree, worktree] == argv[argv.index(worktree) - 1 : argv.index(worktree) + 2]
+    assert "--unshare-net" in argv and "--unshare-pid" in argv and "--die-with-parent" in argv
+    assert argv[-2:] == ["--", "true"]
+
+
+def test_a_host_network_sandbox_keeps_the_network(tmp_path):
+    argv = layout(tmp_path, network="host").command(["true"], "/")
+    assert "--unshare-net" not in argv
+
+
+def test_the_engine_is_hidden_over_the_worktree_and_a_cli_install_shows_through(tmp_path):
+    engine = tmp_path / "wt" / ".venv"
+    install = engine / "agent-clis" / "node_modules"
+    install.mkdir(parents=True)
+    argv = layout(tmp_path, hidden=(engine,), read_only=(install,)).command(["true"], "/")
+    mask = argv.index("--tmpfs", argv.index(str(tmp_path / "wt")))
+    assert argv[mask + 1] == str(engine)
+    assert argv.index(str(install)) > mask  # bound after the mask, so it shows through
+    remounted = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--remount-ro"]
+    assert str(engine) in remounted and argv.index(str(install)) < len(argv) - argv[::-1].index(
+        "--remount-ro"
+    )
+
+
+def test_forwarded_ports_run_the_command_under_the_forwarder(tmp_path):
+    sock = tmp_path / "model.sock"
+    argv = layout(tmp_path, forwarder=Path("/x/forward.py"), forwards=(Forward(8123, sock),))
+    line = argv.command(["claude", "-p"], "/")
+    tail = line[line.index("--chdir") + 3 :]
+    assert tail == [sys.executable, "-I", "-S", "/x/forward.py", f"8123={sock}", "--", "claude", "-p"]
+
+
+def test_engine_paths_hold_its_packages_virtualenv_and_data(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    (tmp_path / "wt" / "sub" / ".ade").mkdir(parents=True)
+    paths = engine_paths(settings, tmp_path / "wt")
+    names = {p.name for p in paths}
+    assert {"ade_tasks", "ade_workers", "ade_api"} <= names
+    assert (tmp_path / "data").resolve() in paths
+    assert (tmp_path / "wt" / "sub" / ".ade").resolve() in paths
+    if sys.prefix != sys.base_prefix:
+        assert Path(sys.prefix).resolve() in paths
+
+
+def test_no_bwrap_refuses_with_what_the_host_needs_and_the_opt_out(monkeypatch, tmp_path):
+    host.sandbox_problem.cache_clear()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    try:
+        with pytest.raises(host.SandboxUnavailable) as refused:
+            agent_sandbox(Settings(), tmp_path, "agent step 'fix'")
+    finally:
+        host.sandbox_problem.cache_clear()
+    message = refused.value.message
+    assert message.startswith("agent step 'fix' runs only in a sandbox")
+    assert "apt-get install bubblewrap" in message and "ADE_SANDBOX=off" in message
+
+
+def test_sandbox_off_makes_none(tmp_path):
+    assert agent_sandbox(Settings(sandbox="off"), tmp_path, "x") is None
+
+
+def test_a_helper_copy_holds_the_engines_bytes_and_is_rewritten_when_changed(tmp_path):
+    source = tmp_path / "hook.py"
+    source.write_text("print('engine')\n")
+    helper = helpers.register(source)
+    source.write_text("print('agent')\n")  # the source tree changed after the worker started
+    copy = helper.installed()
+    assert copy.read_text() == "print('engine')\n"
+    assert copy.stat().st_mode & 0o777 == 0o444
+    copy.chmod(0o644)
+    copy.write_text("print('tampered')\n")
+    assert helper.installed().read_text() == "print('engine')\n"
+    assert not str(copy).startswith(str(Path(helpers.__file__).parents[2]))
+
+
+@needs_bwrap
+def test_the_forwarder_relays_a_port_inside_to_a_unix_socket_outside(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as upstream:
+        port = upstream.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = upstream.accept()
+            with conn:
+                conn.sendall(b"pong:" + conn.recv(100))
+
+        threading.Thread(target=answer, daemon=True).start()
+        sock = tmp_path / "s" / "up.sock"
+        sock.parent.mkdir()
+        base = agent_sandbox(Settings(), tmp_path, "test")
+        assert base is not None
+        sandbox = Sandbox(
+            bwrap=base.bwrap, worktree=tmp_path, python=base.python, forwarder=FORWARDER.installed(),
+            read_only=(sock.parent,), forwards=(Forward(port, sock),),
+        )  # fmt: skip
+        client = (
+            f"import socket; s = socket.create_connection(('127.0.0.1', {port})); "
+            "s.sendall(b'ping'); print(s.recv(100).decode())"
+        )
+        with UnixBridge(sock, ("127.0.0.1", port)):
+            done = subprocess.run(
+                sandbox.command([base.python, "-I", "-S", "-c", client], str(tmp_path)),
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+    assert done.stdout.strip() == "pong:ping", done.stderr
