@@ -47,6 +47,15 @@ def _admitted_cron(text: str, day_match: str | None) -> str:
     return expr.canonical
 
 
+@functools.lru_cache(maxsize=4096)
+def _admitted_day_match(cron: str, day_match: str | None) -> str | None:
+    """The `day_match` admission stores with this cron (cached like `_admitted_cron`)."""
+    try:
+        return admitted_day_match(parse_cron(cron), day_match)
+    except CronSyntaxError:
+        return day_match  # the cron's own validator says what is wrong
+
+
 class TriggerType(StrEnum):
     """Every trigger type a rule may name (wire values)."""
 
@@ -160,12 +169,11 @@ class ScheduleTrigger(Document):
         stored trigger without it is known to be older (`ade_tasks.schedule.legacy`)."""
         if not (admitting(info) and isinstance(data, dict) and isinstance(data.get("cron"), str)):
             return data
-        try:
-            expr = parse_cron(data["cron"])
-        except CronSyntaxError:
-            return data  # the cron's own validator says what is wrong
-        day_match = admitted_day_match(expr, data.get("day_match"))
-        return data if day_match is None else {**data, "day_match": day_match}
+        day_match = data.get("day_match")
+        written = _admitted_day_match(
+            data["cron"], day_match if isinstance(day_match, str) else None
+        )
+        return data if written == day_match else {**data, "day_match": written}
 
     @model_validator(mode="after")
     def _exactly_one_when(self) -> ScheduleTrigger:
