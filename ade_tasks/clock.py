@@ -12,31 +12,30 @@ this machine's clock.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-#: The database's time and `time.monotonic()` at one instant; None: this machine's clock.
-_anchor: tuple[datetime, float] | None = None
+#: The database's time minus `time.monotonic()`, in seconds; None: this machine's clock.
+_shift: float | None = None
 
 
 def utcnow() -> datetime:
     """Now, timezone-aware UTC (the database's time in a process that follows it)."""
-    anchor = _anchor
-    if anchor is None:
+    shift = _shift
+    if shift is None:
         return datetime.now(UTC)
-    at, monotonic = anchor
-    return at + timedelta(seconds=time.monotonic() - monotonic)
+    return datetime.fromtimestamp(time.monotonic() + shift, UTC)
 
 
 def follow(at: datetime, monotonic: float) -> None:
     """From now on `utcnow()` is `at` plus the seconds `time.monotonic()` has run since
     `monotonic` (the instant `at` was true)."""
-    global _anchor
+    global _shift
     if at.tzinfo is None:
         raise ValueError(f"naive datetime {at!r}; pass a timezone-aware UTC datetime")
-    _anchor = (at.astimezone(UTC), monotonic)
+    _shift = at.timestamp() - monotonic
 
 
 def unfollow() -> None:
     """Back to this machine's clock."""
-    global _anchor
-    _anchor = None
+    global _shift
+    _shift = None

@@ -47,7 +47,6 @@ class ClockReading:
     database: datetime  # the database's clock_timestamp()
     local: datetime  # this machine's clock at the middle of the round trip
     received: float  # time.monotonic() when the answer arrived
-    round_trip: float  # seconds
 
     @property
     def offset(self) -> float:
@@ -66,8 +65,7 @@ def read_clock(session_factory: SessionFactory) -> ClockReading | None:
         sent, local = time.monotonic(), datetime.now(UTC)
         database = connection.execute(_READ).scalar_one()
         received = time.monotonic()
-    round_trip = received - sent
-    return ClockReading(database, local + timedelta(seconds=round_trip / 2), received, round_trip)
+    return ClockReading(database, local + timedelta(seconds=(received - sent) / 2), received)
 
 
 class DatabaseClock:

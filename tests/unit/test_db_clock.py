@@ -35,15 +35,10 @@ def own_clock() -> Iterator[None]:
     clock.unfollow()
 
 
-def reading(database: datetime, offset: float, round_trip: float = 0.002) -> ClockReading:
+def reading(database: datetime, offset: float) -> ClockReading:
     """What `read_clock` returns from a database whose clock reads `database` now, while this
     machine's reads `offset` seconds ahead of it."""
-    return ClockReading(
-        database=database,
-        local=database + timedelta(seconds=offset),
-        received=time.monotonic(),
-        round_trip=round_trip,
-    )
+    return ClockReading(database, database + timedelta(seconds=offset), time.monotonic())
 
 
 def test_the_offset_is_this_machines_clock_minus_the_databases() -> None:
