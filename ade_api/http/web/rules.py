@@ -48,14 +48,18 @@ OCCURRENCES = 10
 WAITING = (OneShotStatus.PENDING.value, OneShotStatus.CLAIMED.value)
 
 
-def next_fires(rule: Rule, count: int) -> list[tuple[ScheduleTrigger, list[datetime], str]]:
-    """The next fire times of each schedule trigger in its zone, or the trigger's problem, as
-    GET /rules/{id}/schedule computes them (a trigger that cannot fire shows why, not a 500)."""
+Fires = tuple[ScheduleTrigger, list[datetime], str, list[str | None]]
+
+
+def next_fires(rule: Rule, count: int) -> list[Fires]:
+    """The next fire times of each schedule trigger in its zone (with how a daylight-saving
+    change moved or doubled each), or the trigger's problem, as GET /rules/{id}/schedule
+    computes them (a trigger that cannot fire shows why, not a 500)."""
     found = []
     for schedule in rule_schedules(rule, utcnow(), count):
         zone = ZoneInfo(schedule.trigger.timezone) if schedule.times else None
         times = [t.astimezone(zone) for t in schedule.times]
-        found.append((schedule.trigger, times, schedule.problem or ""))
+        found.append((schedule.trigger, times, schedule.problem or "", schedule.dst))
     return found
 
 
@@ -95,8 +99,8 @@ def _rule_line(
         rule=rule,
         manual=rule is not None and has_manual_trigger(rule),
         triggers=trigger_types(rule) if rule else "unreadable document",
-        upcoming=min((times[0] for _, times, _ in fires if times), default=None),
-        problems=[problem for _, _, problem in fires if problem],
+        upcoming=min((times[0] for _, times, _, _ in fires if times), default=None),
+        problems=[problem for _, _, problem, _ in fires if problem],
         last=last[0] if last else None,
         health=health,
         paused=paused,
