@@ -135,7 +135,8 @@ def _items(text: str, field: _Field, part: str) -> tuple[set[int], str]:
                 b = 7  # FRI-SUN: Sunday as 7 ends a range
             named = not first.isdigit()
             if a > b:
-                instead = f"{_span(field, a, top, named)},{_span(field, field.low, b, named)}"
+                head = [] if a > top else [_span(field, a, top, named)]  # 7-1: Sunday is 0 too
+                instead = ",".join([*head, _span(field, field.low, b, named)])
                 raise _refuse(
                     text, field, item, f"ranges go upward, this one wraps around; write {instead}"
                 )

@@ -96,6 +96,7 @@ def test_admission_stores_a_range_of_one_value_as_the_value() -> None:
             "hour field '23-1': ranges go upward, this one wraps around; write 23,0-1",
         ),
         ("0 0 * * FRI-MON", "this one wraps around; write FRI-SAT,SUN-MON"),
+        ("0 0 * * 7-1", "this one wraps around; write 0-1"),
         (
             "0 0 * NOV-FEB *",
             "month field 'NOV-FEB': ranges go upward, this one wraps around; write NOV-DEC,JAN-FEB",
