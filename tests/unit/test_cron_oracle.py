@@ -11,6 +11,7 @@ Python int, bit i = minute i), so an expression's matches are a few dozen ORs an
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -306,3 +307,50 @@ def walk(
 
 def show(slots: list[datetime]) -> list[str]:
     return [f"{s:%m-%d %H:%M}" for s in slots[:6]]
+
+
+def test_the_evaluator_agrees_with_the_reference_day_by_day_over_two_years() -> None:
+    """The calendar side (day of month, weekday, month, the day rule, leap days) over all of
+    2026-2027 in UTC: each day's fields as bitmasks over the days, then each matching day's
+    minutes, against the first fires from starts spread over the two years."""
+    first_day = datetime(2026, 1, 1, tzinfo=UTC)
+    days = [first_day + timedelta(days=n) for n in range(730)]
+    masks: list[list[int]] = [[0] * 32, [0] * 13, [0] * 7]
+    for bit, day in enumerate(days):
+        for field, value in enumerate((day.day, day.month, (day.weekday() + 1) % 7)):
+            masks[field][value] |= 1 << bit
+    starts = [first_day + timedelta(days=n, minutes=37 * n) for n in (0, 45, 150, 300, 420, 600)]
+    disagreements = []
+    for index, cron in enumerate(expressions()):
+        day, _, _ = POLICIES[index % len(POLICIES)]
+        ref = Reference.of(cron, day, None, None)
+        if not ref.any_day and not parse_cron(cron).can_fire("all"):
+            continue
+        minute, hour, dom, month, dow = ref.fields
+
+        def union(field: int, values: set[int]) -> int:
+            mask = 0
+            for value in values:
+                mask |= masks[field][value]
+            return mask
+
+        on_day, on_weekday = union(0, dom), union(2, dow)
+        matching = ((on_day | on_weekday) if ref.any_day else (on_day & on_weekday)) & union(
+            1, month
+        )
+        times = sorted(timedelta(hours=h, minutes=m) for h in hour for m in minute)
+        matched = [bit for bit in range(len(days)) if matching >> bit & 1]
+        evaluator = Evaluator(parse_cron(cron), "UTC", day)
+        for start in starts:
+            expected: list[datetime] = []
+            for bit in matched[bisect_left(matched, (start - first_day).days) :]:
+                expected += [days[bit] + t for t in times if days[bit] + t > start]
+                if len(expected) >= 8:
+                    break
+            expected = expected[:8]
+            got = walk(evaluator.next_after, start, days[-1] + timedelta(days=1), len(expected))
+            if got != expected:
+                disagreements.append(
+                    f"{cron!r} day={day} from {start}: {show(got)} {show(expected)}"
+                )
+    assert disagreements == [], "\n".join(disagreements[:20])
