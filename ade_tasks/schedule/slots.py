@@ -74,8 +74,6 @@ class CronSeries:
     depends on where a walk started, so a memo filled by one cursor serves every other."""
 
     def __init__(self, spec: ScheduleSpec) -> None:
-        self.cron = spec.cron
-        self.timezone = spec.timezone
         self.evaluator = stored_evaluator(spec)
         self._next: dict[datetime, datetime] = {}
 
