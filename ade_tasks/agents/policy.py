@@ -14,7 +14,9 @@ order, the first rule that speaks deciding:
    symlinks followed, relative to the worktree) inside the root, denied when one is outside; a
    call naming no path (`bash`) is left to the next rules, never judged by a working directory;
 5. `edit` mode offers `bash` behind an approval: ask;
-6. `fallback`: `allow`; `ask` (the literal read-only set runs without asking, anything else
+6. `edit` and `full-auto` with no `fallback` in the rule: a write to paths inside the worktree
+   is allowed (what those modes are for, with either CLI); with a `fallback` the rule decides;
+7. `fallback`: `allow`; `ask` (the literal read-only set runs without asking, anything else
    parks the run on a pending input); `deny`.
 
 Patterns are exact names or a prefix ending in `*`, compared case-insensitively; MCP tools are
@@ -94,6 +96,8 @@ class Policy:
     sandbox_root: str | None = None
     fallback: Verdict = "deny"
     mode: PermissionMode = "edit"
+    worktree_writes: bool = False
+    """Writes inside the worktree are allowed: an `edit` or `full-auto` rule set no fallback."""
 
     def __post_init__(self) -> None:
         if self.fallback not in _VERDICTS:
@@ -124,6 +128,7 @@ class Policy:
             sandbox_root=policy.sandbox_root,
             fallback=policy.fallback,
             mode=mode,
+            worktree_writes=mode != "plan" and "fallback" not in policy.model_fields_set,
         )
 
 
@@ -201,6 +206,11 @@ def decide(
         return _sandboxed(policy.sandbox_root, tool, paths, guard.worktree)
     if policy.mode == "edit" and command:
         return Decision("ask", f"edit mode runs {tool} only with an operator's approval")
+    if writes and paths and not command and policy.worktree_writes:
+        # Every path passed the hard limits: it is inside the worktree, and the mode writes.
+        return Decision(
+            "allow", f"{policy.mode} mode writes inside the worktree (no fallback set)"
+        )
     if policy.fallback == "allow":
         return Decision("allow", f"no rule denies {tool}; the policy's fallback is allow")
     if policy.fallback == "ask" and tool in READ_ONLY_TOOLS:

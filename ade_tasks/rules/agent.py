@@ -86,7 +86,10 @@ def unenforceable_on_codex(session: AgentSession) -> str | None:
     writes = ("write_file", "edit_file")
     denied = [t for t in writes if matching_pattern(t, policy.denied_tools)]
     allowed = all(matching_pattern(t, policy.allowed_tools) for t in writes)
-    if not denied and policy.sandbox_root is None and (allowed or policy.fallback == "allow"):
+    unset = "fallback" not in policy.model_fields_set  # edit's writes in the worktree allowed
+    if not denied and policy.sandbox_root is None and (
+        allowed or unset or policy.fallback == "allow"
+    ):
         return None
     why = (
         f"policy.denied_tools names {', '.join(denied)}"

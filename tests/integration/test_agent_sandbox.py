@@ -17,12 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.rules.agent import ToolPolicy
 from ade_tasks.settings import Settings
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.shell import bash
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_anthropic import ScriptedAnthropic, Turn
+from tests.fake_responses import ScriptedResponsesServer, add_file_patch
+from tests.fake_responses import Turn as CodexTurn
 from tests.integration.test_claude_code_real import BASH, results, run_claude
+from tests.integration.test_codex_engine import run_codex
 from tests.real_clis import real_cli
 from tests.sandbox_escapes import Target, check_escapes, escape_script
 
@@ -151,3 +155,45 @@ def _running(cmdline: bytes) -> bool:
 
 def _port(server: ScriptedAnthropic) -> int:
     return int(server.url.rsplit(":", 1)[1])
+
+
+# Both CLIs in their default modes, with no policy entries: plan reads anything in the worktree
+# and changes nothing; edit changes files in the worktree.
+
+
+def test_a_plan_codex_session_reads_the_repository_with_commands_and_writes_nothing(worktree):
+    (worktree / "README.md").write_text("the project's readme\n")
+    with ScriptedResponsesServer() as server:
+        server.script(
+            CodexTurn.command("cat README.md", call_id="read"),
+            CodexTurn.command("echo x > planted.txt", call_id="write"),
+            CodexTurn.text("done"),
+        )
+        ran, _ = run_codex(real_cli("codex"), server, worktree, mode="plan")
+        outputs = server.tool_outputs()
+    assert ran.outcome.status == "completed", ran.outcome.error
+    assert "the project's readme" in outputs["read"]
+    assert "Read-only file system" in outputs["write"]
+    assert not (worktree / "planted.txt").exists()
+
+
+def test_an_edit_codex_session_with_no_policy_writes_in_its_worktree(worktree):
+    with ScriptedResponsesServer() as server:
+        server.script(CodexTurn.patch(add_file_patch("fixed.txt", "fixed"), call_id="p"), CodexTurn.text("ok"))
+        ran, _ = run_codex(real_cli("codex"), server, worktree, mode="edit", policy=ToolPolicy())
+    assert ran.outcome.status == "completed", ran.outcome.error
+    assert (worktree / "fixed.txt").read_text() == "fixed\n"
+
+
+def test_an_edit_claude_session_with_no_policy_writes_in_its_worktree(worktree):
+    with ScriptedAnthropic() as server:
+        server.script(
+            Turn.tool("Write", file_path=str(worktree / "fixed.txt"), content="fixed\n"),
+            Turn.tool("Write", file_path="/etc/cron.d/planted", content="x\n"),
+            Turn.text("done"),
+        )
+        run = run_claude(real_cli("claude"), server, worktree, mode="edit")
+        answers = results(server)
+    assert run.outcome.status == "completed", run.outcome.error
+    assert (worktree / "fixed.txt").read_text() == "fixed\n"
+    assert answers[0][0] is False and answers[1][0] is True  # inside written, outside refused

@@ -267,6 +267,7 @@ def test_a_command_that_prints_the_engines_token_never_sends_it_to_the_model(
         policy=BASH,
         protected=protected,
         masker=Masker(protected.secrets),
+        sandboxed=False,  # masking is what is left with ADE_SANDBOX=off (the sandbox hides .ade)
     )
     assert run.outcome.status == "completed"
     assert results(server) == [(False, "***")]  # the command ran; its output was masked

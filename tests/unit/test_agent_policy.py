@@ -375,3 +375,22 @@ def test_protected_paths_of_another_worktree_are_a_clear_error(
     other = ProtectedPaths.for_worktree(tmp_path)
     with pytest.raises(ValueError, match=r"built for .*, not for the worktree"):
         decide(Policy(), "read_file", worktree=worktree, protected=other)
+
+
+@pytest.mark.parametrize("mode", ["edit", "full-auto"])
+def test_a_writing_mode_with_no_fallback_writes_inside_the_worktree(worktree: Path, mode) -> None:
+    policy = Policy.from_rule(ToolPolicy(), mode)
+    assert decide(policy, "write_file", paths=["src/fix.py"], worktree=worktree).verdict == "allow"
+    assert decide(policy, "edit_file", paths=["/etc/passwd"], worktree=worktree).verdict == "deny"
+    assert decide(policy, "write_file", paths=[".git/config"], worktree=worktree).verdict == "deny"
+
+
+def test_plan_and_an_explicit_fallback_still_decide_writes(worktree: Path) -> None:
+    plan = Policy.from_rule(ToolPolicy(), "plan")
+    assert decide(plan, "write_file", paths=["a.py"], worktree=worktree).verdict == "deny"
+    for fallback in ("deny", "ask"):
+        explicit = Policy.from_rule(ToolPolicy(fallback=fallback), "edit")  # type: ignore[arg-type]
+        verdict = decide(explicit, "write_file", paths=["a.py"], worktree=worktree).verdict
+        assert verdict == fallback
+    denied = Policy.from_rule(ToolPolicy(denied_tools=["write_file"]), "edit")
+    assert decide(denied, "write_file", paths=["a.py"], worktree=worktree).verdict == "deny"

@@ -40,7 +40,7 @@ def admit(extra: str) -> Rule | list[RuleProblem]:
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
-        ("permission_mode: edit", "its fallback deny applies to writes"),
+        ("permission_mode: edit\n  policy: {fallback: deny}", "its fallback deny applies to writes"),
         (
             "permission_mode: full-auto\n  policy: {fallback: allow, denied_tools: [edit_file]}",
             "policy.denied_tools names edit_file",
@@ -137,3 +137,8 @@ def test_codex_requests_for_more_than_the_sandbox_or_the_palette_are_declined(
     no_bash = judge(command())
     assert network.verdict == "deny" and "more than its sandbox" in network.reason
     assert no_bash.verdict == "deny" and "bash is not among" in no_bash.reason
+
+
+@pytest.mark.parametrize("mode", ["plan", "edit", "full-auto"])
+def test_a_codex_rule_with_no_policy_is_admitted_in_every_mode(mode: str) -> None:
+    assert isinstance(admit(f"permission_mode: {mode}"), Rule)
