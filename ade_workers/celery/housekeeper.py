@@ -26,11 +26,14 @@ from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.settings import Settings
 from ade_workers.celery.sender import CelerySender
 from ade_workers.engine import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+from ade_workers.sandbox import scratch
 
 log = logging.getLogger(__name__)
 
 #: How often the thread offers to run the jobs (each job's own period decides what is due).
 TICK_SECONDS = 1.0
+#: How often (in ticks) the session directories of this host's dead workers are swept.
+SWEEP_EVERY_TICKS = 60
 
 
 class WorkerHousekeeper:
@@ -62,7 +65,11 @@ class WorkerHousekeeper:
         self._stop.set()
 
     def _loop(self, housekeeping: Housekeeping) -> None:
+        ticks = 0
         while not self._stop.wait(TICK_SECONDS):
+            ticks += 1
+            if ticks % SWEEP_EVERY_TICKS == 0:  # this host's, so every worker sweeps
+                scratch.sweep()
             try:
                 housekeeping.tick(utcnow())
             except Exception:  # the database may be briefly away; the next tick retries
@@ -70,17 +77,23 @@ class WorkerHousekeeper:
 
 
 def install(app: Celery, settings: Settings) -> None:
-    """Start a housekeeper when a worker of `app` is ready (not in beats, APIs or clients)."""
-    if not settings.worker_housekeeping:
-        return
-    keeper = WorkerHousekeeper(app, settings)
+    """Start a housekeeper when a worker of `app` is ready (not in beats, APIs or clients);
+    every worker, housekeeping or not, removes the session directories dead workers on this
+    host left behind (`scratch.sweep`) when it is ready."""
+    keeper = WorkerHousekeeper(app, settings) if settings.worker_housekeeping else None
 
     def on_ready(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is app:
+        if getattr(sender, "app", None) is not app:
+            return
+        swept = scratch.sweep()
+        if swept:
+            log.info("removed %d session directories of dead workers", len(swept))
+        if keeper is not None:
             keeper.start()
 
     def on_shutdown(**_: Any) -> None:
-        keeper.stop()
+        if keeper is not None:
+            keeper.stop()
 
     # Weak references (the default) die with the app that holds the handlers.
     app.ade_housekeeper_handlers = (on_ready, on_shutdown)

@@ -16,10 +16,11 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from ade_workers.sandbox.scratch import make_directory
 
 _lock = threading.Lock()
 _directory: list[Path] = []
@@ -71,7 +72,7 @@ def _helpers_directory() -> Path:
     writes), made on first use and removed at exit."""
     with _lock:
         if not _directory or not _directory[0].is_dir():
-            directory = Path(tempfile.mkdtemp(prefix="ade-helpers-"))
+            directory = make_directory("helpers-")
             directory.chmod(0o755)
             _directory[:] = [directory]
             atexit.register(shutil.rmtree, directory, True)

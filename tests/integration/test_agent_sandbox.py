@@ -9,6 +9,7 @@ engine runs for its later calls.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -197,3 +198,20 @@ def test_an_edit_claude_session_with_no_policy_writes_in_its_worktree(worktree):
     assert run.outcome.status == "completed", run.outcome.error
     assert (worktree / "fixed.txt").read_text() == "fixed\n"
     assert answers[0][0] is False and answers[1][0] is True  # inside written, outside refused
+
+
+def test_codex_sees_no_repository_skills_and_leaves_no_stray_directories(worktree):
+    for root in (".codex/skills/deploy", ".agents/skills/deploy"):
+        (worktree / root).mkdir(parents=True)
+        (worktree / root / "SKILL.md").write_text(
+            "---\nname: deploy\ndescription: SKILL-CANARY-77 run deploy\n---\nSKILL-CANARY-77\n"
+        )
+    before = {p.relative_to(worktree) for p in worktree.rglob("*") if ".git" not in p.parts}
+    with ScriptedResponsesServer() as server:
+        server.script(CodexTurn.command("ls -a", call_id="ls"), CodexTurn.text("done"))
+        ran, _ = run_codex(real_cli("codex"), server, worktree, mode="edit", policy=BASH)
+        requests = [json.dumps(r.json) for r in server.model_requests()]
+    assert ran.outcome.status == "completed", ran.outcome.error
+    assert not any("SKILL-CANARY-77" in body for body in requests)
+    after = {p.relative_to(worktree) for p in worktree.rglob("*") if ".git" not in p.parts}
+    assert after == before  # no .aws/, no codex state in the worktree

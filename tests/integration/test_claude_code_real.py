@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from ade_workers.agents.cli.outcome import CliSessionOutcome
 from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
 from ade_workers.agents.session import SessionLimits
+from ade_workers.sandbox import scratch
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.real_clis import real_cli
@@ -355,6 +357,11 @@ def test_nothing_of_a_session_outlives_its_worker(claude, worktree):
         worker.wait(10)
         wait_until(lambda: not any(map(_alive, tool_pids)), 10, "the tool to die with its worker")
         assert not late.exists()
+        # The session's private directories outlived it; the next worker's sweep removes them.
+        left = list(Path(tempfile.gettempdir()).glob(f"{scratch.PREFIX}{worker.pid}-*"))
+        assert left and any(left[0].glob("ade-claude-*"))
+        assert set(left) <= set(scratch.sweep())
+        assert not any(path.exists() for path in left)
     finally:
         if worker.poll() is None:
             worker.kill()

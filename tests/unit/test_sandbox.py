@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.settings import Settings
-from ade_workers.sandbox import helpers, host
+from ade_workers.sandbox import helpers, host, scratch
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.engine import FORWARDER, agent_sandbox, engine_paths
 from ade_workers.sandbox.layout import Forward, Sandbox
@@ -137,3 +137,24 @@ def test_the_forwarder_relays_a_port_inside_to_a_unix_socket_outside(tmp_path):
                 capture_output=True, text=True, timeout=30,
             )  # fmt: skip
     assert done.stdout.strip() == "pong:ping", done.stderr
+
+
+def test_a_dead_processes_scratch_directory_is_swept_and_a_live_ones_kept(tmp_path):
+    mine = scratch.scratch_root()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.DEVNULL
+    )
+    try:
+        alive = tmp_path / f"{scratch.PREFIX}{child.pid}-{scratch.process_start(child.pid)}"
+        alive.mkdir()
+        dead = tmp_path / f"{scratch.PREFIX}{child.pid}-1"  # the same pid, another start
+        (dead / "ade-claude-x").mkdir(parents=True)
+        other = tmp_path / "ade-scratch-notapid"
+        other.mkdir()
+        assert scratch.sweep(tmp_path) == [dead]
+        assert alive.is_dir() and other.is_dir() and not dead.exists()
+    finally:
+        child.kill()
+        child.wait()
+    assert scratch.sweep(tmp_path) == [alive]
+    assert mine.is_dir() and mine not in scratch.sweep()

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from ade_workers.engine.process import ProcessResult, run_process
 from ade_workers.sandbox import helpers
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.layout import Forward
+from ade_workers.sandbox.scratch import make_directory
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 KEY_SETTING = "ADE_PROVIDERS__CLAUDE_CODE__API_KEY"
@@ -275,7 +275,7 @@ def run_claude(
     home = private_home(setup, "ade-claude-")
     # The socket lives apart from the home: a Unix socket's path has at most 107 bytes, and
     # `config_home` may be deep.
-    sockets = Path(tempfile.mkdtemp(prefix="ade-decide-"))
+    sockets = make_directory("decide-")
     key = setup.api_key()
     upstream = (setup.provider.base_url if setup.provider else None) or DEFAULT_BASE_URL
     judge = CallJudge(

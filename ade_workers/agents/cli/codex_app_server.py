@@ -54,7 +54,6 @@ from __future__ import annotations
 import os
 import queue
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -84,6 +83,7 @@ from ade_workers.engine.supervisor import ContainedProcess
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.layout import Forward
 from ade_workers.sandbox.layout import Sandbox as OsSandbox
+from ade_workers.sandbox.scratch import make_directory
 
 CodexStatus = Literal["completed", "failed", "timed_out", "budget_exceeded"]
 Record = Callable[[str, Message], None]
@@ -307,7 +307,7 @@ def _sandboxed(
     endpoint's port (on 127.0.0.1) forwarded in through a Unix socket (the agent user's, if
     any: the directory only lets it in)."""
     endpoint = urlsplit(base_url)
-    sockets = Path(tempfile.mkdtemp(prefix="ade-codex-sockets-"))
+    sockets = make_directory("codex-sockets-")
     bridges.callback(shutil.rmtree, sockets, True)
     if user is not None:
         sockets.chmod(0o711)

@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
@@ -46,12 +46,15 @@ from ade_workers.agents.cli.setup import (
     session_sandbox,
     taint_refusal,
 )
+from ade_workers.sandbox.layout import Sandbox as OsSandbox
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_SETTING = "ADE_PROVIDERS__CODEX__API_KEY"
 #: What a command or change may carry that asks for more than the session's sandbox: network
 #: access, another writable root. Such a request is declined, whatever the policy says.
 ESCALATIONS = ("networkApprovalContext", "grantRoot", "additionalPermissions")
+#: What of a worktree codex would load as its own instructions and skills.
+REPOSITORY_SKILLS = (".codex", ".agents/skills")
 log = logging.getLogger(__name__)
 
 
@@ -221,16 +224,28 @@ def run_codex(
                 over_budget=lambda _in, _out: None,  # the proxy meters every answer
                 kill_grace=kill_grace,
                 user=setup.user,
-                outer=session_sandbox(
-                    setup,
-                    writable=sandbox_for(setup, execution) == "workspace-write",
-                    private=(),
+                outer=_without_repository_skills(
+                    session_sandbox(
+                        setup,
+                        writable=sandbox_for(setup, execution) == "workspace-write",
+                        private=(),
+                    )
                 ),
             )
             spend = proxy.spend
             return CodexRun(outcome, stop, spend.input_tokens, spend.output_tokens)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _without_repository_skills(sandbox: OsSandbox | None) -> OsSandbox | None:
+    """The sandbox with the worktree's codex configuration and skills hidden: codex reads a
+    repository's skills (`.codex/`, `.agents/skills/`) into the model's context whatever its
+    config says, and they are the checked-out tree's, not the rule's."""
+    if sandbox is None:
+        return None
+    found = [sandbox.worktree / name for name in REPOSITORY_SKILLS]
+    return replace(sandbox, hidden=(*sandbox.hidden, *(p for p in found if p.is_dir())))
 
 
 def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:

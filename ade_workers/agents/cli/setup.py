@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +31,7 @@ from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 from ade_workers.engine.agent_user import AgentUser
 from ade_workers.sandbox.host import SETTING as SANDBOX_SETTING
 from ade_workers.sandbox.layout import Forward, Sandbox
+from ade_workers.sandbox.scratch import make_directory, scratch_root
 
 
 @dataclass(frozen=True)
@@ -239,9 +239,9 @@ def private_home(setup: CliSetup, prefix: str) -> Path:
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     if setup.user is not None:
-        parent = os.path.realpath(base or tempfile.gettempdir())
+        parent = os.path.realpath(base or scratch_root())
         setup.user.check_reachable(Path(parent), "the config home")
-    home = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    home = make_directory(prefix, base)
     if setup.user is not None:
         setup.user.hand_over(home)
     return home
