@@ -6,9 +6,11 @@ timestamps 90 s in the future. So a beat follows the database's clock (`Database
 on its ticks): one `SELECT clock_timestamp()` every `CHECK_EVERY`, which costs a round trip, not
 one per slot. The time read is anchored at the moment its answer arrived, so the clock followed
 is behind the database's by at most that round trip (well under a millisecond on a LAN) and
-never ahead of it: a slot is never due before its time by the database's clock, and a timestamp
-written is never in the database's future. The offset reported (this machine's clock minus the
-database's) is taken at the middle of the round trip, the best estimate of it.
+never ahead of it, but for how far the two clocks' rates part in the 30 s between two reads
+(microseconds for clocks NTP keeps in step): a slot is never due before its time by the
+database's clock, and a timestamp written is never in the database's future. The offset reported
+(this machine's clock minus the database's) is taken at the middle of the round trip, the best
+estimate of it.
 
 On SQLite the database is a file on this machine and its clock is this machine's: nothing is read
 and the offset is 0.
