@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,7 @@ class Turn:
     blocks: tuple[dict[str, Any], ...]
     input_tokens: int = 10
     output_tokens: int = 5
+    delay: float = 0.0  # seconds the server waits before it answers (a hung model call)
 
     @classmethod
     def text(cls, text: str, **usage: int) -> Turn:
@@ -191,6 +193,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return
             if turn is None:
                 turn = Turn.text("ok" if not seen.conversation else "(no more scripted turns)")
+            time.sleep(turn.delay)
             model = str(body.get("model", "claude-test"))
             if not body.get("stream"):
                 self._json(200, _message(turn, model))

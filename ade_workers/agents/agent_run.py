@@ -39,7 +39,7 @@ from ade_tasks.templating import TemplateError
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
-from ade_workers.agents.cli.setup import CliSetup
+from ade_workers.agents.cli.setup import CliSetup, completed_calls
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools.base import ToolContext
@@ -127,6 +127,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 record=record,
                 user=user,
                 sandbox=sandbox,
+                completed=completed_calls(history),
             )
             outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
         else:
@@ -225,11 +226,13 @@ def interrupted_note(history: list[tuple[str, dict[str, Any]]]) -> str:
     """What the model is told about calls an earlier, interrupted attempt was allowed to make:
     the decisions recorded after the last finished CLI process (none if it finished)."""
     unknown: list[str] = []
+    finished = completed_calls(history)  # these are answered from the journal instead
     for kind, data in history:
         if kind == "agent.cli_result":
             unknown = []
         elif kind == "agent.tool_decision" and data.get("verdict") == "allow":
-            unknown.append(f"- {data.get('tool')} {json.dumps(data.get('input', {}))[:500]}")
+            if data.get("id") not in finished:
+                unknown.append(f"- {data.get('tool')} {json.dumps(data.get('input', {}))[:500]}")
     if not unknown:
         return ""
     calls = "\n".join(unknown[-20:])

@@ -101,10 +101,12 @@ def run_process(
     masker: Masker | None = None,
     user: tuple[int, int] | None = None,
     sandbox: Sandbox | None = None,
+    on_output: Callable[[str], None] | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
     `user` is the (uid, gid) to run it as; the worker's own by default. With a `sandbox` it
-    runs inside it (its container then holds the sandbox's processes).
+    runs inside it (its container then holds the sandbox's processes). `on_output` gets the
+    output as it arrives (decoded and masked, before the cap), for a caller that follows it.
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were
@@ -113,7 +115,12 @@ def run_process(
     if sandbox is not None:
         argv = sandbox.command(argv, str(cwd))
     with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user) as process:
-        output = _Drain(process.output, CappedOutput(cap), StreamMasker(masker) if masker else None)
+        output = _Drain(
+            process.output,
+            CappedOutput(cap),
+            StreamMasker(masker) if masker else None,
+            on_output,
+        )
         try:
             deadline = started + timeout
             timed_out = cancelled = False
@@ -165,12 +172,17 @@ class _Drain:
     arrives, when given a stream masker)."""
 
     def __init__(
-        self, stream: io.BufferedReader, captured: CappedOutput, masking: StreamMasker | None
+        self,
+        stream: io.BufferedReader,
+        captured: CappedOutput,
+        masking: StreamMasker | None,
+        follow: Callable[[str], None] | None = None,
     ) -> None:
         self._stream = stream
         self.fd = stream.fileno()
         self.captured = captured
         self._masking = masking
+        self._follow = follow
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.open = True
 
@@ -183,7 +195,7 @@ class _Drain:
         rest = _printable(self._decoder.decode(b"", final=True))
         self._write(rest)
         if self._masking:
-            self.captured.write(self._masking.flush())
+            self._keep(self._masking.flush())
         self.close()
 
     def finish(self, until: float) -> None:
@@ -200,7 +212,12 @@ class _Drain:
         self._stream.close()
 
     def _write(self, text: str) -> None:
-        self.captured.write(self._masking.feed(text) if self._masking else text)
+        self._keep(self._masking.feed(text) if self._masking else text)
+
+    def _keep(self, text: str) -> None:
+        self.captured.write(text)
+        if self._follow is not None and text:
+            self._follow(text)
 
 
 def _printable(text: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,12 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
+from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.integration.conftest import Cluster
 from tests.integration.test_agent_runs import text, tool_calls
 from tests.integration.test_run_path import finished
+from tests.real_clis import real_cli
 from tests.support import wait_until
 
 HANG = 30.0  # the interrupted model call never answers before the worker is killed
@@ -141,3 +144,58 @@ def test_a_command_in_flight_when_its_worker_died_is_reported_interrupted_not_ru
     sent = llm.requests[-1].json["messages"][-1]
     assert sent["role"] == "tool" and sent["tool_call_id"] == "call_1"
     assert "interrupted" in sent["content"]
+
+
+def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_running_it_again(
+    cluster: Cluster, project: Path
+) -> None:
+    # Given a real claude session whose Bash call finished, and whose next model call hangs
+    # until its worker is SIGKILLed
+    command = "echo once >> counter.txt"
+    with ScriptedAnthropic() as server:
+        server.script(
+            Turn.tool("Bash", command=command),
+            replace(Turn.text("never seen"), delay=HANG),
+            Turn.tool("Bash", command=command),  # the fresh CLI of the resumed run asks again
+            Turn.text("done after the resume"),
+        )
+        write_rule(cluster.tmp / "rules", "claude.yaml", """
+            id: claude
+            triggers: [{type: manual}]
+            execution:
+              kind: agent-session
+              provider: claude-code
+              model: claude-test
+              permission_mode: full-auto
+              tool_palette: [git]
+              policy: {allowed_tools: [bash]}
+              prompt: "Count once, then say done."
+            """)  # fmt: skip
+        cluster.sync_rules(cluster.tmp / "rules")
+        provider = {"binary": str(real_cli("claude")), "base_url": server.url, "api_key": "sk-k"}
+        env = {"ADE_PROVIDERS": json.dumps({"claude-code": provider})}
+        victim = cluster.worker(queues="ade.agent", env=env)
+        cluster.worker(queues="ade.control")
+        cluster.beat()
+        run_id = dispatch(
+            cluster.session_factory, cluster.sender(), "claude", TriggerEvent.manual()
+        ).run.id
+
+        # The finished call is journaled while claude still runs (its PostToolUse hook).
+        def finished_call_recorded_and_model_asked_again() -> bool:
+            kinds = [kind for kind, _ in events(cluster, run_id)]
+            return "agent.tool_completed" in kinds and len(server.conversation) == 2
+
+        wait_until(finished_call_recorded_and_model_asked_again, 60, "the call, then a hung turn")
+        victim.signal(signal.SIGKILL)
+        cluster.worker(queues="ade.agent", env=env)
+        row = finished(cluster, run_id, timeout=90)
+
+    # Then the call ran once; its repeat got the recorded result from the engine's hook
+    assert row.status == "succeeded", row.error
+    assert row.attempt == 2
+    assert (project / "counter.txt").read_text() == "once\n"
+    decisions = [d for k, d in events(cluster, run_id) if k == "agent.tool_decision"]
+    assert [d["verdict"] for d in decisions] == ["allow", "deny"]
+    assert decisions[1]["reason"].startswith("not run again")
+    assert "not run again" in json.dumps(server.conversation[-1].body)  # the model was told

@@ -273,7 +273,8 @@ def test_claude_code_recorded_session_completes(tmp_path: Path) -> None:
     assert argv[argv.index("--setting-sources") + 1] == ""
     assert "--strict-mcp-config" in argv
     hooks = json.loads(argv[argv.index("--settings") + 1])["hooks"]
-    assert list(hooks) == ["PreToolUse"] and hooks["PreToolUse"][0]["matcher"] == "*"
+    assert list(hooks) == ["PreToolUse", "PostToolUse"]
+    assert hooks["PreToolUse"] == hooks["PostToolUse"] and hooks["PreToolUse"][0]["matcher"] == "*"
     assert argv[argv.index("--append-system-prompt") + 1] == "be thorough"
     # edit mode, palette repo: Claude's tools for the engine's (Read is read_file, ...).
     assert argv[argv.index("--tools") + 1] == "Read,LS,Glob,Grep,Write,Edit,MultiEdit,NotebookEdit"

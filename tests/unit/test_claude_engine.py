@@ -22,7 +22,7 @@ from ade_workers.agents.cli import claude_hook
 from ade_workers.agents.cli.claude_calls import CallJudge, call_paths, engine_name
 from ade_workers.agents.cli.decision_server import DecisionServer
 from ade_workers.agents.cli.model_proxy import ModelProxy, UsageReader
-from ade_workers.agents.cli.setup import call_id
+from ade_workers.agents.cli.setup import call_id, completed_calls
 from tests.fake_anthropic import ScriptedAnthropic, Turn
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
@@ -250,3 +250,31 @@ def test_once_the_session_is_stopping_every_call_is_refused(tmp_path: Path) -> N
 
     assert verdict == "deny" and "the session is stopping" in reason
     assert asked == []
+
+
+def test_the_hook_after_a_call_tells_the_worker_and_prints_nothing(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+    socket_path = tmp_path / "d.sock"
+    finished = {**call("Bash", command="ls"), "hook_event_name": "PostToolUse"}
+    with DecisionServer(socket_path, lambda c: (seen.append(c), ("allow", "recorded"))[1]):
+        done = run_hook(socket_path, {**finished, "tool_response": {"stdout": "a.txt"}})
+    assert (done.returncode, done.stdout) == (0, "")
+    assert seen[0]["tool_response"] == {"stdout": "a.txt"}
+
+
+def test_a_finished_call_is_journaled_and_its_first_repeat_gets_the_recorded_result(
+    tmp_path: Path,
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    first, _ = judge(tmp_path, mode="full-auto", allowed_tools=["bash"])
+    first.record = lambda kind, data: events.append((kind, data))
+    bash = call("Bash", command="echo once >> counter")
+    assert first(bash)[0] == "allow"
+    first({**bash, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "counted"}})
+    assert [kind for kind, _ in events] == ["agent.tool_decision", "agent.tool_completed"]
+
+    resumed, _ = judge(tmp_path, mode="full-auto", allowed_tools=["bash"])
+    resumed.completed = completed_calls(events)
+    verdict, reason = resumed(bash)
+    assert verdict == "deny" and reason.startswith("not run again") and "counted" in reason
+    assert resumed(bash)[0] == "allow"  # a later repeat is the model's own choice: it runs

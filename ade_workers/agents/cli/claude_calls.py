@@ -27,6 +27,7 @@ a fresh session repeating the same call meets the operator's answer.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,39 @@ def _pattern_reaches(pattern: str) -> bool:
     )
 
 
+#: The run event that journals a call Claude finished (its PostToolUse hook).
+COMPLETED_EVENT = "agent.tool_completed"
+#: How much of a finished call's result the journal keeps.
+JOURNAL_CHARS = 20_000
+
+
+def _response_text(response: object) -> str:
+    """A PostToolUse `tool_response` as text (Bash's is `{stdout, stderr, ...}`)."""
+    if isinstance(response, dict) and ("stdout" in response or "stderr" in response):
+        text = "\n".join(str(response.get(k) or "") for k in ("stdout", "stderr")).strip()
+    elif isinstance(response, str):
+        text = response
+    else:
+        text = json.dumps(response, default=str)
+    return text[:JOURNAL_CHARS]
+
+
+#: How much of a recorded result a replayed call gives back to the model.
+REPLAY_CHARS = 8_000
+
+
+def replayed(name: str, result: str) -> Decision:
+    """The answer to a call the run's journal holds as finished by an earlier attempt: it does
+    not run again; the model gets the result it had (the hook's reason is what it sees)."""
+    shown = result if len(result) <= REPLAY_CHARS else result[:REPLAY_CHARS] + " [...]"
+    return Decision(
+        "deny",
+        f"not run again: this exact {name} call already ran in an earlier attempt of this "
+        f"session (its worker stopped), and the engine recorded its result:\n{shown}\n"
+        "Continue from that result.",
+    )
+
+
 @dataclass
 class CallJudge:
     """Decides each call of one Claude Code session (the decision server's `judge`)."""
@@ -140,14 +174,31 @@ class CallJudge:
     masker: Masker = field(default_factory=Masker.none)
     stopping: Callable[[], str | None] = lambda: None  # why the session is being stopped
     asked: dict[str, Any] | None = None
+    completed: dict[str, str] = field(default_factory=dict)
+    """Calls an interrupted attempt finished: the first repeat of each gets its recorded
+    result instead of running again."""
 
     def __call__(self, call: dict[str, Any]) -> tuple[str, str]:
         name = str(call.get("tool_name") or "")
         raw_input = call.get("tool_input")
         tool_input = raw_input if isinstance(raw_input, dict) else {}
         ident = call_id(name, tool_input)
+        if call.get("hook_event_name") == "PostToolUse":
+            self.record(
+                COMPLETED_EVENT,
+                {
+                    "id": ident,
+                    "cli_id": call.get("tool_use_id"),
+                    "tool": name,
+                    "output": self.masker.mask(_response_text(call.get("tool_response"))),
+                },
+            )
+            return "allow", "recorded"
         cwd = call.get("cwd")
-        decision = self.decide(name, tool_input, ident, cwd if isinstance(cwd, str) else None)
+        if ident in self.completed:
+            decision = replayed(name, self.completed.pop(ident))
+        else:
+            decision = self.decide(name, tool_input, ident, cwd if isinstance(cwd, str) else None)
         self.record(
             "agent.tool_decision",
             {

@@ -1,22 +1,25 @@
-"""The Claude Code driver: runs `claude` headless (`claude_session.run_claude`) and reads its
-stream-json output into run events and the session's outcome.
+"""The Claude Code driver: runs `claude` headless (`claude_session.run_claude`) and records its
+stream-json output as run events while it runs, then the session's outcome.
 
-Claude's stdout and stderr arrive merged (`run_process`). Lines that do not start with `{` are
-stderr noise: kept (capped) in an `agent.cli_output` event, and the last one names the cause in
-a failure message. A line that starts with `{` and is not valid JSON is a stream error
-(`agent.error`), so a corrupt stream fails the session. If the output exceeded `OUTPUT_CAP`, its
-middle is cut: the line cut in half is dropped and an `agent.output_truncated` event says so.
-Claude's capability report is recorded again once its init event told which tools and MCP
-servers it really had (`checked_against: init`).
+Claude's stdout and stderr arrive merged (`run_process`), and are read line by line as they
+arrive (`LiveStream`), so each tool call and result is a run event as soon as Claude prints it:
+a watcher of the run (`runs events -f`, the web page) follows the session, and a worker killed
+mid-session leaves the calls that finished in the run's journal. Lines that do not start with
+`{` are stderr noise: kept (capped) in an `agent.cli_output` event, and the last one names the
+cause in a failure message. A line that starts with `{` and is not valid JSON is a stream error
+(`agent.error`), so a corrupt stream fails the session. A line over `LINE_CAP` characters is
+dropped and an `agent.output_truncated` event says so. Claude's capability report is recorded
+again once its init event told which tools and MCP servers it really had
+(`checked_against: init`).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from typing import Any
 
 from ade_workers.agents.cli.claude_session import capabilities, run_claude
-from ade_workers.agents.cli.facts import CLAUDE_CODE, CliTranscript, parse_claude_stream
+from ade_workers.agents.cli.facts import CLAUDE_CODE, ClaudeStream, CliTranscript
 from ade_workers.agents.cli.outcome import (
     NOISE_LINES,
     CliDriver,
@@ -27,9 +30,13 @@ from ade_workers.agents.cli.outcome import (
 from ade_workers.agents.session import SessionStatus
 from ade_workers.engine.process import ProcessResult
 
-OUTPUT_CAP = 16_000_000
+#: The longest stream line read (a tool result of megabytes fits).
+LINE_CAP = 16_000_000
+#: What the process's own output buffer keeps: the events come from the live stream.
+OUTPUT_KEPT = 64_000
 NOISE_LINE_CHARS = 500
-_TRUNCATION = re.compile(r"^\[\.\.\. \d+ characters omitted \.\.\.\]$")
+#: Noise lines kept while the session runs (the event keeps the last NOISE_LINES of them).
+NOISE_KEPT = 1000
 _ASSISTANT_KINDS = frozenset({"agent.message", "agent.reasoning", "agent.tool_call"})
 CLI = CLAUDE_CODE.name
 
@@ -40,8 +47,9 @@ CLAUDE_LIMITS: dict[str, tuple[SessionStatus, str]] = {
 
 
 def run(call: CliRun) -> CliSessionOutcome:
-    """Run claude and read its stream into events and the outcome."""
+    """Run claude and record its stream's events as they arrive; then the outcome."""
     execution, setup, record = call.execution, call.setup, call.record
+    live = LiveStream(record)
     claude = run_claude(
         execution,
         setup,
@@ -50,17 +58,13 @@ def run(call: CliRun) -> CliSessionOutcome:
         deadline=call.deadline,
         should_stop=call.should_stop,
         kill_grace=call.kill_grace,
-        output_cap=OUTPUT_CAP,
+        output_cap=OUTPUT_KEPT,
+        on_output=live.feed,
     )
     result, stop = claude.result, claude.stop
-    lines, noise, truncated = _split_output(result.output)
-    transcript = parse_claude_stream(lines)
-    if truncated:
-        record("agent.output_truncated", {"reason": f"over {OUTPUT_CAP} characters of output"})
-    for event in transcript.events:
-        record(event["kind"], event["data"])
+    transcript, noise = live.finish()
     if noise:
-        record("agent.cli_output", {"lines": noise[-NOISE_LINES:], "total": len(noise)})
+        record("agent.cli_output", {"lines": noise[-NOISE_LINES:], "total": live.noise_total})
     record("agent.cli_result", _result_data(result, transcript))
     checked = capabilities(setup, execution, transcript.init).as_dict()
     record("agent.capabilities", {**checked, "checked_against": "init"})
@@ -78,30 +82,54 @@ def run(call: CliRun) -> CliSessionOutcome:
     return CliSessionOutcome(outcome, transcript.cost_usd, checked)
 
 
-def _split_output(output: str) -> tuple[list[str], list[str], bool]:
-    """The stream's lines, the noise lines (not starting with `{`), and whether the middle of
-    the output was cut (the half lines either side of the cut are dropped)."""
-    lines: list[str] = []
-    noise: list[str] = []
-    truncated = last_json = skip = False
-    for line in output.splitlines():
+class LiveStream:
+    """Claude's output as it arrives, split into lines: stream lines are parsed and their
+    events recorded at once (a watcher of the run sees each call and result as it happens),
+    other lines are noise. A line longer than `LINE_CAP` is dropped and said so."""
+
+    def __init__(self, record: Callable[[str, dict[str, Any]], None]) -> None:
+        self._record = record
+        self._stream = ClaudeStream()
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._overlong = False
+        self.noise: list[str] = []
+        self.noise_total = 0
+
+    def feed(self, text: str) -> None:
+        *complete, rest = text.split("\n")
+        for piece in complete:
+            self._partial.append(piece)
+            line, self._partial, self._partial_len = "".join(self._partial), [], 0
+            overlong, self._overlong = self._overlong, False
+            if not overlong:
+                self._line(line)
+        if self._overlong:
+            return
+        self._partial.append(rest)
+        self._partial_len += len(rest)
+        if self._partial_len > LINE_CAP:
+            self._partial, self._partial_len, self._overlong = [], 0, True
+            self._record(
+                "agent.output_truncated", {"reason": f"a line over {LINE_CAP} characters"}
+            )
+
+    def finish(self) -> tuple[CliTranscript, list[str]]:
+        if self._partial and not self._overlong:
+            self._line("".join(self._partial))
+        return self._stream.finish(), self.noise
+
+    def _line(self, line: str) -> None:
         text = line.strip()
         if not text:
-            continue
-        if skip:
-            skip = False
-            continue
-        if _TRUNCATION.match(text):
-            truncated = skip = True  # the tail starts inside a line: skip it
-            if last_json:
-                lines.pop()  # the head ends inside this line
-            continue
-        last_json = text.startswith("{")
-        if last_json:
-            lines.append(text)
-        else:
-            noise.append(text[:NOISE_LINE_CHARS])
-    return lines, noise, truncated
+            return
+        if not text.startswith("{"):
+            self.noise.append(text[:NOISE_LINE_CHARS])
+            self.noise_total += 1
+            del self.noise[:-NOISE_KEPT]
+            return
+        for event in self._stream.feed(text):
+            self._record(event["kind"], event["data"])
 
 
 def _count_turns(events: list[dict[str, Any]]) -> int:

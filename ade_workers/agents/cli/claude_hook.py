@@ -1,9 +1,13 @@
-"""Claude Code's PreToolUse hook: asks the worker whether a tool call may run.
+"""Claude Code's PreToolUse and PostToolUse hook: asks the worker whether a tool call may run,
+and tells it when one has run.
 
 The engine writes this program into the session's own settings (`--settings`), so Claude Code
 runs it before every tool call with the call on stdin. It sends the call to the worker's decision
 socket (the path is its one argument), and prints the engine's verdict in the hook protocol's
 shape (`hookSpecificOutput.permissionDecision`: allow or deny, with the reason the model sees).
+After a call ran (`PostToolUse`, with its `tool_response`) it sends that too and prints nothing:
+the worker journals the finished call at once (Claude's own stream shows a result only with the
+next model answer), so a session resumed after its worker died never runs it again.
 
 It fails closed: if the worker cannot be reached, answers nonsense or takes longer than
 `DECISION_TIMEOUT` in all, it exits 2, which Claude Code treats as a blocking error (the call is
@@ -63,6 +67,8 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # fail closed, whatever went wrong
         sys.stderr.write(f"ADE Tasks could not decide this tool call ({exc}); it is refused\n")
         return _BLOCK
+    if isinstance(call, dict) and call.get("hook_event_name") == "PostToolUse":
+        return 0  # the call has run: nothing to decide
     output = {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",

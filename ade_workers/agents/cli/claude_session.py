@@ -94,12 +94,13 @@ class Hook:
 
 
 def session_settings(hook: Hook) -> dict[str, Any]:
-    """The only settings the session loads: the engine's PreToolUse hook for every tool."""
+    """The only settings the session loads: the engine's hook before and after every tool."""
     command = " ".join(
         json.dumps(part) for part in (hook.python, "-I", "-S", hook.script, str(hook.socket_path))
     )
     entry = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_SEC}
-    return {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}}
+    every_tool = [{"matcher": "*", "hooks": [entry]}]
+    return {"hooks": {"PreToolUse": every_tool, "PostToolUse": every_tool}}
 
 
 def claude_argv(
@@ -267,6 +268,7 @@ def run_claude(
     should_stop: Callable[[], bool],
     kill_grace: float,
     output_cap: int,
+    on_output: Callable[[str], None] | None = None,
 ) -> ClaudeRun:
     """Start the proxy and the decision socket, run `claude -p` under them, and tear
     everything down, the private home included."""
@@ -288,6 +290,7 @@ def run_claude(
         on_ask=lambda pending: stop.set("waiting", str(pending["reason"]), pending),
         masker=setup.masker,
         stopping=stop.refusal,
+        completed=dict(setup.completed),
     )
     try:
         hook = _hook(setup, sockets)
@@ -325,6 +328,7 @@ def run_claude(
                     masker=masker,
                     user=setup.user.ids if setup.user else None,
                     sandbox=sandbox,
+                    on_output=on_output,
                 )
             spend = proxy.spend
             return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)

@@ -116,9 +116,12 @@ class CliTranscript:
         self.emit("agent.error", message=message, **data)
 
 
-def _objects(lines: Iterable[str], transcript: CliTranscript) -> Iterable[dict[str, Any]]:
-    """The JSON objects of a JSONL stream; a malformed line becomes an error naming it."""
-    for number, line in enumerate(lines, start=1):
+def _objects(
+    lines: Iterable[str], transcript: CliTranscript, first: int = 1
+) -> Iterable[dict[str, Any]]:
+    """The JSON objects of a JSONL stream (its lines numbered from `first`); a malformed line
+    becomes an error naming it."""
+    for number, line in enumerate(lines, start=first):
         text = line.strip()
         if not text:
             continue
@@ -138,24 +141,44 @@ def _int(value: object) -> int:
 
 def parse_claude_stream(lines: Iterable[str]) -> CliTranscript:
     """Parse `claude -p --output-format stream-json --verbose` output."""
-    transcript = CliTranscript()
-    for obj in _objects(lines, transcript):
-        kind = obj.get("type")
-        if kind == "system":
-            transcript.session_id = obj.get("session_id", transcript.session_id)
-            if obj.get("subtype") == "init":
-                transcript.init = obj
-        elif kind == "assistant":
-            _claude_blocks(transcript, obj, assistant=True)
-        elif kind == "user":
-            _claude_blocks(transcript, obj, assistant=False)
-        elif kind == "result":
-            _claude_result(transcript, obj)
-        else:
-            transcript.emit("agent.unknown", type=kind, event=obj)
-    if not transcript.completed:
-        transcript.error("the stream ended without a result event")
-    return transcript
+    stream = ClaudeStream()
+    for line in lines:
+        stream.feed(line)
+    return stream.finish()
+
+
+class ClaudeStream:
+    """Claude's stream-json parsed line by line as it arrives: `feed` returns the events each
+    line gave, so they can be recorded while the session runs; `finish` the transcript."""
+
+    def __init__(self) -> None:
+        self.transcript = CliTranscript()
+        self._lines = 0
+
+    def feed(self, line: str) -> list[dict[str, Any]]:
+        transcript = self.transcript
+        before = len(transcript.events)
+        self._lines += 1
+        for obj in _objects([line], transcript, first=self._lines):
+            kind = obj.get("type")
+            if kind == "system":
+                transcript.session_id = obj.get("session_id", transcript.session_id)
+                if obj.get("subtype") == "init":
+                    transcript.init = obj
+            elif kind == "assistant":
+                _claude_blocks(transcript, obj, assistant=True)
+            elif kind == "user":
+                _claude_blocks(transcript, obj, assistant=False)
+            elif kind == "result":
+                _claude_result(transcript, obj)
+            else:
+                transcript.emit("agent.unknown", type=kind, event=obj)
+        return transcript.events[before:]
+
+    def finish(self) -> CliTranscript:
+        if not self.transcript.completed:
+            self.transcript.error("the stream ended without a result event")
+        return self.transcript
 
 
 def _claude_blocks(transcript: CliTranscript, obj: dict[str, Any], *, assistant: bool) -> None:

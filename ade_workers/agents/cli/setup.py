@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ class CliSetup:
     record: Record
     user: AgentUser | None = None  # who the CLI runs as, when not the worker (ADE_AGENT_USER)
     sandbox: Sandbox | None = None  # the session's base sandbox; None: ADE_SANDBOX=off
+    completed: Mapping[str, str] = field(default_factory=dict)
+    """Calls an earlier, interrupted attempt finished (`call_id` -> the result it recorded)."""
 
     def api_key(self) -> str | None:
         """The provider's key (it stays in the worker's model proxy)."""
@@ -266,6 +268,16 @@ def answered(decisions: ToolDecisions, ident: str, tool: str) -> Decision | None
     if ident in decisions.approved or tool in decisions.tools_for_session:
         return Decision("allow", f"an operator approved this {tool} call")
     return None
+
+
+def completed_calls(history: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """The calls the run's journal holds as finished (`agent.tool_completed`, recorded as each
+    call ends), by `call_id`, with the result each got."""
+    return {
+        str(data.get("id")): str(data.get("output", ""))
+        for kind, data in history
+        if kind == "agent.tool_completed"
+    }
 
 
 def call_id(tool: str, tool_input: Mapping[str, Any]) -> str:
