@@ -50,6 +50,7 @@ from ade_workers.agents.cli.decision_server import DecisionServer
 from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.sandbox.layout import Sandbox
 from bench.common import BenchError, percentile
 from tests import fake_anthropic, fake_responses
 
@@ -110,7 +111,14 @@ def hook_round_trips(calls: int, worktree: Path) -> tuple[list[float], list[floa
 # --- sessions through the engine -------------------------------------------------------------
 
 
-def engine_session(provider: str, binary: Path, base_url: str, worktree: Path, bash: bool) -> str:
+def engine_session(
+    provider: str,
+    binary: Path,
+    base_url: str,
+    worktree: Path,
+    bash: bool,
+    sandbox: Sandbox | None = None,
+) -> str:
     execution = AgentSession(
         provider=provider,  # type: ignore[arg-type]
         model=CODEX_MODEL if provider == "codex" else "claude-bench",
@@ -133,6 +141,7 @@ def engine_session(provider: str, binary: Path, base_url: str, worktree: Path, b
         provider=ProviderSettings(api_key=KEY, base_url=base_url),  # type: ignore[arg-type]
         masker=Masker.none(),
         record=lambda *_: None,
+        sandbox=sandbox,
     )
     ran = run_cli_session(
         execution,
