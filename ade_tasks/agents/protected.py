@@ -17,6 +17,7 @@ directory (a lane under `.ade/lanes/`), the worktree is the agent's and the rest
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -43,6 +44,9 @@ class ProtectedPaths:
     """(real path, what it is) of each engine file or directory outside the `.ade` rule."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Values of the engine's own credentials (API tokens, keys), for every session's masker."""
+    engine_code: tuple[tuple[str, str], ...] = ()
+    """(real path, what it is) of the engine's code: readable, never writable (an agent whose
+    project is the engine's checkout must not change what the engine runs)."""
 
     @classmethod
     def for_worktree(cls, worktree: Path) -> ProtectedPaths:
@@ -72,6 +76,7 @@ class ProtectedPaths:
             worktree=base.worktree,
             engine_data=tuple(dict.fromkeys(data)),
             secrets=tuple(dict.fromkeys([*base.secrets, *engine_secrets(settings)])),
+            engine_code=engine_code(),
         )
 
     def refusal(self, path: str, *, writes: bool) -> str | None:
@@ -93,6 +98,9 @@ class ProtectedPaths:
         return self._protects(real_or_lexical, writes=False) is not None
 
     def _protects(self, candidate: str, writes: bool) -> str | None:
+        for root, what in self.engine_code if writes else ():
+            if _inside(root, candidate):
+                return f"the engine's own code ({what}); agents never change it"
         for root, what in self.engine_data:
             if _inside(root, candidate) and not (
                 _inside(root, self.worktree) and _inside(self.worktree, candidate)
@@ -109,6 +117,20 @@ class ProtectedPaths:
         if writes and GIT_DIR_NAME in parts:
             return f"inside {GIT_DIR_NAME}; agents never write git internals"
         return None
+
+
+@lru_cache(maxsize=1)
+def engine_code() -> tuple[tuple[str, str], ...]:
+    """The engine's packages (the three of its distribution, siblings of this one) and the
+    virtualenv it runs in."""
+    root = Path(__file__).resolve().parents[2]
+    code = [
+        (os.path.realpath(root / name), f"the package {name}")
+        for name in ("ade_tasks", "ade_workers", "ade_api")
+    ]
+    if sys.prefix != sys.base_prefix:
+        code.append((os.path.realpath(sys.prefix), f"the virtualenv {sys.prefix}"))
+    return tuple(code)
 
 
 def engine_secrets(settings: Settings) -> tuple[str, ...]:

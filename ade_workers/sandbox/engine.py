@@ -7,16 +7,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import ade_tasks
-from ade_tasks.agents.protected import DATA_DIR_NAME, GIT_DIR_NAME, ProtectedPaths
+from ade_tasks.agents.protected import DATA_DIR_NAME, GIT_DIR_NAME, ProtectedPaths, engine_code
 from ade_tasks.settings import Settings
 from ade_workers.sandbox import forward as _forward
 from ade_workers.sandbox import helpers
 from ade_workers.sandbox.host import require_sandbox
 from ade_workers.sandbox.layout import Sandbox, worker_python
 
-#: The three packages of the engine's distribution, siblings in one directory.
-ENGINE_PACKAGES = ("ade_tasks", "ade_workers", "ade_api")
 FORWARDER = helpers.register(_forward.__file__)
 
 
@@ -24,10 +21,7 @@ def engine_paths(settings: Settings, worktree: Path) -> tuple[Path, ...]:
     """Everything of the engine a sandbox hides: its packages, its virtualenv, the site-packages
     of the interpreter it runs on, and its data (the data directory, the SQLite database, the
     API token file)."""
-    root = Path(ade_tasks.__file__).resolve().parent.parent
-    paths = [root / name for name in ENGINE_PACKAGES]
-    if sys.prefix != sys.base_prefix:
-        paths.append(Path(sys.prefix).resolve())
+    paths = [Path(real) for real, _ in engine_code()]  # its packages and virtualenv
     for scheme_key in ("purelib", "platlib"):
         paths.append(Path(sysconfig.get_paths()[scheme_key]).resolve())
         base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}

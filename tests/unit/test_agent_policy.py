@@ -394,3 +394,16 @@ def test_plan_and_an_explicit_fallback_still_decide_writes(worktree: Path) -> No
         assert verdict == fallback
     denied = Policy.from_rule(ToolPolicy(denied_tools=["write_file"]), "edit")
     assert decide(denied, "write_file", paths=["a.py"], worktree=worktree).verdict == "deny"
+
+
+def test_no_policy_lets_an_agent_change_the_engines_own_code() -> None:
+    # The `make dev` default project is the engine's checkout: its code is readable, never
+    # writable, so no edit_file can change what the engine runs (its hook, its policy).
+    checkout = Path(__file__).resolve().parents[2]
+    guard = ProtectedPaths.from_settings(Settings(), checkout)
+    hook = "ade_workers/agents/cli/claude_hook.py"
+    policy = Policy.from_rule(ToolPolicy(allowed_tools=["*"]), "full-auto")
+    refused = decide(policy, "edit_file", paths=[hook], worktree=checkout, protected=guard)
+    assert refused.verdict == "deny" and "the engine's own code" in refused.reason
+    assert decide(policy, "read_file", paths=[hook], worktree=checkout, protected=guard).verdict == "allow"
+    assert guard.refusal("README.md", writes=True) is None
