@@ -215,3 +215,34 @@ def test_codex_sees_no_repository_skills_and_leaves_no_stray_directories(worktre
     assert not any("SKILL-CANARY-77" in body for body in requests)
     after = {p.relative_to(worktree) for p in worktree.rglob("*") if ".git" not in p.parts}
     assert after == before  # no .aws/, no codex state in the worktree
+
+
+def test_a_command_that_reads_codexs_environment_never_shows_the_model_its_token(worktree):
+    # codex holds the session's token in its environment, and its commands share its user and
+    # PID namespace, so they can read it; the proxy masks it in everything the model is sent.
+    dump = "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done | sort -u"
+    with ScriptedResponsesServer() as server:
+        server.script(CodexTurn.command(dump, call_id="env"), CodexTurn.text("done"))
+        ran, events = run_codex(real_cli("codex"), server, worktree, mode="full-auto", policy=BASH)
+        sent = [json.dumps(r.json) for r in server.model_requests()]
+    assert ran.outcome.status == "completed", ran.outcome.error
+    assert "ADE_CODEX_API_KEY=***" in sent[-1]  # the command read it ...
+    assert not any("ade-session-" in body for body in sent)  # ... the model never saw it
+    assert "ade-session-" not in json.dumps(events)
+
+
+def test_every_command_codex_runs_unasked_is_in_the_run_events(worktree):
+    loader = "/lib64/ld-linux-x86-64.so.2 /bin/echo"  # no command rule names it: unasked
+    with ScriptedResponsesServer() as server:
+        server.script(
+            *(CodexTurn.command(f"{loader} {n}", call_id=n) for n in ("one", "two", "three")),
+            CodexTurn.text("done"),
+        )
+        ran, events = run_codex(
+            real_cli("codex"), server, worktree, mode="plan", policy=ToolPolicy(denied_tools=["bash"])
+        )
+    assert ran.outcome.status == "completed", ran.outcome.error
+    calls = [d["id"] for k, d in events if k == "agent.tool_call"]
+    results = {d["id"]: d["output"].strip() for k, d in events if k == "agent.tool_result"}
+    assert calls == ["one", "two", "three"]
+    assert results == {"one": "one", "two": "two", "three": "three"}

@@ -94,7 +94,9 @@ class ModelProxy:
         self._meter = meter
         self._stopped = stopped
         self._on_refused = on_refused
-        self._masker = masker
+        # The session's own token too: a command inside the sandbox can read it from the CLI's
+        # /proc environ (same user, same PID namespace), but never show it to the model.
+        self._masker = (masker or Masker.none()).with_values([self.token])
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -139,10 +141,9 @@ class ModelProxy:
             return self.spend.exhausted or self._stopped()
 
     def outgoing(self, body: bytes) -> bytes:
-        """The request body as the provider gets it: the engine's secrets masked, so a tool
-        that printed one (a `cat` of the token file) never sends it to the model."""
-        if not self._masker:
-            return body
+        """The request body as the provider gets it: the engine's secrets and the session's
+        token masked, so a tool that printed one (a `cat` of the token file, of the CLI's
+        environment) never sends it to the model."""
         return self._masker.mask(body.decode("utf-8", "surrogateescape")).encode(
             "utf-8", "surrogateescape"
         )
