@@ -246,3 +246,7 @@ def test_every_command_codex_runs_unasked_is_in_the_run_events(worktree):
     results = {d["id"]: d["output"].strip() for k, d in events if k == "agent.tool_result"}
     assert calls == ["one", "two", "three"]
     assert results == {"one": "one", "two": "two", "three": "three"}
+    # The report said so: denied bash is best-effort on codex, the sandbox is what holds.
+    support = {item["aspect"]: item["support"] for item in ran.capabilities["items"]}
+    assert support["denied_tools"] == "best-effort"
+    assert support["sandbox"] == support["reads"] == support["engine_data"] == "enforced"

@@ -289,7 +289,13 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
             if sandbox == "read-only"
             else "writes only in the worktree, .git read-only",
         ),
-        engine_data_out_of_reach(setup)
+        Capability(
+            "engine_data",
+            E,
+            "hidden by the engine's sandbox from codex and every command, wherever it lies",
+        )
+        if setup.sandbox is not None
+        else engine_data_out_of_reach(setup)
         or Capability(
             "engine_data",
             B,
