@@ -292,7 +292,8 @@ def capabilities(setup: CliSetup, execution: AgentSession) -> CapabilityReport:
         Capability(
             "engine_data",
             E,
-            "hidden by the engine's sandbox from codex and every command, wherever it lies",
+            "hidden by the engine's sandbox from codex and every command, wherever it lies"
+            + (f"; every process of the session runs as {setup.user.name}" if setup.user else ""),
         )
         if setup.sandbox is not None
         else engine_data_out_of_reach(setup)
