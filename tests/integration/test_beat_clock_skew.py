@@ -26,7 +26,6 @@ LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 RULES = 20
 SPEED = 6
 ORIGIN = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)  # the simulated time at the anchor
-SLOTS = [ORIGIN + timedelta(minutes=n) for n in range(3)]
 #: The simulated clock's rounding (to microseconds), the only slack in "never early".
 ROUNDING = timedelta(milliseconds=1)
 
@@ -51,7 +50,9 @@ def test_beats_90_s_fast_and_slow_fire_every_slot_once_and_never_early(cluster: 
     # given rules that fire every minute, skipped while a run of theirs is active (the schedule
     # default), a worker that runs them, and a simulated clock starting at 10:00 in a while
     write_minutely_rules(cluster.session_factory, cluster.tmp / "rules", RULES, overlap="skip")
-    anchor = utcnow() + timedelta(seconds=10)  # the beats and the worker have started by then
+    # 10 real seconds are a simulated minute: a beat started after now has no slot before 10:00,
+    # whose run would wait for the worker and have the next one skipped.
+    anchor = utcnow() + timedelta(seconds=60 / SPEED)
     cluster.env.update(
         {
             "ADE_BEAT_CLOCK_ORIGIN": ORIGIN.isoformat(),
@@ -64,10 +65,17 @@ def test_beats_90_s_fast_and_slow_fire_every_slot_once_and_never_early(cluster: 
         """The database's time at which `slot` is due."""
         return anchor + (slot - ORIGIN) / SPEED
 
+    def simulated(moment: datetime) -> datetime:
+        return ORIGIN + (moment - anchor) * SPEED
+
     # when three beats run: one on the database's clock, one 90 s fast, one 90 s slow
     normal, fast, slow = cluster.beat(), cluster.beat(skewed(90)), cluster.beat(skewed(-90))
     cluster.worker()
-    assert utcnow() < anchor, "the beats and the worker took too long to start"
+    # A beat starts a trigger at its next slot: count three slots from the first one after every
+    # beat has surely loaded the rules (10:00 unless a busy machine slowed the start-ups).
+    loaded = simulated(utcnow() + timedelta(seconds=2))
+    first = max(ORIGIN, loaded.replace(second=0, microsecond=0) + timedelta(minutes=1))
+    slots = [first + timedelta(minutes=n) for n in range(3)]
     api = cluster.api()
 
     def settled() -> bool:
@@ -76,12 +84,12 @@ def test_beats_90_s_fast_and_slow_fire_every_slot_once_and_never_early(cluster: 
                 select(func.count())
                 .select_from(ScheduleOccurrenceRow)
                 .where(ScheduleOccurrenceRow.rule_id.like("every-minute-%"))
-                .where(ScheduleOccurrenceRow.slot.in_(SLOTS))
+                .where(ScheduleOccurrenceRow.slot.in_(slots))
                 .where(ScheduleOccurrenceRow.outcome != "claimed")
             )
-        return done == RULES * len(SLOTS)
+        return done == RULES * len(slots)
 
-    wait_until(settled, (due(SLOTS[-1]) - utcnow()).total_seconds() + 30, "every slot fired")
+    wait_until(settled, (due(slots[-1]) - utcnow()).total_seconds() + 30, "every slot fired")
 
     # then every slot of every rule fired once, by a run of its own, none of them skipped
     with cluster.session_factory() as session:
@@ -96,8 +104,8 @@ def test_beats_90_s_fast_and_slow_fire_every_slot_once_and_never_early(cluster: 
         ).all()
         runs = session.execute(select(RunRow.rule_id, RunRow.trigger, RunRow.queued_at)).all()
     rules = [(o.rule_id, o.slot, o.outcome) for o in occurrences if o.rule_id.startswith("every")]
-    in_window = [(rule, slot) for rule, slot, outcome in rules if slot in SLOTS]
-    assert len(in_window) == len(set(in_window)) == RULES * len(SLOTS)
+    in_window = [(rule, slot) for rule, slot, outcome in rules if slot in slots]
+    assert len(in_window) == len(set(in_window)) == RULES * len(slots)
     assert {outcome for *_, outcome in rules} == {"fired"}, "a slot was skipped or missed"
     run_slots = [(r.rule_id, datetime.fromisoformat(r.trigger["slot"])) for r in runs]
     assert len(run_slots) == len(set(run_slots)) and set(in_window) <= set(run_slots)
