@@ -231,12 +231,15 @@ def test_the_endpoint_exposes_the_facts_and_the_queues(populated: SessionFactory
 
 def test_each_live_beat_reports_its_clock_offset(session_factory: SessionFactory) -> None:
     # given three beats: one 90 s fast, one that has not read the database's clock yet, and
-    # one 30 s slow that has been gone for an hour
+    # one 30 s slow that has been gone for an hour (seen now: NOW is when the module was
+    # imported, minutes before this test runs in a whole suite, and a beat's liveness is
+    # judged against the real clock)
+    now = utcnow()
     with session_factory.begin() as session:
         for beat, offset, seen in (
-            ("fast", 90.0, NOW),
-            ("starting", None, NOW),
-            ("gone", -30.0, NOW - timedelta(hours=1)),
+            ("fast", 90.0, now),
+            ("starting", None, now),
+            ("gone", -30.0, now - timedelta(hours=1)),
         ):
             heartbeats_db.record(
                 session, beat, heartbeats_db.BEAT, every=10, now=seen,
