@@ -290,8 +290,26 @@ def run_codex_session(
             )  # fmt: skip
         except OSError as exc:
             return CodexOutcome("failed", error=f"codex could not be started (`{binary}`): {exc}")
-        return _drive(process, worktree, model, mode, prompt, should_stop, deadline,
-                      decide, record, over_budget, kill_grace)  # fmt: skip
+        with process:
+            rpc = RpcConnection(process)
+            session = _Session(
+                rpc, worktree=worktree, decide=decide, record=record, over_budget=over_budget
+            )
+            status, error = _converse(session, worktree, model, mode, prompt, should_stop, deadline)
+            outcome = session.outcome
+            outcome.status, outcome.error = status, error
+            _end(session, graceful=status == "completed", kill_grace=kill_grace)
+            try:
+                outcome.exit_code = process.finish()
+            except OSError as exc:
+                outcome.exit_code = None
+                if outcome.error is None and status == "completed":
+                    outcome.error = f"codex's container did not report: {exc}"
+            rpc.join(timeout=kill_grace + 5)
+            outcome.stderr = list(rpc.stderr)
+            if status == "failed" and rpc.stderr and error and "exited" in error:
+                outcome.error = f"{error}; last output: {rpc.stderr[-1]}"
+    return outcome
 
 
 def _sandboxed(
@@ -325,41 +343,6 @@ def _sandboxed(
         forwards=forwards,
     )
     return layout.command(argv, str(worktree))
-
-
-def _drive(
-    process: ContainedProcess,
-    worktree: Path,
-    model: str,
-    sandbox: CodexSandboxMode,
-    prompt: str,
-    should_stop: Callable[[], bool],
-    deadline: float,
-    decide: Callable[[CodexRequest], Decision],
-    record: Record,
-    over_budget: Callable[[int, int], str | None],
-    kill_grace: float,
-) -> CodexOutcome:
-    with process:
-        rpc = RpcConnection(process)
-        session = _Session(
-            rpc, worktree=worktree, decide=decide, record=record, over_budget=over_budget
-        )
-        status, error = _converse(session, worktree, model, sandbox, prompt, should_stop, deadline)
-        outcome = session.outcome
-        outcome.status, outcome.error = status, error
-        _end(session, graceful=status == "completed", kill_grace=kill_grace)
-        try:
-            outcome.exit_code = process.finish()
-        except OSError as exc:
-            outcome.exit_code = None
-            if outcome.error is None and status == "completed":
-                outcome.error = f"codex's container did not report: {exc}"
-        rpc.join(timeout=kill_grace + 5)
-        outcome.stderr = list(rpc.stderr)
-        if status == "failed" and rpc.stderr and error and "exited" in error:
-            outcome.error = f"{error}; last output: {rpc.stderr[-1]}"
-    return outcome
 
 
 def _converse(
