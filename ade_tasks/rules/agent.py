@@ -3,11 +3,13 @@ step of a chain and an agent rule share it)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import (
     Field,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -34,6 +36,11 @@ class ToolPolicy(Document):
 ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
 
 
+#: A DNS name or IPv4 address: labels of letters, digits and hyphens, separated by dots.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+HOST_NAME = re.compile(rf"(?i){_LABEL}(?:\.{_LABEL})*")
+
+
 class AgentSession(Document):
     """What an agent session is, wherever it runs: a whole rule or one step of a chain.
 
@@ -58,6 +65,23 @@ class AgentSession(Document):
     approval_timeout_min: float | None = Field(default=None, gt=0, le=60 * 24 * 30)
     # `narrow`: a prompt that interpolates outsiders' text leaves the agent read-only + report.
     untrusted_input: Literal["narrow", "allow"] = "narrow"
+    # Hosts (`name` or `name:port`) the session's processes may reach through the engine's
+    # egress proxy; none by default: the sandbox's network holds only the model proxy.
+    network_hosts: list[str] = Field(default_factory=list, max_length=100)
+
+    @field_validator("network_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            name, colon, port = host.partition(":")
+            if not HOST_NAME.fullmatch(name) or (
+                colon and not (port.isdigit() and 1 <= int(port) <= 65535)
+            ):
+                raise ValueError(
+                    f"network_hosts entry {host!r} is not a host name or name:port; write e.g. "
+                    "pypi.org or api.github.com:443"
+                )
+        return hosts
 
     @model_validator(mode="after")
     def _enforceable(self, info: ValidationInfo) -> AgentSession:

@@ -45,6 +45,7 @@ from ade_workers.agents.session import SessionLimits, SessionOutcome, run_sessio
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.engine.agent_user import AgentUser, AgentUsers
+from ade_workers.sandbox.egress import open_egress
 from ade_workers.sandbox.engine import agent_sandbox
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,19 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             user = _agent_user(settings, context, protected, limits.deadline, lease)
             if sandbox is not None and user is not None:  # helpers run as the user, inside
                 sandbox = replace(sandbox, python=user.python())
+            proxies: dict[str, str] = {}
+            if sandbox is not None and action.network_hosts:
+                sandbox, proxies = open_egress(sandbox, action.network_hosts, lease, user)
         except AdeError as exc:
             return StepOutcome(StepStatus.FAILED, error=exc.message)
         except OSError as exc:
             error = f"{AGENT_USER_SETTING}: could not open {context.root} to the agent user: {exc}"
             return StepOutcome(StepStatus.FAILED, error=error)
-        env = {**child_env(context, action), **(user.env(context.root) if user else {})}
+        env = {
+            **child_env(context, action),
+            **(user.env(context.root) if user else {}),
+            **proxies,
+        }
         with sessions() as session:
             history = [
                 (kind, data)

@@ -6,7 +6,9 @@ environment)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -237,3 +239,52 @@ execution:
     assert auth == {f"Bearer {KEY}"}
     decisions = [d for k, d in events if k == "agent.tool_decision"]
     assert [d["verdict"] for d in decisions] == ["allow"]
+
+
+class _Named(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"reached {self.server.server_address[1]}".encode()  # type: ignore[index]
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_an_agent_reaches_the_hosts_its_rule_names_and_nothing_else(
+    session_factory: SessionFactory,
+    rules_dir: Path,
+    config: RunnerConfig,
+    server: ScriptedAnthropic,
+) -> None:
+    # Given two web servers on this machine, and a rule that names only the first
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _Named) for _ in range(2)]
+    for web in servers:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+    named, other = (web.server_address[1] for web in servers)
+    try:
+        claude_rule(session_factory, rules_dir, f"""permission_mode: full-auto
+  policy: {{allowed_tools: [bash]}}
+  network_hosts: ["localhost:{named}"]""")  # fmt: skip
+        curl = "curl -s -m 5 -w ' %{http_code}'"
+        server.script(
+            Turn.tool("Bash", command=f"{curl} http://localhost:{named}/"),
+            Turn.tool("Bash", command=f"{curl} http://localhost:{other}/"),
+            Turn.tool("Bash", command=f"{curl} --noproxy '*' http://127.0.0.1:{named}/; echo $?"),
+            Turn.text("done"),
+        )
+        run_id = dispatch(session_factory, InMemorySender(), "claude", manual("x")).run.id
+
+        status = execute_run(session_factory, config, run_id, "w1")
+    finally:
+        for web in servers:
+            web.shutdown()
+
+    run, _ = run_of(session_factory, run_id)
+    assert status == RunStatus.SUCCEEDED, run.error
+    answers = [result_text(r) for r in server.tool_results()]
+    assert answers[0] == f"reached {named} 200"  # through the engine's egress proxy
+    assert answers[1].startswith(f"ADE Tasks: localhost:{other} is not among") and "403" in answers[1]
+    assert answers[2].rstrip().endswith(("7", "000 7"))  # around the proxy: no network at all

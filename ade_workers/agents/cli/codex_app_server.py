@@ -81,6 +81,7 @@ from ade_workers.agents.cli.setup import cli_install
 from ade_workers.engine.agent_user import AgentUser
 from ade_workers.engine.supervisor import ContainedProcess
 from ade_workers.sandbox.bridge import UnixBridge
+from ade_workers.sandbox.egress import PROXY_VARIABLES
 from ade_workers.sandbox.layout import Forward
 from ade_workers.sandbox.layout import Sandbox as OsSandbox
 from ade_workers.sandbox.scratch import make_directory
@@ -262,8 +263,9 @@ def run_codex_session(
     # would nest a second one, which its helper binaries cannot make under a /tmp home.
     mode: CodexSandboxMode = "danger-full-access" if outer is not None else sandbox
     home = write_session_home(
-        codex_home, model=model, base_url=base_url, sandbox=mode, path=path, worktree=worktree
-    )
+        codex_home, model=model, base_url=base_url, sandbox=mode, path=path, worktree=worktree,
+        command_env={k: env[k] for k in (*PROXY_VARIABLES, "NO_PROXY", "no_proxy") if k in env},
+    )  # fmt: skip
     if user is not None:
         user.hand_over(home)
     child_env = {
@@ -340,7 +342,7 @@ def _sandboxed(
         outer,
         read_write=(*outer.read_write, codex_home),
         read_only=(*outer.read_only, sockets, *([install] if install else [])),
-        forwards=forwards,
+        forwards=(*outer.forwards, *forwards),
     )
     return layout.command(argv, str(worktree))
 

@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -55,7 +55,13 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a TOML basic string
 
 
-def session_config(*, model: str, base_url: str, sandbox: CodexSandboxMode) -> str:
+def session_config(
+    *,
+    model: str,
+    base_url: str,
+    sandbox: CodexSandboxMode,
+    command_env: Mapping[str, str] | None = None,
+) -> str:
     """The `config.toml` of one session: the engine's provider, sandbox and approval policy,
     and nothing that reaches outside the session."""
     lines = [
@@ -81,6 +87,12 @@ def session_config(*, model: str, base_url: str, sandbox: CodexSandboxMode) -> s
         "",
         "[shell_environment_policy]",
         'inherit = "core"',
+        # The egress proxy's variables, when the rule names hosts (`network_hosts`).
+        *(
+            [f"set = {{ {', '.join(f'{k} = {_toml(v)}' for k, v in command_env.items())} }}"]
+            if command_env
+            else []
+        ),
         "",
         "[history]",
         'persistence = "none"',
@@ -136,13 +148,17 @@ def write_session_home(
     sandbox: CodexSandboxMode,
     path: str,
     worktree: Path,
+    command_env: Mapping[str, str] | None = None,
 ) -> Path:
     """Fill `codex_home` (config, rules, an empty HOME) for one session; the HOME it made."""
     home = codex_home / "home"
     (codex_home / "rules").mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(
-        session_config(model=model, base_url=base_url, sandbox=sandbox), encoding="utf-8"
+        session_config(
+            model=model, base_url=base_url, sandbox=sandbox, command_env=command_env
+        ),
+        encoding="utf-8",
     )
     (codex_home / "rules" / RULES_FILE).write_text(
         exec_rules(program_names(path, worktree)), encoding="utf-8"

@@ -29,6 +29,7 @@ from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli.facts import Capability, Support
 from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 from ade_workers.engine.agent_user import AgentUser
+from ade_workers.sandbox.egress import PROXY_VARIABLES
 from ade_workers.sandbox.host import SETTING as SANDBOX_SETTING
 from ade_workers.sandbox.layout import Forward, Sandbox
 from ade_workers.sandbox.scratch import make_directory, scratch_root
@@ -136,12 +137,13 @@ def session_sandbox(
     if setup.sandbox is None:
         return None
     install = cli_install(setup.binary, setup.env.get("PATH"))
+    base = setup.sandbox
     return replace(
-        setup.sandbox,
+        base,
         writable=writable,
-        read_write=private,
-        read_only=(*read_only, *([install] if install else [])),
-        forwards=forwards,
+        read_write=(*base.read_write, *private),
+        read_only=(*base.read_only, *read_only, *([install] if install else [])),
+        forwards=(*base.forwards, *forwards),
     )
 
 
@@ -164,6 +166,7 @@ def cli_install(binary: str, path: str | None) -> Path | None:
 
 def sandbox_capability(setup: CliSetup, *, writes: str) -> Capability:
     """The sandbox item of a capability report."""
+    egress = any(name in setup.env for name in PROXY_VARIABLES)
     if setup.sandbox is None:
         return Capability(
             "sandbox",
@@ -176,7 +179,8 @@ def sandbox_capability(setup: CliSetup, *, writes: str) -> Capability:
         Support.ENFORCED,
         f"bubblewrap: {writes}; the engine's code, virtualenv, data and tokens hidden; a PID "
         "namespace that dies with the session; a network of its own reaching only the "
-        "engine's model proxy",
+        "engine's model proxy"
+        + (", and the rule's network_hosts through its egress proxy" if egress else ""),
     )
 
 
