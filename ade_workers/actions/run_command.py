@@ -42,6 +42,14 @@ def child_env(context: StepContext, action: Step) -> dict[str, str]:
     return env
 
 
+SUPERVISOR_KILLED = (
+    "the command started, then its supervisor was killed before it ended (a command that "
+    "kills its parent, `kill -9 $PPID`, does this), so how it ended is unknown and what it "
+    "started in the background may still run; command steps do not run in the agents' "
+    "sandbox yet (docs/agents.md#security-model)"
+)
+
+
 @dataclass(frozen=True)
 class CommandRun:
     """A finished command: its process result, the directory it ran in and its details."""
@@ -83,6 +91,8 @@ def start_command(
             should_stop=context.should_stop,
             masker=context.masker,
         )
+    except ChildProcessError:  # it started; then its supervisor died under it
+        return StepOutcome(StepStatus.FAILED, error=SUPERVISOR_KILLED)
     except OSError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"could not start {argv[0]!r}: {exc.strerror}")
     return CommandRun(result, cwd, budget)

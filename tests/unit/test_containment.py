@@ -43,3 +43,27 @@ execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {com
     with session_factory() as session:
         assert runs_db.get_run(session, run_id).status == RunStatus.CANCELLED
     assert not pid_alive(int(daemon.read_text()))
+
+
+def test_a_step_that_kills_its_supervisor_is_not_reported_as_never_started(
+    session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
+) -> None:
+    # The command ran (it wrote started.txt), then killed its parent: its supervisor.
+    command = "echo $$ > started.txt; kill -9 $PPID; sleep 5"
+    add_rule(session_factory, rules_dir, "r", f"""
+id: r
+triggers: [{{type: manual}}]
+execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {command!r}}}]}}
+""")  # fmt: skip
+    run_id = dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run.id
+
+    status = execute_run(session_factory, config, run_id, "test-worker")
+
+    with session_factory() as session:
+        run = runs_db.get_run(session, run_id)
+    assert status == RunStatus.FAILED
+    assert (project / "started.txt").exists()
+    assert "could not start" not in (run.error or "")
+    assert "the command started, then its supervisor was killed" in (run.error or "")
+    pid = int((project / "started.txt").read_text())
+    wait_until(lambda: not pid_alive(pid), 10, "the orphaned command to end")
