@@ -32,8 +32,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.rollup_tables import RollupWatermarkRow, RunRollupRow
 from ade_tasks.db.rules import in_batches
-from ade_tasks.db.schema import RollupWatermarkRow, RunRollupRow, RunRow
+from ade_tasks.db.schema import RunRow
 
 #: Upper bounds (seconds) of the run duration buckets: a quick command to the 12 h a rule may run.
 RUN_DURATION_BUCKETS: tuple[float, ...] = (

@@ -2,69 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
-    Dialect,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
 from ade_tasks.clock import utcnow
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-JsonDocument = JSON().with_variant(JSONB(), "postgresql")
-# SQLite has no BIGINT autoincrement; INTEGER PRIMARY KEY is its 64-bit rowid.
-AutoId = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp that is timezone-aware UTC on both sides; naive datetimes are refused."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}; pass a timezone-aware UTC datetime")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, _dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map: ClassVar[dict[Any, Any]] = {
-        datetime: UTCDateTime(),
-        dict[str, Any]: JsonDocument,
-    }
+from ade_tasks.db import rollup_tables  # noqa: F401  (its tables join Base.metadata here)
+from ade_tasks.db.model_base import NAMING_CONVENTION as NAMING_CONVENTION
+from ade_tasks.db.model_base import AutoId as AutoId
+from ade_tasks.db.model_base import Base as Base
+from ade_tasks.db.model_base import JsonDocument as JsonDocument
+from ade_tasks.db.model_base import UTCDateTime as UTCDateTime
 
 
 class RuleRow(Base):
@@ -501,30 +462,3 @@ class IngressCursorRow(Base):
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(255))
-
-
-class RunRollupRow(Base):
-    """The finished runs of one (rule, status) up to the rollup watermark, and how long they ran.
-    `/metrics` adds the runs finished since: a scrape reads rows per rule (`db.run_rollups`)."""
-
-    __tablename__ = "run_rollups"
-
-    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    status: Mapped[str] = mapped_column(String(16), primary_key=True)
-    runs: Mapped[int] = mapped_column(BigInteger)
-    #: Of those, the runs that started (only they have a duration).
-    timed: Mapped[int] = mapped_column(BigInteger)
-    seconds: Mapped[float] = mapped_column(Float)
-    #: Cumulative counts of timed runs per bound of `RUN_DURATION_BUCKETS`.
-    buckets: Mapped[list[int]] = mapped_column(JSON)
-
-
-class RollupWatermarkRow(Base):
-    """How far a rollup has read: every run with `finished_at` before `rolled_up_to` is counted
-    in `run_rollups`. NULL: nothing rolled up yet (a scrape aggregates the whole table)."""
-
-    __tablename__ = "rollup_watermarks"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    rolled_up_to: Mapped[datetime | None]
-    updated_at: Mapped[datetime]

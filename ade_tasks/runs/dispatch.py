@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -32,45 +32,11 @@ from ade_tasks.guardrails.registry import refusal, serialized, unserialized
 from ade_tasks.rules.guardrails import OverlapPolicy
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
+from ade_tasks.runs.senders import InMemorySender as InMemorySender
+from ade_tasks.runs.senders import TaskSender as TaskSender
 from ade_tasks.states import RunStatus
 
 log = logging.getLogger(__name__)
-
-
-class TaskSender(Protocol):
-    """Sends a run's id to the workers; ade_workers implements it with Celery."""
-
-    def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
-        """Publish the run; raise BrokerUnavailableError when the broker cannot be reached."""
-
-    def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
-        """Publish many (run id, queue, rule id) at once; BrokerUnavailableError as above."""
-
-    def send_ingress(self, *event_ids: int) -> None:
-        """Hand stored ingress events to the ingress workers (one message for all of them);
-        BrokerUnavailableError as above."""
-
-
-class InMemorySender:
-    """A TaskSender that records what it sent, for unit tests; `down = True` plays broker-down."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, str]] = []
-        self.ingress: list[int] = []
-        self.down = False
-
-    def send_run(self, run_id: str, *, queue: str, rule_id: str) -> None:
-        self.send_runs([(run_id, queue, rule_id)])
-
-    def send_runs(self, runs: Sequence[tuple[str, str, str]]) -> None:
-        if self.down:
-            raise BrokerUnavailableError("the in-memory broker is marked down")
-        self.sent.extend(runs)
-
-    def send_ingress(self, *event_ids: int) -> None:
-        if self.down:
-            raise BrokerUnavailableError("the in-memory broker is marked down")
-        self.ingress.extend(event_ids)
 
 
 @dataclass(frozen=True)

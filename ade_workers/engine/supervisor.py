@@ -1,10 +1,10 @@
 """Containers for commands: nothing a command starts can leave, and nothing outlives its worker.
 
-`run_process` runs every command under a *supervisor*: a small Python process
-(`python -I -S supervisor.py FD`, in a session of its own) that is a child subreaper
-(`prctl(PR_SET_CHILD_SUBREAPER)`) and starts the command in a session of its own. A descendant
-that leaves the command's session or process group (`setsid`, `setsid -f`, a double-fork daemon)
-is still a descendant: when its parent dies it is reparented to the supervisor, not to init. So
+`run_process` runs every command under a *supervisor*: a small Python process (`python -I -S
+supervisor.py FD`, in a session of its own), a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`)
+that starts the command in a session of its own. A descendant that leaves the command's session
+or process group (`setsid -f`, a double-fork daemon) is still a descendant: when its parent dies
+it is reparented to the supervisor, not to init. So
 "the supervisor has no children left" means "nothing of the command is left" (the *container* is
 empty), and the supervisor can kill all of it: TERM to every process of its tree (walked from
 /proc), KILL after the grace, and again until no child is left, reaping as it goes.
@@ -17,15 +17,14 @@ The supervisor ends the command's container when
   (PR_SET_PDEATHSIG would instead fire when the *thread* that started it exits). TERM, then KILL
   after at most `WORKER_LOST_GRACE` seconds, and the supervisor exits;
 - it is sent SIGTERM, SIGINT or SIGHUP itself (a service manager stopping everything).
-Only then does it report how the command ended (or why it could not start), so when
-`ContainedProcess.finish` returns, nothing of the command is left.
+Only then does it report how the command ended: when `ContainedProcess.finish` returns, nothing
+of it is left (or the reason it could not start).
 
-A command can run as another user (`user=(uid, gid)`, its primary group, no supplementary
-groups): the supervisor stays the worker's, so it still sees and kills all of it.
+A command may run as another user (`user=(uid, gid)`, no supplementary groups): the supervisor
+stays the worker's, so it still sees and kills all of it.
 
-The command's stdout and stderr arrive merged on one pipe and its stdin is /dev/null, unless the
-caller opts in (`stdin=True`, `separate_stderr=True`, for a command spoken to over a protocol,
-such as `codex app-server`): the extra pipe ends ride to the supervisor with the request.
+The command's stdout and stderr share one pipe and its stdin is /dev/null, unless the caller opts
+in (`stdin=True`, `separate_stderr=True`, e.g. `codex app-server`): those pipes ride the request.
 
 A supervisor serves one command at a time and is reused: a worker process keeps up to
 `MAX_IDLE` idle ones, so a short command costs one round trip on a socket, not the ~8 ms a fresh
@@ -33,10 +32,9 @@ Python takes to start (`true` itself takes ~1 ms). Forking the worker instead wo
 copy of a multithreaded process and pin a copy-on-write snapshot of the worker's memory for as long
 as the command runs.
 
-Needs Linux (prctl, /proc) and nothing more: no capabilities, no cgroup delegation, no extra
-privileges in a container or a Kubernetes pod. What a subreaper cannot stop: a command that
-SIGKILLs its own supervisor (its parent process) orphans what it started to the next subreaper
-(tini, systemd, the container's init); those still die with the worker's container or unit.
+Needs Linux (prctl, /proc), no privileges. A subreaper cannot stop a command that SIGKILLs its
+own supervisor (its parent): what it started goes to the next subreaper (tini, systemd); agent
+processes run in a sandbox's PID namespace (`ade_workers.sandbox`), which that cannot leave.
 
 This file uses the standard library only: it is also the supervisor's main program, run with no
 site packages and no environment variables (`-I -S`).

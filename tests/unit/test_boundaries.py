@@ -1,4 +1,4 @@
-"""Package boundaries of DESIGN.md: the domain never imports celery or fastapi."""
+"""Package boundaries (docs/development.md, Layout): the domain never imports celery or fastapi."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Celery app carries the reliable configuration DESIGN.md relies on."""
+"""The Celery app carries the reliable configuration docs/operations.md (Cluster mode) describes."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from ade_tasks.ingress.event import SUMMARY_MAX, NormalizedEvent
 from ade_tasks.ingress.github import normalize
 
-# GitHub's own examples (octokit/webhooks), kept beside DESIGN.md outside the repository.
+# GitHub's own examples (octokit/webhooks), in tests/fixtures/github.
 from tests.fixtures import GITHUB_FIXTURES as FIXTURES
 
 REPO_NAME = "Codertocat/Hello-World"

@@ -11,7 +11,8 @@ from sqlalchemy import delete, select
 from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.metrics import DurationHistogram, cluster_facts
-from ade_tasks.db.schema import RollupWatermarkRow, RunRollupRow, RunRow
+from ade_tasks.db.rollup_tables import RollupWatermarkRow, RunRollupRow
+from ade_tasks.db.schema import RunRow
 from tests.unit.test_metrics import NOW, populated, run_row  # noqa: F401  (fixture)
 
 
