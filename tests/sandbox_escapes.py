@@ -1,6 +1,7 @@
 """The escape corpus every sandboxed agent process is attacked with, and what must come of it.
 
-One shell script tries, in order: the worker's environment through /proc, the engine's token
+One shell script tries, in order: the worker's environment through /proc (and every process's
+it can see, for the worker's canary variable), the engine's token
 file and source, a program through the dynamic loader (reading /etc/shadow), a signal to the
 worker, TCP to PostgreSQL, Redis, RabbitMQ and a listening server of the test's, a symlink to
 the token file, and filling the sandbox's /tmp. `check_escapes` asserts, from what the script
@@ -17,6 +18,9 @@ import ade_workers
 
 #: The services of this machine, and what a sandboxed process must not reach.
 SERVICE_PORTS = (5432, 6379, 5672)
+#: A variable of the worker's (this process's) environment, holding the target's token: no
+#: process a sandboxed command can see may carry it.
+WORKER_CANARY = "ADE_TEST_WORKER_CANARY"
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Target:
 
     @classmethod
     def of_this_process(cls, token_file: Path, extra_ports: tuple[int, ...] = ()) -> Target:
+        os.environ[WORKER_CANARY] = token_file.read_text().strip()
         return cls(
             worker_pid=os.getpid(),
             token_file=token_file,
@@ -46,6 +51,7 @@ def escape_script(target: Target) -> str:
     return "; ".join(
         [
             f"echo ENV; cat /proc/{target.worker_pid}/environ | tr '\\0' '\\n' | head -3",
+            "echo ENVALL; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a CANARY",
             f"echo TOKEN; cat {target.token_file} | rev",
             f"echo SOURCE; echo pwned >> {target.engine_file} && echo WROTE-SOURCE",
             "echo LOADER; /lib64/ld-linux-x86-64.so.2 /usr/bin/cat /etc/shadow | base64",

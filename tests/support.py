@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -112,6 +113,42 @@ class Child:
                 self.proc.wait(5)
         self._log_file.close()
         return self.proc.returncode
+
+
+def vendor_pytest(target: Path) -> Path:
+    """Copy pytest and what it imports into `target` (for `PYTHONPATH`): a project's own test
+    tools, for a command step that runs pytest in the sandbox, which hides the engine's."""
+    import _pytest
+    import iniconfig
+    import packaging
+    import pluggy
+    import pygments
+    import pytest
+
+    target.mkdir(parents=True, exist_ok=True)
+    for module in (pytest, _pytest, pluggy, iniconfig, packaging, pygments):
+        source = Path(module.__file__ or "").parent
+        shutil.copytree(source, target / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+    site = Path(pytest.__file__ or "").parents[1]
+    if (site / "py.py").is_file():
+        shutil.copy(site / "py.py", target / "py.py")
+    return target
+
+
+def processes_running(token: str) -> list[int]:
+    """The host pids of live processes whose command line holds `token` (a sandboxed process
+    knows only its pid inside its own namespace, so a test finds it by what it runs)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    argv = cmdline.read().split(b"\0")
+            except OSError:
+                continue
+            if token.encode() in argv and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
 
 
 def pid_alive(pid: int) -> bool:

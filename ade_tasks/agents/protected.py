@@ -60,21 +60,10 @@ class ProtectedPaths:
     def from_settings(cls, settings: Settings, worktree: Path) -> ProtectedPaths:
         """Everything `for_worktree` protects, plus the configured data directory, the SQLite
         database file and the engine's credentials from `settings`."""
-        data: list[tuple[str, str]] = [
-            (os.path.realpath(settings.data_dir), f"the data directory {settings.data_dir}")
-        ]
-        database = _sqlite_file(settings.effective_database_url)
-        if database is not None:
-            data += [
-                (os.path.realpath(database + suffix), f"the SQLite database {database}")
-                for suffix in _SQLITE_SIDE_FILES
-            ]
-        token_file = settings.dev_token_file
-        data.append((os.path.realpath(token_file), f"the API token file {token_file}"))
         base = cls.for_worktree(worktree)
         return cls(
             worktree=base.worktree,
-            engine_data=tuple(dict.fromkeys(data)),
+            engine_data=engine_data(settings),
             secrets=tuple(dict.fromkeys([*base.secrets, *engine_secrets(settings)])),
             engine_code=engine_code(),
         )
@@ -117,6 +106,23 @@ class ProtectedPaths:
         if writes and GIT_DIR_NAME in parts:
             return f"inside {GIT_DIR_NAME}; agents never write git internals"
         return None
+
+
+def engine_data(settings: Settings) -> tuple[tuple[str, str], ...]:
+    """The engine's data as `settings` place it: the data directory, the SQLite database's
+    files and the API token file (real path, what it is)."""
+    data: list[tuple[str, str]] = [
+        (os.path.realpath(settings.data_dir), f"the data directory {settings.data_dir}")
+    ]
+    database = _sqlite_file(settings.effective_database_url)
+    if database is not None:
+        data += [
+            (os.path.realpath(database + suffix), f"the SQLite database {database}")
+            for suffix in _SQLITE_SIDE_FILES
+        ]
+    token_file = settings.dev_token_file
+    data.append((os.path.realpath(token_file), f"the API token file {token_file}"))
+    return tuple(dict.fromkeys(data))
 
 
 @lru_cache(maxsize=1)

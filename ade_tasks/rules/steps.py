@@ -67,9 +67,17 @@ class Step(Document):
 
 
 class CommandStep(Step):
+    """A command in the project or lane, in the engine's sandbox (`ade_workers.sandbox`).
+
+    `network`: `host` reaches what the worker reaches; `none` only the sandbox's own loopback.
+    Unset, it is `host`, except after an agent-session step of the same rule, whose code the
+    command may run: then `none` (and the git directories are read-only whatever it says).
+    """
+
     command: str | list[str]
     cwd: str = "."
     env: dict[str, str] = Field(default_factory=dict)
+    network: Literal["host", "none"] | None = None
 
     @field_validator("command")
     @classmethod

@@ -14,6 +14,9 @@ from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.engine.process import ProcessResult, run_process
+from ade_workers.sandbox.engine import command_sandbox
+from ade_workers.sandbox.host import SandboxUnavailable
+from ade_workers.sandbox.layout import Network, Sandbox
 
 #: With agent users, a worktree holds directories an agent wrote into: git run by a command
 #: step (as the worker) must not take one for a bare repository whose config runs commands.
@@ -44,10 +47,49 @@ def child_env(context: StepContext, action: Step) -> dict[str, str]:
 
 SUPERVISOR_KILLED = (
     "the command started, then its supervisor was killed before it ended (a command that "
-    "kills its parent, `kill -9 $PPID`, does this), so how it ended is unknown and what it "
-    "started in the background may still run; command steps do not run in the agents' "
-    "sandbox yet (docs/agents.md#security-model)"
+    "kills its parent, `kill -9 $PPID`, does this), so how it ended is unknown"
 )
+SANDBOX_ENDED = "; its sandbox ended with it, and nothing it started is left"
+UNSANDBOXED = (
+    "; with ADE_SANDBOX=off what it started in the background may still run "
+    "(docs/agents.md#security-model)"
+)
+
+
+@dataclass(frozen=True)
+class StepSandbox:
+    """How a command step is sandboxed: its layout (None: ADE_SANDBOX=off) and what it says."""
+
+    layout: Sandbox | None
+    network: Network
+    git_writable: bool
+
+    @property
+    def details(self) -> dict[str, str]:
+        if self.layout is None:
+            return {"sandbox": "off"}
+        git = "read-write" if self.git_writable else "read-only"
+        return {"sandbox": f"network {self.network}, git {git}"}
+
+
+def step_sandbox(action: CommandStep, context: StepContext, env: Mapping[str, str]) -> StepSandbox:
+    """The sandbox of a command step: after an agent-session step of the rule it may run code
+    the agent wrote, so it gets no network unless the step asks and read-only git directories
+    (the engine itself runs git there later); otherwise the host's network and writable git,
+    for the rule author's `git fetch` and package installs. SandboxUnavailable when none can be
+    made and the settings require one."""
+    steps = context.rule.execution.actions[: context.step_index]
+    after_agent = any(step.type == "agent-session" for step in steps)
+    network: Network = action.network or ("none" if after_agent else "host")
+    layout = command_sandbox(
+        context.settings,
+        context.root,
+        network=network,
+        git_writable=not after_agent,
+        home=env.get("HOME"),
+        what=f"step {action.id!r}",
+    )
+    return StepSandbox(layout, network, not after_agent)
 
 
 @dataclass(frozen=True)
@@ -57,10 +99,12 @@ class CommandRun:
     result: ProcessResult
     cwd: Path
     budget: float
+    sandbox: StepSandbox
 
     @property
     def details(self) -> dict[str, Any]:
-        return {"duration_sec": round(self.result.duration, 3), "cwd": str(self.cwd)}
+        duration = round(self.result.duration, 3)
+        return {"duration_sec": duration, "cwd": str(self.cwd), **self.sandbox.details}
 
 
 def start_command(
@@ -81,21 +125,28 @@ def start_command(
     budget = min(action.timeout_sec, context.time_left())
     if budget <= 0:
         return StepOutcome(StepStatus.TIMED_OUT, error="the run's max_duration_min was used up")
+    env = {**child_env(context, action), **(extra_env or {})}
+    try:
+        sandbox = step_sandbox(action, context, env)
+    except SandboxUnavailable as exc:
+        return StepOutcome(StepStatus.FAILED, error=exc.message)
     try:
         result = run_process(
             argv,
             cwd=cwd,
-            env={**child_env(context, action), **(extra_env or {})},
+            env=env,
             timeout=budget,
             kill_grace=context.kill_grace,
             should_stop=context.should_stop,
             masker=context.masker,
+            sandbox=sandbox.layout,
         )
     except ChildProcessError:  # it started; then its supervisor died under it
-        return StepOutcome(StepStatus.FAILED, error=SUPERVISOR_KILLED)
+        error = SUPERVISOR_KILLED + (SANDBOX_ENDED if sandbox.layout else UNSANDBOXED)
+        return StepOutcome(StepStatus.FAILED, result=sandbox.details, error=error)
     except OSError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"could not start {argv[0]!r}: {exc.strerror}")
-    return CommandRun(result, cwd, budget)
+    return CommandRun(result, cwd, budget, sandbox)
 
 
 def command_outcome(run: CommandRun, action: CommandStep) -> StepOutcome:

@@ -9,9 +9,11 @@ even when the command exits 0.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
+from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.junit import JunitError, summarize_reports
 from ade_tasks.paths import resolve_inside
@@ -19,18 +21,22 @@ from ade_tasks.rules.steps import RunTestsAction
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import command_outcome, start_command
+from ade_workers.sandbox.engine import exchange_directory
 
 
 def run_tests(action: RunTestsAction, context: StepContext) -> StepOutcome:
     """Run the tests, then turn their reports into counts, failing ids and findings."""
-    with tempfile.TemporaryDirectory(prefix="ade-junit-") as scratch:
+    # Where the engine finds it after the command: a directory the step's sandbox shares.
+    shared = exchange_directory(context.root)
+    with tempfile.TemporaryDirectory(prefix="ade-junit-", dir=shared) as scratch:
         report = Path(scratch) / "junit.xml"
         run = start_command(action, context, {"ADE_JUNIT_XML": str(report)})
         if isinstance(run, StepOutcome):
             return run
         outcome = command_outcome(run, action)
         try:
-            reports = _reports(action, run.cwd, report)
+            protected = ProtectedPaths.from_settings(context.settings, run.cwd)
+            reports = _reports(action, run.cwd, report, protected)
             summary = summarize_reports(reports) if reports else None
         except (JunitError, PolicyViolationError) as exc:
             return StepOutcome(
@@ -53,13 +59,25 @@ def run_tests(action: RunTestsAction, context: StepContext) -> StepOutcome:
     return StepOutcome(status, outcome.exit_code, outcome.output, result, error)
 
 
-def _reports(action: RunTestsAction, cwd: Path, report: Path) -> list[Path]:
+def _reports(
+    action: RunTestsAction, cwd: Path, report: Path, protected: ProtectedPaths
+) -> list[Path]:
     """The report the command wrote to $ADE_JUNIT_XML, then the step's globs (kept inside
-    the step's directory)."""
+    the step's directory, out of the engine's data). The engine reads them once the command's
+    container is empty, so no process of the step is left to swap a path after this check."""
+    if report.is_symlink():
+        raise PolicyViolationError(
+            f"$ADE_JUNIT_XML is a symbolic link (to {os.readlink(report)}); write the report there"
+        )
     found = [report] if report.is_file() else []
     for pattern in action.junit:
         for path in sorted(cwd.glob(pattern)):
             contained = resolve_inside(cwd, str(path.relative_to(cwd)), what=f"junit {pattern!r}")
+            if protected.hides(str(contained)):
+                raise PolicyViolationError(
+                    f"junit {pattern!r} resolves to {contained}, in the engine's data directory; "
+                    "name the reports the tests write"
+                )
             if contained.is_file() and contained not in found:
                 found.append(contained)
     return found

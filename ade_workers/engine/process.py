@@ -18,13 +18,18 @@ import select
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ade_tasks.secrets import Masker, StreamMasker
-from ade_workers.engine.supervisor import ContainedProcess
+from ade_workers.engine import supervisor
+from ade_workers.engine.containment import ContainedProcess
+from ade_workers.sandbox import helpers
 from ade_workers.sandbox.layout import Sandbox
 
+#: The supervisor's program as a sandbox runs it: an engine-owned copy (the sandbox hides the
+#: engine's source).
+SUPERVISOR = helpers.register(supervisor.__file__)
 OUTPUT_CAP = 80_000
 STOP_CHECK_INTERVAL = 0.25
 _CHUNK = 64 * 1024
@@ -105,16 +110,24 @@ def run_process(
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
     `user` is the (uid, gid) to run it as; the worker's own by default. With a `sandbox` it
-    runs inside it (its container then holds the sandbox's processes). `on_output` gets the
+    runs inside it: under a supervisor that runs in that sandbox and is reused by the next
+    command in an equal one (a `true` costs a round trip, not a sandbox), or, with a `user`,
+    in a sandbox of its own under a supervisor outside (that one's container holds the
+    sandbox's processes). `on_output` gets the
     output as it arrives (decoded and masked, before the cap), for a caller that follows it.
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were
     a tenth of a `true` step's time, more on a loaded machine."""
     started = time.monotonic()
-    if sandbox is not None:
+    launcher = None
+    if sandbox is not None and user is None:
+        launcher = replace(sandbox, supervisor=SUPERVISOR.installed())
+    elif sandbox is not None:  # the supervisor stays outside, the worker's, to run it as `user`
         argv = sandbox.command(argv, str(cwd))
-    with ContainedProcess(argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user) as process:
+    with ContainedProcess(
+        argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user, launcher=launcher
+    ) as process:
         output = _Drain(
             process.output,
             CappedOutput(cap),

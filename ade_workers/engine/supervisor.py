@@ -26,25 +26,22 @@ stays the worker's, so it still sees and kills all of it.
 The command's stdout and stderr share one pipe and its stdin is /dev/null, unless the caller opts
 in (`stdin=True`, `separate_stderr=True`, e.g. `codex app-server`): those pipes ride the request.
 
-A supervisor serves one command at a time and is reused: a worker process keeps up to
-`MAX_IDLE` idle ones, so a short command costs one round trip on a socket, not the ~8 ms a fresh
-Python takes to start (`true` itself takes ~1 ms). Forking the worker instead would run Python in a
-copy of a multithreaded process and pin a copy-on-write snapshot of the worker's memory for as long
-as the command runs.
+The worker's end (`ContainedProcess`, and the idle supervisors a worker keeps for reuse, here
+or inside a sandbox) is `ade_workers.engine.containment`.
 
 Needs Linux (prctl, /proc), no privileges. A subreaper cannot stop a command that SIGKILLs its
-own supervisor (its parent): what it started goes to the next subreaper (tini, systemd); agent
-processes run in a sandbox's PID namespace (`ade_workers.sandbox`), which that cannot leave.
+own supervisor (its parent): what it started goes to the next subreaper (tini, systemd). So
+commands run in a sandbox (`ade_workers.sandbox`) whose PID namespace holds the supervisor too
+and ends when it ends: there, nothing is left to go anywhere.
 
-This file uses the standard library only: it is also the supervisor's main program, run with no
-site packages and no environment variables (`-I -S`).
+This file uses the standard library only: it is the supervisor's main program, run with no
+site packages and no environment variables (`-I -S`), from an engine-owned copy in a sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import json
 import os
 import select
@@ -52,13 +49,10 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-#: Idle supervisors a worker process keeps for its next commands.
-MAX_IDLE = 4
 #: Between TERM and KILL when the worker died (its own kill grace, if shorter, applies).
 WORKER_LOST_GRACE = 2.0
 #: How long a supervisor keeps sending KILL to processes that do not die (uninterruptible sleep).
@@ -68,215 +62,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 Message = dict[str, Any]
 
 
-class ContainedProcess:
-    """A command running in a container of its own, as the worker sees it."""
-
-    def __init__(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        kill_grace: float,
-        stdin: bool = False,
-        separate_stderr: bool = False,
-        user: tuple[int, int] | None = None,
-    ) -> None:
-        request = {
-            "argv": [os.fspath(arg) for arg in argv],
-            "cwd": cwd,
-            "env": dict(env),
-            "grace": kill_grace,
-            "stdin": stdin,
-            "stderr": separate_stderr,
-            "user": list(user) if user else None,  # (uid, gid) to run the command as
-        }
-        # The child's ends ride to the supervisor in this order: output, [stdin], [stderr].
-        ours: list[int] = []
-        theirs: list[int] = []
-        try:
-            out_r, out_w = os.pipe()
-            ours.append(out_r)
-            theirs.append(out_w)
-            if stdin:
-                in_r, in_w = os.pipe()
-                ours.append(in_w)
-                theirs.append(in_r)
-            if separate_stderr:
-                err_r, err_w = os.pipe()
-                ours.append(err_r)
-                theirs.append(err_w)
-            self._link: _Link | None = _hand_over(request, theirs)
-        except BaseException:
-            for fd in ours:
-                os.close(fd)
-            raise
-        finally:
-            for fd in theirs:
-                os.close(fd)
-        fds = iter(ours)
-        #: The command's stdout (and stderr, unless `separate_stderr`); EOF once nothing of it
-        #: is left.
-        self.output: io.BufferedReader = os.fdopen(next(fds), "rb")
-        #: The command's stdin when asked for (`stdin=True`); close it to send EOF.
-        self.stdin: io.BufferedWriter | None = os.fdopen(next(fds), "wb") if stdin else None
-        #: The command's stderr when asked for (`separate_stderr=True`).
-        self.stderr: io.BufferedReader | None = (
-            os.fdopen(next(fds), "rb") if separate_stderr else None
-        )
-
-    def __enter__(self) -> ContainedProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._abandon()  # still running (the caller raised): its supervisor kills it all
-
-    def wait(self, timeout: float) -> bool:
-        """Has the command ended, with nothing of it left?"""
-        assert self._link is not None
-        readable, _, _ = select.select([self._link.socket], [], [], max(timeout, 0))
-        return bool(readable)
-
-    @property
-    def ended_fd(self) -> int:
-        """A descriptor that turns readable once the command has ended, with nothing of it left
-        (for a caller's own `select`, beside the command's output)."""
-        assert self._link is not None
-        return self._link.socket.fileno()
-
-    def stop(self) -> None:
-        """End the command: TERM to all of it, then KILL after the kill grace."""
-        assert self._link is not None
-        with contextlib.suppress(OSError):  # its supervisor is gone; finish() says so
-            self._link.send({"stop": True})
-
-    def finish(self) -> int | None:
-        """Wait until nothing of the command is left; its exit code (negative: the signal that
-        ended it), or raise the OSError that kept it from starting."""
-        link, self._link = self._link, None
-        assert link is not None
-        try:
-            outcome = link.receive()
-        except OSError:
-            outcome = None
-        if outcome is None or outcome.get("retire"):
-            _links.discard(link)
-        else:
-            _links.give_back(link)
-        if outcome is None:
-            raise ChildProcessError(
-                errno.ECHILD, "the command's supervisor ended without saying how (was it killed?)"
-            )
-        if "errno" in outcome:
-            raise OSError(outcome["errno"], outcome["strerror"], outcome["filename"])
-        if "error" in outcome:
-            raise ValueError(outcome["error"])
-        return outcome["exit"]  # type: ignore[no-any-return]
-
-    def _abandon(self) -> None:
-        if self._link is not None:
-            _links.discard(self._link)
-            self._link = None
-
-
-def _hand_over(request: Message, fds: Sequence[int]) -> _Link:
-    """Give a command to an idle supervisor, or to a fresh one if that one has died meanwhile."""
-    for attempt in range(2):
-        link = _links.take()
-        try:
-            link.send(request, fds)
-            return link
-        except BaseException as exc:
-            _links.discard(link)
-            if attempt or not isinstance(exc, OSError):
-                raise
-    raise AssertionError("unreachable")
-
-
-class _Link:
-    """The worker's end of one supervisor process."""
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        with theirs:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", __file__, str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                start_new_session=True,  # a kill of the worker's process group must miss it
-            )
-        self.socket = ours
-
-    def send(self, message: Message, fds: Sequence[int] = ()) -> None:
-        _send(self.socket, message, fds)
-
-    def receive(self) -> Message | None:
-        message, fds = _receive(self.socket)
-        for fd in fds:
-            os.close(fd)
-        return message
-
-    def close(self) -> None:
-        self.socket.close()  # EOF: the supervisor kills what it holds and exits
-
-    def exited(self) -> bool:
-        return self.process.poll() is not None  # and reaped
-
-
-class _Links:
-    """This worker process's supervisors: idle ones are reused, one per running command; closed
-    ones are reaped once they have exited.
-
-    A forked child of the worker forgets them all (closing its copies of their sockets), so
-    the worker's death still reaches them as EOF and the child starts supervisors of its own."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[_Link] = []
-        self._all: set[_Link] = set()
-        self._closed: list[_Link] = []
-
-    def take(self) -> _Link:
-        with self._lock:
-            self._closed = [link for link in self._closed if not link.exited()]
-            while self._idle:
-                link = self._idle.pop()
-                if not link.exited():
-                    return link
-                self._all.discard(link)
-                link.close()
-        link = _Link()
-        with self._lock:
-            self._all.add(link)
-        return link
-
-    def give_back(self, link: _Link) -> None:
-        with self._lock:
-            if len(self._idle) < MAX_IDLE:
-                self._idle.append(link)
-                return
-        self.discard(link)
-
-    def discard(self, link: _Link) -> None:
-        link.close()
-        with self._lock:
-            self._all.discard(link)
-            self._closed.append(link)
-
-    def forget(self) -> None:
-        for link in self._all:
-            link.socket.close()
-        self._lock = threading.Lock()
-        self._idle, self._all, self._closed = [], set(), []
-
-
-_links = _Links()
-os.register_at_fork(after_in_child=_links.forget)
-
-
-def _send(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:
+def send_message(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:
     """One length-prefixed JSON message, with file descriptors riding on its first byte."""
     data = json.dumps(message).encode()
     frame = len(data).to_bytes(4, "big") + data
@@ -284,7 +70,7 @@ def _send(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> Non
     sock.sendall(frame[sent:])
 
 
-def _receive(sock: socket.socket) -> tuple[Message | None, list[int]]:
+def receive_message(sock: socket.socket) -> tuple[Message | None, list[int]]:
     """The next message and the file descriptors that came with it; None at EOF."""
     try:
         head, fds, _, _ = socket.recv_fds(sock, 4, 3)  # output, [stdin], [stderr]
@@ -336,7 +122,7 @@ class Supervisor:
         while not (self._terminated or self._retired):
             if not self._wait_for_link():
                 continue
-            request, fds = _receive(self._link)
+            request, fds = receive_message(self._link)
             if request is None:
                 return
             if "argv" in request and fds:
@@ -391,7 +177,7 @@ class Supervisor:
             if self._terminated:
                 return grace
             if self._wait_for_link():
-                message, _ = _receive(self._link)
+                message, _ = receive_message(self._link)
                 if message is None:
                     self._worker_lost = True
                     return min(grace, WORKER_LOST_GRACE)
@@ -456,7 +242,7 @@ class Supervisor:
 
     def _report(self, outcome: Message) -> None:
         with contextlib.suppress(OSError):  # the worker is gone: nobody to tell
-            _send(self._link, outcome)
+            send_message(self._link, outcome)
 
 
 def _descendants(root: int) -> list[int]:
@@ -487,11 +273,11 @@ def main(fd: int) -> None:
         try:
             supervisor = Supervisor(link)
         except OSError as exc:
-            _, fds = _receive(link)
+            _, fds = receive_message(link)
             for received in fds:
                 os.close(received)
             refusal = {"errno": exc.errno, "strerror": exc.strerror, "filename": None}
-            _send(link, {**refusal, "retire": True})
+            send_message(link, {**refusal, "retire": True})
             return
         supervisor.serve()
 

@@ -72,7 +72,8 @@ def main(argv: list[str]) -> int:
         server = socket.create_server(("127.0.0.1", int(port)))
         threading.Thread(target=_serve, args=(server, path), daemon=True).start()
     try:
-        command = subprocess.Popen(argv[split + 1 :])
+        # Descriptors the sandbox was given pass on (a supervisor's socket); ours do not.
+        command = subprocess.Popen(argv[split + 1 :], close_fds=False)
     except OSError as exc:
         sys.stderr.write(f"could not start {argv[split + 1]!r}: {exc.strerror}\n")
         return 127

@@ -51,7 +51,7 @@ def require_sandbox(what: str) -> str:
     if problem is not None:
         raise SandboxUnavailable(
             f"{what} runs only in a sandbox, and none can be made here: {problem}; {HOST_NEEDS}. "
-            f"An admin may run agents without one by setting {SETTING}=off (every run's "
-            "capability report then says so)"
+            f"An admin may run agents and command steps without one by setting {SETTING}=off "
+            "(every agent's capability report and every step's result then says so)"
         )
     return shutil.which(BWRAP) or BWRAP

@@ -8,8 +8,9 @@ environment and the paths a CLI reports need no translation. The layout, in moun
 - a fresh `/proc` of the sandbox's own PID namespace, a minimal `/dev`, an empty `/tmp`, `/run`
   and `/var/tmp` (capped, `SCRATCH`): no other process of the host, nothing another session left;
 - the worktree, read-write (read-only for a `plan` session), with `.git` (and a lane's git
-  directories) read-only; the session's private home and directories; the CLI's install and the
-  engine's helper copies read-only;
+  directories) read-only unless the layout says otherwise (a command step of the rule's own);
+  the session's private home and directories (or, for a command step, an empty capped `home`
+  at the path of `$HOME`); the CLI's install and the engine's helper copies read-only;
 - the engine hidden wherever it lies under those: its packages, virtualenv, data directory and
   token file become empty, read-only directories (files: empty files);
 - namespaces: user (no capabilities, no further user namespaces), PID (the first process is its
@@ -40,6 +41,8 @@ SECRET_FILES = (
 #: The sandbox's own scratch directories (memory-backed) and their caps in bytes: a process
 #: that fills one gets ENOSPC, and the host's memory stays bounded.
 SCRATCH = {"/tmp": 1 << 30, "/var/tmp": 256 << 20, "/run": 16 << 20}
+#: The cap of a command step's home (memory-backed, like the scratch directories).
+HOME_SIZE = 512 << 20
 #: Host directories under /etc that hold secrets; each becomes an empty directory inside.
 SECRET_DIRECTORIES = ("ssl/private",)
 
@@ -62,12 +65,27 @@ class Sandbox:
     """An interpreter that runs inside (for the forwarder): the worker's, from its base install."""
     forwarder: Path | None = None
     """The engine's copy of `forward.py` (needed when `forwards` is not empty)."""
+    supervisor: Path | None = None
+    """The engine's copy of the supervisor's program, for commands contained inside
+    (`launch`)."""
     writable: bool = True
+    git_writable: bool = False
+    """Are the worktree's git directories writable too (a command step's `git fetch`)?"""
+    home: Path | None = None
+    """An empty, capped, writable directory made at this path (`$HOME` for a command step)."""
     network: Network = "none"
     read_write: tuple[Path, ...] = ()
     read_only: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     forwards: tuple[Forward, ...] = ()
+
+    def launch(self, fd: int) -> list[str]:
+        """A command supervisor inside this sandbox serving the socket at descriptor `fd`
+        (`ade_workers.engine.containment.Launcher`): it and every command it runs share one
+        sandbox, so a command costs a round trip, not a sandbox of its own."""
+        if self.supervisor is None:
+            raise ValueError("a sandbox that contains commands needs the supervisor's copy")
+        return self.command([self.python, "-I", "-S", str(self.supervisor), str(fd)], "/")
 
     def command(self, argv: Sequence[str], cwd: str) -> list[str]:
         """`argv` as it runs inside this sandbox, starting in `cwd`."""
@@ -82,6 +100,8 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         for scratch, size in SCRATCH.items():
             args += ["--size", str(size), "--tmpfs", scratch]
+        if self.home is not None and _own_directory(self.home, self.worktree):
+            args += ["--size", str(HOME_SIZE), "--tmpfs", str(self.home)]
         args += _interpreter(self.python)
         binds: list[tuple[Path, bool]] = [(self.worktree, self.writable)]
         binds += [(path, True) for path in self.read_write]
@@ -96,9 +116,10 @@ class Sandbox:
         for path, writable in sorted(binds, key=lambda bind: len(bind[0].parts)):
             args += ["--bind" if writable else "--ro-bind", str(path), str(path)]
         for git in git_directories(self.worktree):
-            args += ["--ro-bind", str(git), str(git)]
+            args += ["--bind" if self.git_writable else "--ro-bind", str(git), str(git)]
         args += _masks([path for path in masked if path not in around])
-        read_only = [*self.read_only, *([self.forwarder.parent] if self.forwarder else [])]
+        helpers = [path.parent for path in (self.forwarder, self.supervisor) if path is not None]
+        read_only = [*self.read_only, *helpers]
         for path in sorted(set(read_only), key=lambda p: len(p.parts)):
             args += ["--ro-bind", str(path), str(path)]
         for path in masked:
@@ -171,6 +192,13 @@ def git_directories(worktree: Path) -> list[Path]:
         if common.is_file():
             found.append((gitdir / common.read_text(encoding="utf-8").strip()).resolve())
     return [path for path in found if path.is_dir()]
+
+
+def _own_directory(home: Path, worktree: Path) -> bool:
+    """Can `home` be a directory of its own (not `/`, a system or scratch directory, or part
+    of the worktree, which is writable anyway)?"""
+    shared = [Path(p) for p in (*SYSTEM_DIRECTORIES, *SYSTEM_LINKS, *SCRATCH, "/proc", "/dev")]
+    return home != Path("/") and not _under_any(home, [*shared, worktree])
 
 
 def _under_any(path: Path, roots: Sequence[Path]) -> bool:

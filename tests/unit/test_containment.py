@@ -12,14 +12,15 @@ from ade_tasks.states import RunStatus
 from ade_workers.engine import run_monitor
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
-from tests.support import pid_alive, wait_until
+from tests.support import processes_running, wait_until
 from tests.unit.conftest import add_rule
 
 
 def test_shutdown_kills_a_daemon_the_running_step_started(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
 ) -> None:
-    command = "setsid -f sh -c 'echo $$ > daemon.pid; exec sleep 300'; exec sleep 300"
+    # A sandboxed pid means nothing outside: the daemon is found by its unique argument.
+    command = "setsid -f sh -c 'echo $$ > daemon.pid; exec sleep 300.25'; exec sleep 300"
     add_rule(session_factory, rules_dir, "r", f"""
 id: r
 triggers: [{{type: manual}}]
@@ -42,14 +43,16 @@ execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {com
 
     with session_factory() as session:
         assert runs_db.get_run(session, run_id).status == RunStatus.CANCELLED
-    assert not pid_alive(int(daemon.read_text()))
+    assert daemon.read_text().strip()
+    wait_until(lambda: not processes_running("300.25"), 10, "the daemon to be gone")
 
 
 def test_a_step_that_kills_its_supervisor_is_not_reported_as_never_started(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig, project: Path
 ) -> None:
-    # The command ran (it wrote started.txt), then killed its parent: its supervisor.
-    command = "echo $$ > started.txt; kill -9 $PPID; sleep 5"
+    # The command ran (it wrote started.txt), started a daemon, then killed its parent: its
+    # supervisor. The sandbox ends with it: no process of the step is left.
+    command = "echo $$ > started.txt; setsid -f sleep 300.5; kill -9 $PPID; sleep 5.5"
     add_rule(session_factory, rules_dir, "r", f"""
 id: r
 triggers: [{{type: manual}}]
@@ -65,5 +68,6 @@ execution: {{kind: built-in, actions: [{{id: s, type: run-command, command: {com
     assert (project / "started.txt").exists()
     assert "could not start" not in (run.error or "")
     assert "the command started, then its supervisor was killed" in (run.error or "")
-    pid = int((project / "started.txt").read_text())
-    wait_until(lambda: not pid_alive(pid), 10, "the orphaned command to end")
+    assert "nothing it started is left" in (run.error or "")
+    for token in ("300.5", "5.5"):
+        wait_until(lambda t=token: not processes_running(t), 10, f"`sleep {token}` to end")

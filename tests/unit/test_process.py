@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.secrets import Masker
+from ade_workers.engine.containment import ContainedProcess
 from ade_workers.engine.process import OUTPUT_CAP, CappedOutput, run_process
-from ade_workers.engine.supervisor import ContainedProcess
 from tests.support import pid_alive, wait_until
 
 ENV = {"PATH": os.environ["PATH"]}
