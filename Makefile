@@ -27,17 +27,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the tests use: chromium (tests/e2e/test_web_ui.py drives it, never a browser
-# Playwright downloads), bubblewrap (the sandbox every agent and command step runs in) and faketime
-# (beats whose clocks are off). Installed with apt when one of their programs is missing.
-DEBIAN_PACKAGES := chromium bubblewrap faketime
-DEBIAN_PROGRAMS := $(CHROMIUM) /usr/bin/bwrap /usr/bin/faketime
-APT_INSTALL := apt-get install -y -qq --no-install-recommends $(DEBIAN_PACKAGES)
+# Debian packages, installed with apt when one of their programs is missing: bubblewrap (the
+# sandbox every agent process and command step runs in; `make dev` needs it too), and for the
+# tests chromium (tests/e2e/test_web_ui.py drives it, never a browser Playwright downloads) and
+# faketime (beats whose clocks are off).
+SANDBOX := /usr/bin/bwrap
+DEBIAN_PACKAGES := chromium faketime
+DEBIAN_PROGRAMS := $(CHROMIUM) /usr/bin/faketime
+# $(call apt_install,PACKAGES,WHY)
+define apt_install
+	@command -v apt-get >/dev/null || { echo "install $(1) (Debian: apt-get install $(1))"; exit 1; }
+	@echo "installing Debian's $(1) $(2) ..."
+	$(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get install -y -qq --no-install-recommends $(1) || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(1); }'
+endef
+
+$(SANDBOX):
+	$(call apt_install,bubblewrap,for the sandbox commands and agents run in)
 
 $(DEBIAN_PROGRAMS) &:
-	@command -v apt-get >/dev/null || { echo "install $(DEBIAN_PACKAGES) (Debian: apt-get install $(DEBIAN_PACKAGES))"; exit 1; }
-	@echo "installing Debian's $(DEBIAN_PACKAGES) for the tests ..."
-	$(if $(filter 0,$(shell id -u)),,sudo) sh -c '$(APT_INSTALL) || { apt-get update -qq && $(APT_INSTALL); }'
+	$(call apt_install,$(DEBIAN_PACKAGES),for the tests)
 
 # Without npm the real-CLI tests skip locally and fail under CI (tests/real_clis.py says why).
 $(CLIS_STAMP): tests/agent_clis/package.json tests/agent_clis/package-lock.json $(STAMP)
@@ -48,11 +56,12 @@ $(CLIS_STAMP): tests/agent_clis/package.json tests/agent_clis/package-lock.json 
 	  node node_modules/@anthropic-ai/claude-code/install.cjs && touch .installed; \
 	else echo "npm not found: the tests that drive the real claude and codex CLIs will skip"; fi
 
-# The venv's bin comes first on PATH, so rule commands such as `python3 -m pytest` use it.
-dev: $(STAMP)
+# The venv's bin comes first on PATH, so rule commands such as `python3 -m pytest` use it (the
+# sandbox shows the virtualenv to a rule author's commands read-only).
+dev: $(STAMP) $(SANDBOX)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ade-tasks dev
 
-test: $(STAMP) $(DEBIAN_PROGRAMS) $(CLIS_STAMP)
+test: $(STAMP) $(SANDBOX) $(DEBIAN_PROGRAMS) $(CLIS_STAMP)
 	$(BIN)/ruff check ade_tasks ade_workers ade_api tests bench
 	$(BIN)/mypy
 	$(MKDOCS) build --strict --site-dir $(SITE)

@@ -228,9 +228,10 @@ class Settings(BaseSettings):
     # run as, one leased per session; None: the worker's own. Needs a worker running as root
     # (ade_workers/engine/agent_user.py).
     agent_user: str | None = None
-    # Every agent process (a CLI with its hooks and tools, an HTTP session's bash) runs in a
-    # bubblewrap sandbox (ade_workers/sandbox/); where none can be made an agent session is
-    # refused. "off" is an admin's opt-out, named in every capability report.
+    # Every agent process (a CLI with its hooks and tools, an HTTP session's bash) and every
+    # run-command / run-tests command runs in a bubblewrap sandbox (ade_workers/sandbox/); where
+    # none can be made such a step is refused. "off" is an admin's opt-out, named in every
+    # capability report and step result.
     sandbox: Literal["required", "off"] = "required"
     worker_concurrency: int = Field(default=2, ge=1)
 

@@ -2,4 +2,3 @@
 (`actions`) and agent sessions (`agents`), and the outside services they talk to
 (`integrations`). May import `ade_tasks`; never `ade_api`.
 """
-# pwned

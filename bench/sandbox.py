@@ -3,7 +3,10 @@ process without it, in one run (interleaved, so the machine's drift reaches both
 
 (a) A `true` command through `run_process` (the path an HTTP session's `bash` takes, with its
     supervisor and output capture), `--commands` times each way: p50 and p99.
-(b) An agent session's start and end: a one-text-turn session of the real Claude Code and Codex
+(b) A `run-command: [true]` step through its executor (`run_command`: the step's sandbox, its
+    environment, the supervisor, the outcome), `--commands` times each way (the other way with
+    `ADE_SANDBOX=off`): p50 and p99.
+(c) An agent session's start and end: a one-text-turn session of the real Claude Code and Codex
     CLIs through the engine (`run_cli_session`: model proxy, private home, decision socket), on a
     scripted model server on 127.0.0.1, `--sessions` times each way: medians.
 
@@ -27,8 +30,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import RunCommandAction
 from ade_tasks.settings import Settings
+from ade_workers.actions.base import StepContext
+from ade_workers.actions.run_command import run_command
+from ade_workers.engine.chain import ChainState, template_context
 from ade_workers.engine.process import run_process
 from ade_workers.sandbox.engine import agent_sandbox
 from ade_workers.sandbox.layout import Sandbox
@@ -51,6 +60,47 @@ def command_times(worktree: Path, sandbox: Sandbox, count: int) -> tuple[list[fl
             if result.exit_code != 0:
                 raise BenchError(f"`true` exited {result.exit_code}: {result.output[-500:]}")
     return inside, outside
+
+
+def step_times(worktree: Path, count: int) -> tuple[list[float], list[float]]:
+    """Wall times of a `true` run-command step through its executor, sandboxed and with
+    ADE_SANDBOX=off, interleaved."""
+    rule = Rule.model_validate({
+        "id": "bench", "triggers": [{"type": "manual"}],
+        "execution": {"kind": "built-in", "actions": [
+            {"id": "true", "type": "run-command", "command": ["true"]}
+        ]},
+    })  # fmt: skip
+    assert rule.execution.kind == "built-in"
+    action = rule.execution.actions[0]
+    assert isinstance(action, RunCommandAction)
+    inside: list[float] = []
+    outside: list[float] = []
+    contexts = [(_step_context(rule, worktree, Settings()), inside)]
+    contexts.append((_step_context(rule, worktree, Settings(sandbox="off")), outside))
+    for _ in range(count):
+        for context, times in contexts:
+            started = time.perf_counter()
+            outcome = run_command(action, context)
+            times.append(time.perf_counter() - started)
+            if outcome.exit_code != 0:
+                raise BenchError(f"the step failed: {outcome.error} {outcome.output[-500:]}")
+    return inside, outside
+
+
+def _step_context(rule: Rule, worktree: Path, settings: Settings) -> StepContext:
+    return StepContext(
+        run_id="bench", rule=rule, trigger={}, step_index=0, project_root=worktree,
+        env_allowlist=settings.command_env_allowlist,
+        base_env={"PATH": "/usr/bin:/bin", "HOME": str(worktree.parent / "home")},
+        time_left=lambda: 60.0, should_stop=lambda: False, sessions=_no_database,
+        settings=settings, sender=None, template=template_context(rule, {}, ChainState()),
+        step_id="true",
+    )  # fmt: skip
+
+
+def _no_database() -> Any:
+    raise BenchError("a run-command step opened a database session")
 
 
 def session_times(
@@ -96,7 +146,12 @@ def main() -> None:
         for q in (50, 99):
             report(f"p{q}", percentile(inside, q), percentile(outside, q))
 
-        print(f"(b) one-turn agent sessions, {args.sessions} each way, medians:", flush=True)
+        print(f"(b) a `true` run-command step, {args.commands} each way:", flush=True)
+        inside, outside = step_times(worktree, args.commands)
+        for q in (50, 99):
+            report(f"p{q}", percentile(inside, q), percentile(outside, q))
+
+        print(f"(c) one-turn agent sessions, {args.sessions} each way, medians:", flush=True)
         with fake_anthropic.ScriptedAnthropic() as server:
             report("claude-code", *session_times(
                 args.sessions, lambda: server.script(fake_anthropic.Turn.text("done")),

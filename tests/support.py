@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -133,6 +133,43 @@ def vendor_pytest(target: Path) -> Path:
     if (site / "py.py").is_file():
         shutil.copy(site / "py.py", target / "py.py")
     return target
+
+
+def host_pids(ns_pids: Iterable[int], under: Iterable[int]) -> list[int]:
+    """The host pids of the sandboxed processes that know themselves as one of `ns_pids` (what
+    `echo $$` printed inside a sandbox's PID namespace) and descend from one of the host
+    processes `under` (the workers that run them). Resolve them while they live."""
+    wanted, roots = set(ns_pids), set(under)
+    parents: dict[int, int] = {}
+    candidates = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields["PPid"])
+        nspid = fields.get("NSpid", "").split()
+        if len(nspid) > 1 and int(nspid[-1]) in wanted:
+            candidates.append(int(entry.name))
+    found = []
+    for pid in candidates:
+        ancestor = parents.get(pid, 0)
+        while ancestor > 1 and ancestor not in roots:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor in roots:
+            found.append(pid)
+    return found
+
+
+def host_pid(ns_pid: int, under: int) -> int:
+    """The host pid of the one sandboxed process below `under` known inside as `ns_pid`."""
+    found = host_pids([ns_pid], [under])
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} processes below {under} are pid {ns_pid} in a sandbox")
+    return found[0]
 
 
 def processes_running(token: str) -> list[int]:

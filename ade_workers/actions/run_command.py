@@ -62,21 +62,24 @@ class StepSandbox:
 
     layout: Sandbox | None
     network: Network
-    git_writable: bool
+    untrusted: bool
+    """May it run code an agent wrote (an agent-session step of its rule ran before it)?"""
 
     @property
     def details(self) -> dict[str, str]:
         if self.layout is None:
             return {"sandbox": "off"}
-        git = "read-write" if self.git_writable else "read-only"
-        return {"sandbox": f"network {self.network}, git {git}"}
+        if self.untrusted:
+            return {"sandbox": f"network {self.network}, git read-only, engine code hidden"}
+        return {"sandbox": f"network {self.network}, git read-write, engine code read-only"}
 
 
 def step_sandbox(action: CommandStep, context: StepContext, env: Mapping[str, str]) -> StepSandbox:
     """The sandbox of a command step: after an agent-session step of the rule it may run code
-    the agent wrote, so it gets no network unless the step asks and read-only git directories
-    (the engine itself runs git there later); otherwise the host's network and writable git,
-    for the rule author's `git fetch` and package installs. SandboxUnavailable when none can be
+    the agent wrote, so it gets no network unless the step asks, read-only git directories (the
+    engine itself runs git there later) and none of the engine's code; otherwise the host's
+    network, writable git and the engine's code read-only, for the rule author's `git fetch`,
+    package installs and the `make dev` project's tests. SandboxUnavailable when none can be
     made and the settings require one."""
     steps = context.rule.execution.actions[: context.step_index]
     after_agent = any(step.type == "agent-session" for step in steps)
@@ -85,11 +88,11 @@ def step_sandbox(action: CommandStep, context: StepContext, env: Mapping[str, st
         context.settings,
         context.root,
         network=network,
-        git_writable=not after_agent,
+        untrusted=after_agent,
         home=env.get("HOME"),
         what=f"step {action.id!r}",
     )
-    return StepSandbox(layout, network, not after_agent)
+    return StepSandbox(layout, network, untrusted=after_agent)
 
 
 @dataclass(frozen=True)

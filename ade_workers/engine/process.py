@@ -122,7 +122,7 @@ def run_process(
     started = time.monotonic()
     launcher = None
     if sandbox is not None and user is None:
-        launcher = replace(sandbox, supervisor=SUPERVISOR.installed())
+        launcher = SandboxedSupervisor(sandbox)
     elif sandbox is not None:  # the supervisor stays outside, the worker's, to run it as `user`
         argv = sandbox.command(argv, str(cwd))
     with ContainedProcess(
@@ -158,6 +158,17 @@ def run_process(
         cancelled=cancelled,
         duration=time.monotonic() - started,
     )
+
+
+@dataclass(frozen=True)
+class SandboxedSupervisor:
+    """A supervisor inside `sandbox` (a `Launcher`), run from the engine's copy of its program,
+    checked against its hash whenever one starts."""
+
+    sandbox: Sandbox
+
+    def launch(self, fd: int) -> list[str]:
+        return replace(self.sandbox, supervisor=SUPERVISOR.installed()).launch(fd)
 
 
 #: How long the output is still read after the command's container emptied (its pipe is at

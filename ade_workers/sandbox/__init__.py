@@ -1,7 +1,10 @@
-"""The OS sandbox under every agent process: bubblewrap namespaces no CLI quirk can get under.
+"""The OS sandbox under every agent and command process: bubblewrap namespaces no CLI quirk
+can get under.
 
 The engine's policy (asks, approvals, taint, denied tools) is the first layer; this is the floor
-beneath it. An agent CLI with its hooks and tools, and an HTTP session's `bash`, run inside a
+beneath it. An agent CLI with its hooks and tools, an HTTP session's `bash`, and the commands of
+`run-command` and `run-tests` steps (`engine.command_sandbox`: the network and git access their
+rule gives them, an empty `$HOME`) run inside a
 `bwrap` sandbox (`layout.Sandbox`) that sees the worktree, a private home and tmp, read-only
 system directories and the CLI's install, and nothing of the engine: its source, virtualenv,
 data directory and token files are hidden even where they lie inside a bound directory. Its PID

@@ -56,12 +56,15 @@ def agent_sandbox(settings: Settings, worktree: Path, what: str) -> Sandbox | No
     SandboxUnavailable when one is required and the host cannot make it."""
     if settings.sandbox == "off":
         return None
+    root = Path(os.path.realpath(worktree))
+    identity = os.stat(root)
     return Sandbox(
         bwrap=require_sandbox(what),
-        worktree=Path(os.path.realpath(worktree)),
+        worktree=root,
         python=worker_python(),
         forwarder=FORWARDER.installed(),
         hidden=engine_paths(settings, worktree),
+        worktree_identity=(identity.st_dev, identity.st_ino),
     )
 
 
@@ -70,35 +73,59 @@ def command_sandbox(
     worktree: Path,
     *,
     network: Network,
-    git_writable: bool,
+    untrusted: bool,
     home: str | None,
     what: str,
 ) -> Sandbox | None:
     """The sandbox a command step runs in (None when `ADE_SANDBOX=off`), or SandboxUnavailable.
 
-    Like an agent's, less what a rule author's own commands need: the git directories may be
-    writable (`git fetch`), the network may be the host's, and `$HOME` is an empty capped
-    directory of the sandbox's own. The engine's data is hidden where settings put it and as
-    `.ade` at the worktree's top; the tree is not searched for more, as an agent session's is
-    once, because a step would pay for it on every run. Each worktree gets one directory of
-    this process's, `exchange_directory`, bound writable at its own path, for files the step
-    and the engine hand each other (a JUnit report)."""
+    A rule author's own command (`untrusted=False`) gets what it needs beyond an agent's: the
+    git directories writable (`git fetch`), and the engine's code (its packages, virtualenv and
+    interpreter's site-packages) read-only, so the `make dev` default project, which is the
+    engine's checkout, runs its tests with that virtualenv. A command that may run code an
+    agent wrote (`untrusted`) gets neither: git read-only (the engine runs git there later) and
+    the engine's code hidden, as in an agent's sandbox. Either way the engine's data is hidden
+    where settings put it and as `.ade` at the worktree's top (the tree is not searched for
+    more, as an agent session's is once: a step would pay for it on every run), and `$HOME` is
+    an empty capped directory of the sandbox's own. Each worktree gets one directory of this
+    process's, `exchange_directory`, bound writable at its own path, for files the step and the
+    engine hand each other (a JUnit report)."""
     if settings.sandbox == "off":
         return None
     root = Path(os.path.realpath(worktree))
-    hidden = [*engine_install(), *(Path(real) for real, _ in engine_data(settings))]
+    identity = os.stat(root)
+    hidden = [*_engine_data_paths(settings)]
     if (root / DATA_DIR_NAME).is_dir():
         hidden.append(root / DATA_DIR_NAME)
+    code = [path for path in engine_install() if path.exists()]
     return Sandbox(
         bwrap=require_sandbox(what),
         worktree=root,
         python=worker_python(),
         network=network,
-        git_writable=git_writable,
+        git_writable=not untrusted,
         home=Path(home) if home and os.path.isabs(home) else None,
         read_write=(exchange_directory(root),),
-        hidden=tuple(dict.fromkeys(path for path in hidden if path != Path("/"))),
+        read_only=() if untrusted else tuple(code),
+        hidden=tuple(dict.fromkeys([*hidden, *(code if untrusted else [])])),
+        worktree_identity=(identity.st_dev, identity.st_ino),
     )
+
+
+_data_for: dict[int, tuple[Settings, tuple[Path, ...]]] = {}
+
+
+def _engine_data_paths(settings: Settings) -> tuple[Path, ...]:
+    """The engine's data for these settings (resolved once per settings object: a step would
+    otherwise pay a dozen `realpath`s for it)."""
+    known = _data_for.get(id(settings))
+    if known is None or known[0] is not settings:
+        paths = [Path(real) for real, _ in engine_data(settings)]
+        known = (settings, tuple(path for path in paths if path != Path("/")))
+        if len(_data_for) > 16:  # settings objects of tests and tools come and go
+            _data_for.clear()
+        _data_for[id(settings)] = known
+    return known[1]
 
 
 def exchange_directory(worktree: Path) -> Path:

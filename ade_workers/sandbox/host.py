@@ -54,4 +54,9 @@ def require_sandbox(what: str) -> str:
             f"An admin may run agents and command steps without one by setting {SETTING}=off "
             "(every agent's capability report and every step's result then says so)"
         )
+    return _bwrap_binary()
+
+
+@functools.cache
+def _bwrap_binary() -> str:
     return shutil.which(BWRAP) or BWRAP

@@ -20,6 +20,7 @@ environment and the paths a CLI reports need no translation. The layout, in moun
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -78,6 +79,9 @@ class Sandbox:
     read_only: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     forwards: tuple[Forward, ...] = ()
+    worktree_identity: tuple[int, int] = (0, 0)
+    """The worktree's (device, inode) when the layout was made: a sandbox kept for reuse is
+    another sandbox than one for a directory made since at the same path (a lane recreated)."""
 
     def launch(self, fd: int) -> list[str]:
         """A command supervisor inside this sandbox serving the socket at descriptor `fd`
@@ -100,8 +104,8 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         for scratch, size in SCRATCH.items():
             args += ["--size", str(size), "--tmpfs", scratch]
-        if self.home is not None and _own_directory(self.home, self.worktree):
-            args += ["--size", str(HOME_SIZE), "--tmpfs", str(self.home)]
+        if self.home is not None:
+            args += _home(self.home, self.worktree)
         args += _interpreter(self.python)
         binds: list[tuple[Path, bool]] = [(self.worktree, self.writable)]
         binds += [(path, True) for path in self.read_write]
@@ -170,6 +174,7 @@ def _interpreter(python: str) -> list[str]:
     return ["--ro-bind", str(prefix), str(prefix)]
 
 
+@functools.cache
 def worker_python() -> str:
     """The worker's interpreter, by its real path (a virtualenv's `python` is a link to it)."""
     return os.path.realpath(sys.executable)
@@ -194,11 +199,16 @@ def git_directories(worktree: Path) -> list[Path]:
     return [path for path in found if path.is_dir()]
 
 
-def _own_directory(home: Path, worktree: Path) -> bool:
-    """Can `home` be a directory of its own (not `/`, a system or scratch directory, or part
-    of the worktree, which is writable anyway)?"""
-    shared = [Path(p) for p in (*SYSTEM_DIRECTORIES, *SYSTEM_LINKS, *SCRATCH, "/proc", "/dev")]
-    return home != Path("/") and not _under_any(home, [*shared, worktree])
+def _home(home: Path, worktree: Path) -> list[str]:
+    """An empty, writable `home`: a capped tmpfs of its own, or a directory in the scratch
+    tmpfs it lies in; nothing for `/`, a system directory or a path in the worktree (which is
+    writable already)."""
+    system = [Path(p) for p in (*SYSTEM_DIRECTORIES, *SYSTEM_LINKS, "/proc", "/dev")]
+    if home == Path("/") or _under_any(home, [*system, worktree]):
+        return []
+    if _under_any(home, [Path(p) for p in SCRATCH]):
+        return ["--dir", str(home)]
+    return ["--size", str(HOME_SIZE), "--tmpfs", str(home)]
 
 
 def _under_any(path: Path, roots: Sequence[Path]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from ade_tasks.db.migrate import upgrade
 from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from tests.conftest import REPO, write_rule
-from tests.support import BIN, Child, child_env, free_port, pid_alive, wait_until
+from tests.support import BIN, Child, child_env, free_port, host_pid, pid_alive, wait_until
 from tests.tracked import copy_tracked
 
 
@@ -47,7 +48,9 @@ class Dev:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = child_env({})
+        # As `make dev` starts it: the virtualenv's bin first on PATH, so rule commands such as
+        # `python3 -m pytest` use it (the sandbox shows it to them read-only).
+        self.env = child_env({"PATH": f"{BIN}:{os.environ['PATH']}"})
         self.child: Child | None = None
 
     def start(self) -> Child:
@@ -153,7 +156,9 @@ def test_ctrl_c_stops_running_commands_and_cancels_their_runs(dev: Dev, workdir:
     run_id = started.stdout.split()[1].rstrip(":")
     pid_file = workdir / "slow.pid"
     command_pid = wait_until(
-        lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command"
+        lambda: pid_file.exists() and host_pid(int(pid_file.read_text()), child.proc.pid),
+        20,
+        "the command",
     )
 
     assert dev.interrupt() == 0
@@ -190,7 +195,9 @@ def test_sigterm_stops_dev_as_cleanly_as_ctrl_c(dev: Dev, workdir: Path) -> None
     dev.cli("run", "slow")
     pid_file = workdir / "slow.pid"
     command_pid = wait_until(
-        lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command"
+        lambda: pid_file.exists() and host_pid(int(pid_file.read_text()), child.proc.pid),
+        20,
+        "the command",
     )
     child.proc.send_signal(signal.SIGTERM)
     assert child.proc.wait(timeout=30) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import write_rule
 from tests.e2e.test_dev import Dev, dev, workdir  # noqa: F401  (the dev harness and fixtures)
-from tests.support import BIN, pid_alive, wait_until
+from tests.support import BIN, host_pid, pid_alive, wait_until
 
 
 def new_shell(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -77,7 +77,11 @@ def test_a_cancel_in_dev_stops_the_command_at_once_and_says_so(dev: Dev, workdir
     started = dev.cli("run", "slow")
     run_id = started.stdout.split()[1].rstrip(":")
     pid_file = workdir / "slow.pid"
-    pid = wait_until(lambda: pid_file.exists() and int(pid_file.read_text()), 20, "the command")
+    pid = wait_until(
+        lambda: pid_file.exists() and host_pid(int(pid_file.read_text()), child.proc.pid),
+        20,
+        "the command",
+    )
 
     # When the operator cancels it from the CLI
     began = time.monotonic()

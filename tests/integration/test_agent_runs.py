@@ -572,7 +572,7 @@ execution:
     with session_factory() as session:
         steps = {s.step_id: s for s in run_steps_db.list_steps(session, run_id)}
     assert steps["tests"].result["passed"] == 1  # pytest ran, conftest.py imported
-    assert steps["tests"].result["sandbox"] == "network none, git read-only"
+    assert steps["tests"].result["sandbox"] == "network none, git read-only, engine code hidden"
     report = dict(
         line.split(": ", 1) for line in (project / "attack-report.txt").read_text().splitlines()
     )

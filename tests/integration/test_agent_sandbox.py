@@ -30,6 +30,7 @@ from tests.integration.test_claude_code_real import BASH, results, run_claude
 from tests.integration.test_codex_engine import run_codex
 from tests.real_clis import real_cli
 from tests.sandbox_escapes import Target, check_escapes, escape_script
+from tests.support import wait_until
 
 TOKEN = "ade-token-canary-0123456789"
 
@@ -85,8 +86,10 @@ def test_a_daemon_that_kills_its_supervisor_dies_with_the_sandbox(engine_data, w
         sandbox=agent_sandbox(engine_data, worktree, "the test session"),
     )
     result = bash({"command": "setsid -f sleep 301.25; kill -9 $PPID; echo after-kill"}, ctx)
-    assert result.data["exit_code"] is not None
-    assert not _running(b"sleep\x00301.25"), "a daemon outlived its sandbox"
+    assert result.data["exit_code"] is None and "nothing it started is left" in result.content
+    wait_until(lambda: not _running(b"sleep\x00301.25"), 5, "the daemon to die with its sandbox")
+    after = bash({"command": "echo next"}, ctx)  # the session's next call gets a new sandbox
+    assert after.content.startswith("next")
 
 
 HOOK_TAKEOVER = textwrap.dedent(

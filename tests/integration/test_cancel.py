@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, run_row
 from tests.integration.test_runs_api import LONG, start
-from tests.support import Child, pid_alive, wait_until
+from tests.support import Child, host_pid, host_pids, pid_alive, wait_until
 
 #: The production timing: a lease renewed every 15 s. Before cancellation had a signal of its own,
 #: a cancelled command ran on until that renewal failed (about 11 s on average).
@@ -21,10 +21,14 @@ DEFAULT_TIMING = {"ADE_LEASE_SECONDS": "60", "ADE_HEARTBEAT_SECONDS": "15"}
 CANCEL_DEADLINE = 3.0
 
 
-def running_command(cluster: Cluster, project: Path, run_id: str) -> int:
-    """The pid of the run's command once its step shows as running."""
+def running_command(cluster: Cluster, project: Path, run_id: str, worker: Child) -> int:
+    """The (host) pid of the run's command once its step shows as running."""
     pids = project / "pids"
-    pid = wait_until(lambda: pids.exists() and int(pids.read_text().split()[0]), 20, "the step")
+    pid = wait_until(
+        lambda: pids.exists() and host_pid(int(pids.read_text().split()[0]), worker.pid),
+        20,
+        "the step",
+    )
     wait_until(lambda: run_row(cluster, run_id).status == "running", 10, "the run to run")
     return pid
 
@@ -42,7 +46,7 @@ def test_a_cancel_stops_the_running_command_within_a_second_or_two(
     api = cluster.api()
     worker = cluster.worker(env=DEFAULT_TIMING)
     run_id = start(cluster, "long")
-    pid = running_command(cluster, project, run_id)
+    pid = running_command(cluster, project, run_id, worker)
 
     # When an operator cancels the run
     began = time.monotonic()
@@ -63,9 +67,9 @@ def test_a_cancel_stops_the_running_command_within_a_second_or_two(
 def test_the_api_says_the_step_is_stopped_now(cluster: Cluster, project: Path) -> None:
     add_rule(cluster, "long", LONG)
     api = cluster.api()
-    cluster.worker(env=DEFAULT_TIMING)
+    worker = cluster.worker(env=DEFAULT_TIMING)
     run_id = start(cluster, "long")
-    running_command(cluster, project, run_id)
+    running_command(cluster, project, run_id, worker)
     cancelled = api.post(f"/api/v1/runs/{run_id}/cancel")
     assert cancelled.json()["message"] == (
         "cancelled; its worker stops the running step within a second"
@@ -79,10 +83,15 @@ def test_with_two_workers_a_cancel_stops_only_its_own_run(cluster: Cluster, proj
     workers = [cluster.worker(concurrency=1, env=DEFAULT_TIMING) for _ in range(2)]
     first, second = start(cluster, "long"), start(cluster, "long")
     pids = project / "pids"
-    both = wait_until(
+    started = wait_until(
         lambda: pids.exists() and len(found := pids.read_text().split()) == 2 and found,
         20,
         "both commands to start",
+    )
+    both = wait_until(
+        lambda: len(found := host_pids(map(int, started), [w.pid for w in workers])) == 2 and found,
+        10,
+        "both commands' host pids",
     )
     wait_until(
         lambda: all(run_row(cluster, r).status == "running" for r in (first, second)),
@@ -95,7 +104,7 @@ def test_with_two_workers_a_cancel_stops_only_its_own_run(cluster: Cluster, proj
     assert api.post(f"/api/v1/runs/{first}/cancel").status_code == 200
     # Then exactly one command stops, at once, and the other run goes on
     wait_until(
-        lambda: sum(pid_alive(int(p)) for p in both) == 1, CANCEL_DEADLINE, "one command to stop"
+        lambda: sum(pid_alive(p) for p in both) == 1, CANCEL_DEADLINE, "one command to stop"
     )
     assert run_row(cluster, first).status == "cancelled"
     assert run_row(cluster, second).status == "running"

@@ -11,7 +11,7 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
-from tests.support import pid_alive, wait_until
+from tests.support import host_pid, pid_alive, wait_until
 
 
 def read_pid(path: Path) -> int:
@@ -48,8 +48,11 @@ def test_a_daemon_of_a_run_dies_when_its_worker_group_is_sigkilled(
         cluster.session_factory, cluster.sender(), "daemon", TriggerEvent.manual()
     ).run.id
 
-    command_pid = wait_until(lambda: read_pid(project / "command.pid"), 30, "the command")
-    daemon_pid = read_pid(project / "daemon.pid")
+    # What the command wrote are pids of its sandbox's namespace; these are the host's.
+    command_pid = wait_until(
+        lambda: host_pid(read_pid(project / "command.pid"), worker.pid), 30, "the command"
+    )
+    daemon_pid = host_pid(read_pid(project / "daemon.pid"), worker.pid)
     assert pid_alive(daemon_pid) and pid_alive(command_pid)
     assert run_row(cluster, run_id).status == "running"
     supervisor = parent_of(command_pid)

@@ -15,7 +15,7 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
-from tests.support import group_pids, pid_alive, rss_kib, wait_until
+from tests.support import group_pids, host_pid, pid_alive, processes_running, rss_kib, wait_until
 
 FINISHED = {"succeeded", "failed", "cancelled", "timed_out", "skipped"}
 
@@ -121,7 +121,7 @@ def test_timeout_kills_the_command_and_every_descendant(cluster: Cluster, projec
         cluster,
         "hang",
         "            - {id: h, type: run-command, timeout_sec: 1,\n"
-        "               command: \"sh -c 'sleep 999 & echo $! >> pids; sleep 999' & echo $! >> pids; wait\"}",
+        "               command: \"sh -c 'sleep 999.31 & echo $! >> pids; sleep 999.32' & echo $! >> pids; wait\"}",
     )
     cluster.worker()
     run_id = dispatch(
@@ -130,9 +130,13 @@ def test_timeout_kills_the_command_and_every_descendant(cluster: Cluster, projec
     row = finished(cluster, run_id)
     assert row.status == "timed_out"
     assert "timed out" in (row.error or "") and "step timeout" in (row.error or "")
-    pids = [int(p) for p in (project / "pids").read_text().split()]
-    assert len(pids) == 2
-    wait_until(lambda: not any(pid_alive(p) for p in pids), 10, f"descendants {pids} to die")
+    assert len((project / "pids").read_text().split()) == 2  # both started
+    # Their pids are the sandbox's: the host's processes are found by their arguments.
+    wait_until(
+        lambda: not processes_running("999.31") and not processes_running("999.32"),
+        10,
+        "both descendants to die",
+    )
 
 
 def test_ten_megabytes_of_output_are_capped_and_worker_memory_stays_flat(cluster: Cluster) -> None:
@@ -181,7 +185,9 @@ def test_sigkill_of_the_worker_fails_the_interrupted_step_on_the_next_worker(
     wait_until(step_shown_running, 20, "the history to show the step running")
     pid_file = project / "pid"
     command_pid = wait_until(
-        lambda: pid_file.exists() and int(pid_file.read_text()), 10, "the command"
+        lambda: pid_file.exists() and host_pid(int(pid_file.read_text()), victim.pid),
+        10,
+        "the command",
     )
     try:
         victim.signal(signal.SIGKILL)
@@ -275,11 +281,15 @@ def test_cancel_other_stops_the_running_command_and_starts_the_new_run(
         '            - {id: s, type: run-command, command: "echo $$ >> pids; exec sleep 60"}',
         extra="guardrails: {overlap: cancel-other}",
     )
-    cluster.worker(concurrency=2)
+    worker = cluster.worker(concurrency=2)
     sender = cluster.sender()
     first = dispatch(cluster.session_factory, sender, "redeploy", TriggerEvent.manual()).run.id
     pids = project / "pids"
-    old_pid = wait_until(lambda: pids.exists() and int(pids.read_text().split()[0]), 20, "run 1")
+    old_pid = wait_until(
+        lambda: pids.exists() and host_pid(int(pids.read_text().split()[0]), worker.pid),
+        20,
+        "run 1",
+    )
 
     second = dispatch(cluster.session_factory, sender, "redeploy", TriggerEvent.manual()).run.id
     row = run_row(cluster, first)
@@ -287,7 +297,8 @@ def test_cancel_other_stops_the_running_command_and_starts_the_new_run(
     wait_until(lambda: not pid_alive(old_pid), 15, "the cancelled run's command to be killed")
     wait_until(lambda: run_row(cluster, second).status == "running", 20, "run 2 to start")
     new_pid = wait_until(
-        lambda: len(pids.read_text().split()) == 2 and int(pids.read_text().split()[1]),
+        lambda: len(pids.read_text().split()) == 2
+        and host_pid(int(pids.read_text().split()[1]), worker.pid),
         20,
         "run 2's command",
     )

@@ -23,7 +23,7 @@ from ade_tasks.states import StepStatus
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.integration.test_run_path import add_rule, finished, run_row
-from tests.support import pid_alive, wait_until
+from tests.support import Child, host_pid, pid_alive, wait_until
 
 TWO_SLEEPS = (
     '            - {id: first, type: run-command, command: "sleep 0.5; echo one"}\n'
@@ -32,10 +32,10 @@ TWO_SLEEPS = (
 LONG = '            - {id: long, type: run-command, command: "echo $$ >> pids; exec sleep 60"}'
 
 
-def worker(cluster: Cluster) -> None:
+def worker(cluster: Cluster) -> Child:
     """A worker with an embedded beat: its recovery sweep re-sends a run whose message went
     missing (the test Redis database is shared with other test sessions)."""
-    cluster.worker(beat=True)
+    return cluster.worker(beat=True)
 
 
 def start(cluster: Cluster, rule_id: str) -> str:
@@ -312,14 +312,18 @@ def test_cancel_queued_running_and_finished_runs(cluster: Cluster, project: Path
     events = api.get(f"/api/v1/runs/{queued}/events").json()
     assert [(e["kind"], e["data"]["was"]) for e in events] == [("run.cancelled", "queued")]
 
-    worker(cluster)  # the cancelled run's message is taken and does nothing
+    taker = worker(cluster)  # the cancelled run's message is taken and does nothing
     finished(cluster, start(cluster, "quick"))
     assert run_row(cluster, queued).status == "cancelled"
     assert api.get(f"/api/v1/runs/{queued}").json()["steps"] == []
 
     running = start(cluster, "long")
     pids = project / "pids"
-    pid = wait_until(lambda: pids.exists() and int(pids.read_text().split()[0]), 20, "the step")
+    pid = wait_until(
+        lambda: pids.exists() and host_pid(int(pids.read_text().split()[0]), taker.pid),
+        20,
+        "the step",
+    )
     wait_until(
         lambda: api.get(f"/api/v1/runs/{running}").json()["steps"][0]["status"] == "running",
         10,

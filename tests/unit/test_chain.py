@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,7 @@ from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.states import QueueStatus, RunStatus
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
-from ade_workers.sandbox.layout import worker_python
 from tests.git_project import SECRET
-from tests.support import vendor_pytest
 from tests.unit.conftest import add_rule
 
 
@@ -149,7 +148,7 @@ execution:
   actions:
     - id: leak
       type: run-command
-      command: [{worker_python()!r}, -c, {script!r}, "${{env:DEPLOY_TOKEN}}"]
+      command: [{sys.executable!r}, -c, {script!r}, "${{env:DEPLOY_TOKEN}}"]
       continue_on_failure: true
 """)  # fmt: skip
 
@@ -179,15 +178,13 @@ def test_run_tests_turns_junit_xml_into_counts_findings_and_the_review_queue(
     (project / "test_sample.py").write_text(
         "def test_ok():\n    assert True\n\ndef test_broken():\n    assert 1 == 2\n"
     )
-    vendor_pytest(project / "vendor")  # the project's own test tools: the engine's are hidden
     run = run_rule(session_factory, rules_dir, config, f"""
 execution:
   kind: built-in
   actions:
     - id: tests
       type: run-tests
-      env: {{PYTHONPATH: vendor}}
-      command: "{worker_python()} -m pytest -q -p no:cacheprovider --junitxml=$ADE_JUNIT_XML test_sample.py"
+      command: "{sys.executable} -m pytest -q -p no:cacheprovider --junitxml=$ADE_JUNIT_XML test_sample.py"
 """)  # fmt: skip
 
     with session_factory() as session:

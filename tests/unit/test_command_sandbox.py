@@ -5,6 +5,7 @@ report that links to the engine's token, a disk the step fills, and a host with 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -12,10 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStepRow
+from ade_tasks.rules.loader import parse_rule
+from ade_tasks.rules.rule import Rule
+from ade_tasks.rules.steps import RunCommandAction, RunTestsAction
 from ade_tasks.states import RunStatus
 from ade_workers.engine.runner_config import RunnerConfig
 from ade_workers.sandbox import host
@@ -59,7 +64,7 @@ execution:
 """)  # fmt: skip
     step = only_step(session_factory, run.id)
     check_escapes(step.output, target)
-    assert step.result["sandbox"] == "network none, git read-write"
+    assert step.result["sandbox"] == "network none, git read-write, engine code read-only"
 
 
 def test_a_step_reaches_the_hosts_network_by_default_and_none_when_it_says_so(
@@ -83,7 +88,7 @@ execution:
     # $HOME (the worker's holds a gitconfig) is a writable directory of the sandbox's own.
     assert steps["home"].output.split() == ["own", "kept"]
     assert not (Path(config.base_env["HOME"]) / "f").exists()
-    assert steps["default"].result["sandbox"] == "network host, git read-write"
+    assert steps["default"].result["sandbox"] == "network host, git read-write, engine code read-only"
 
 
 def test_a_junit_report_linked_to_the_engines_token_is_refused(
@@ -157,3 +162,34 @@ execution: {kind: built-in, actions: [{id: s, type: run-command, command: "echo 
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert step.result["sandbox"] == "off"
     assert int(step.output) > 3  # a pid of the host's, not a sandbox's own namespace
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "actions.md"
+#: The page's rules and lists of steps (its other blocks show single fields, e.g. conditions).
+EXAMPLES = [
+    block
+    for block in re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
+    if isinstance(found := yaml.safe_load(block), list) or "id" in found
+]
+
+
+@pytest.mark.parametrize("block", EXAMPLES, ids=[f"block{i}" for i in range(len(EXAMPLES))])
+def test_each_rule_and_step_list_of_the_actions_page_validates(block):
+    document = yaml.safe_load(block)
+    if isinstance(document, list):  # steps, given a rule around them
+        execution = {"kind": "built-in", "actions": document}
+        document = {"id": "example", "triggers": [{"type": "manual"}], "execution": execution}
+    parsed = parse_rule(document, "docs/actions.md")
+    assert isinstance(parsed, Rule), [str(p) for p in parsed]
+
+
+def test_the_sandbox_example_runs_its_tests_without_network_after_the_agent():
+    (rule,) = [
+        parse_rule(yaml.safe_load(block), "docs/actions.md")
+        for block in EXAMPLES
+        if "fix-and-test" in block
+    ]
+    assert isinstance(rule, Rule) and rule.execution.kind == "built-in"
+    steps = {step.id: step for step in rule.execution.actions}
+    assert isinstance(steps["tests"], RunTestsAction) and steps["tests"].network is None
+    assert isinstance(steps["report"], RunCommandAction) and steps["report"].network == "host"

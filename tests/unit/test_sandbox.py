@@ -4,6 +4,7 @@ port forwarder (the sandbox itself is attacked in tests/integration/test_agent_s
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.settings import Settings
+from ade_workers.engine.process import run_process
 from ade_workers.sandbox import helpers, host, scratch
 from ade_workers.sandbox.bridge import UnixBridge
-from ade_workers.sandbox.engine import FORWARDER, agent_sandbox, engine_paths
-from ade_workers.sandbox.layout import Forward, Sandbox
+from ade_workers.sandbox.engine import FORWARDER, agent_sandbox, command_sandbox, engine_paths
+from ade_workers.sandbox.layout import HOME_SIZE, Forward, Sandbox
 
 # Under CI a host without a sandbox fails these tests rather than skipping them.
 needs_bwrap = pytest.mark.skipif(
@@ -63,6 +65,74 @@ def test_forwarded_ports_run_the_command_under_the_forwarder(tmp_path):
     line = argv.command(["claude", "-p"], "/")
     tail = line[line.index("--chdir") + 3 :]
     assert tail == [sys.executable, "-I", "-S", "/x/forward.py", f"8123={sock}", "--", "claude", "-p"]
+
+
+def test_a_command_steps_layout_has_a_home_of_its_own_and_may_write_git(tmp_path):
+    (tmp_path / "wt" / ".git").mkdir(parents=True)
+    home = Path("/home/ade-test-user")
+    argv = layout(tmp_path, home=home, git_writable=True).command(["true"], "/")
+    git = str(tmp_path / "wt" / ".git")
+    assert ["--size", str(HOME_SIZE), "--tmpfs", str(home)] == argv[argv.index(str(home)) - 3 :][:4]
+    assert argv[argv.index(git) - 1] == "--bind"
+    read_only = layout(tmp_path).command(["true"], "/")
+    assert read_only[read_only.index(git) - 1] == "--ro-bind"
+
+
+def test_a_home_in_tmp_is_made_there_and_one_in_the_system_or_worktree_is_left_alone(tmp_path):
+    argv = layout(tmp_path, home=Path("/tmp/home")).command(["true"], "/")
+    assert argv[argv.index("/tmp/home") - 1] == "--dir"
+    for home in (Path("/"), Path("/usr/local"), tmp_path / "wt" / "home"):
+        argv = layout(tmp_path, home=home).command(["true"], "/")
+        assert str(home) not in argv[argv.index("--proc") :][:-3], home
+
+
+def test_a_launched_supervisor_runs_the_engines_copy_inside(tmp_path):
+    copy = tmp_path / "helpers" / "supervisor.py"
+    argv = layout(tmp_path, supervisor=copy).launch(7)
+    assert argv[-5:] == [sys.executable, "-I", "-S", str(copy), "7"]
+    assert ["--ro-bind", str(copy.parent), str(copy.parent)] == argv[argv.index(str(copy.parent)) - 1 :][:3]
+    with pytest.raises(ValueError, match="supervisor's copy"):
+        layout(tmp_path).launch(7)
+
+
+@needs_bwrap
+def test_commands_in_an_equal_sandbox_share_one_and_another_sandbox_is_apart(tmp_path):
+    """The supervisor lives inside: the next command in an equal sandbox finds what the last one
+    left in /tmp; a command in another sandbox (no network) does not."""
+    (tmp_path / "wt").mkdir()
+    settings = Settings(data_dir=tmp_path / "data")
+
+    def run(network: str, command: str) -> str:
+        sandbox = command_sandbox(
+            settings, tmp_path / "wt", network=network, untrusted=False, home=None, what="t"  # type: ignore[arg-type]
+        )
+        env = {"PATH": "/usr/bin:/bin"}
+        return run_process(["sh", "-c", command], cwd=tmp_path / "wt", env=env, timeout=30, sandbox=sandbox).output
+
+    run("host", "echo left > /tmp/mark")
+    assert run("host", "cat /tmp/mark") == "left\n"
+    assert "No such file" in run("none", "cat /tmp/mark")
+    # The supervisor (and bwrap's init) hold none of the worker's environment.
+    environ = run("host", "cat /proc/1/environ /proc/2/environ | tr '\\0' '\\n'")
+    assert set(environ.split()) <= {"PWD=/"}, environ
+
+
+@needs_bwrap
+def test_a_worktree_made_again_at_the_same_path_gets_a_fresh_sandbox(tmp_path):
+    # A lane deleted and created again under its name: a kept sandbox still binds the old one.
+    worktree = tmp_path / "lane"
+    outputs = []
+    for content in ("first", "second"):
+        shutil.rmtree(worktree, ignore_errors=True)
+        worktree.mkdir()
+        (worktree / "f").write_text(content)
+        sandbox = command_sandbox(
+            Settings(data_dir=tmp_path / "data"), worktree, network="none", untrusted=False,
+            home=None, what="t",
+        )  # fmt: skip
+        env = {"PATH": "/usr/bin:/bin"}
+        outputs.append(run_process(["cat", "f"], cwd=worktree, env=env, timeout=30, sandbox=sandbox).output)
+    assert outputs == ["first", "second"]
 
 
 def test_engine_paths_hold_its_packages_virtualenv_and_data(tmp_path):

@@ -20,6 +20,10 @@ from ade_workers.agents.tools.base import (
 from ade_workers.engine.process import run_process
 
 BASH_OUTPUT_CAP = 30_000
+SUPERVISOR_KILLED = (
+    "[the command killed its supervisor (its parent process): how it ended is unknown; the "
+    "sandbox ended with it, and nothing it started is left]"
+)
 BASH_DEFAULT_TIMEOUT = 120.0
 
 
@@ -32,18 +36,22 @@ def bash(args: JsonObject, ctx: ToolContext) -> ToolResult:
     if timeout <= 0:
         raise ToolError("timeout_sec must be positive")
     shell = shutil.which("bash", path=ctx.env.get("PATH")) or "/bin/sh"
-    result = run_process(
-        [shell, "-c", args["command"]],
-        cwd=Path(os.path.realpath(ctx.worktree)),
-        env=ctx.env,
-        timeout=timeout,
-        kill_grace=ctx.kill_grace,
-        should_stop=ctx.should_stop,
-        cap=BASH_OUTPUT_CAP,
-        masker=ctx.masker,
-        user=ctx.user.ids if ctx.user else None,
-        sandbox=ctx.sandbox,
-    )
+    try:
+        result = run_process(
+            [shell, "-c", args["command"]],
+            cwd=Path(os.path.realpath(ctx.worktree)),
+            env=ctx.env,
+            timeout=timeout,
+            kill_grace=ctx.kill_grace,
+            should_stop=ctx.should_stop,
+            cap=BASH_OUTPUT_CAP,
+            masker=ctx.masker,
+            user=ctx.user.ids if ctx.user else None,
+            sandbox=ctx.sandbox,
+        )
+    except ChildProcessError:  # it killed its supervisor, which lives in its sandbox
+        lost: JsonObject = {"exit_code": None, "timed_out": False, "cancelled": False}
+        return ToolResult(False, SUPERVISOR_KILLED, lost)
     if result.timed_out:
         footer = f"[timed out after {timeout:g}s; everything the command started was killed]"
     elif result.cancelled:
