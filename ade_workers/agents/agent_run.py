@@ -39,7 +39,7 @@ from ade_tasks.templating import TemplateError
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
-from ade_workers.agents.cli.setup import CliSetup, completed_calls
+from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools.base import ToolContext
@@ -231,24 +231,49 @@ def _cli_session(
 
 
 def interrupted_note(history: list[tuple[str, dict[str, Any]]]) -> str:
-    """What the model is told about calls an earlier, interrupted attempt was allowed to make:
-    the decisions recorded after the last finished CLI process (none if it finished)."""
+    """What the model is told about calls an earlier, interrupted attempt was allowed to make
+    (the decisions recorded after the last finished CLI process; none if it finished): those
+    it finished, with their recorded results (a repeat is not run again), and those whose end
+    is unknown."""
     unknown: list[str] = []
+    done: list[str] = []
     finished = completed_calls(history)  # these are answered from the journal instead
+    # Codex records its decisions under its own item ids, which the journal keeps as `cli_id`.
+    finished |= {
+        str(data["cli_id"]): str(data.get("output", ""))
+        for kind, data in history
+        if kind == COMPLETED_EVENT and data.get("cli_id")
+    }
     for kind, data in history:
         if kind == "agent.cli_result":
-            unknown = []
+            unknown, done = [], []
         elif kind == "agent.tool_decision" and data.get("verdict") == "allow":
-            if data.get("id") not in finished:
-                unknown.append(f"- {data.get('tool')} {json.dumps(data.get('input', {}))[:500]}")
-    if not unknown:
+            call = f"- {data.get('tool')} {json.dumps(data.get('input', {}))[:500]}"
+            result = finished.get(str(data.get("id")))
+            if result is None:
+                unknown.append(call)
+            else:
+                done.append(f"{call}\n  result: {result[:NOTE_RESULT_CHARS]}")
+    note = ""
+    if done:
+        note += (
+            "\nThese calls finished; the engine recorded their results and will not run "
+            "them again (a repeat is declined):\n" + "\n".join(done[-20:])
+        )
+    if unknown:
+        note += (
+            "\nIt was allowed to make these tool calls; whether each ran, and how far, is "
+            "unknown:\n" + "\n".join(unknown[-20:]) + "\nCheck the current state before "
+            "repeating any of them."
+        )
+    if not note:
         return ""
-    calls = "\n".join(unknown[-20:])
-    return (
-        "\n\nNote: an earlier attempt of this session was interrupted when its worker stopped. "
-        "It was allowed to make these tool calls; whether each ran, and how far, is unknown:\n"
-        f"{calls}\nCheck the current state before repeating any of them."
-    )
+    interrupted = "an earlier attempt of this session was interrupted when its worker stopped."
+    return f"\n\nNote: {interrupted}{note}"
+
+
+#: How much of each finished call's recorded result the resumed prompt shows.
+NOTE_RESULT_CHARS = 2_000
 
 
 def _recorder(session_factory: SessionFactory, run_id: str, step_id: str) -> Record:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,10 +18,13 @@ import pytest
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
+from ade_tasks.db.schema import RunRow
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
 from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.fake_llm import Reply, ScriptedModelServer
+from tests.fake_responses import ScriptedResponsesServer
+from tests.fake_responses import Turn as ResponsesTurn
 from tests.integration.conftest import Cluster
 from tests.integration.test_agent_runs import text, tool_calls
 from tests.integration.test_run_path import finished
@@ -146,6 +149,43 @@ def test_a_command_in_flight_when_its_worker_died_is_reported_interrupted_not_ru
     assert "interrupted" in sent["content"]
 
 
+def kill_once_journaled(
+    cluster: Cluster, cli: str, provider: dict[str, str], model_asked_again: Callable[[], bool]
+) -> tuple[str, RunRow]:
+    """Run a full-auto session of `cli` that is to count once; SIGKILL its worker once the
+    finished call is journaled and the model is asked again (that turn hangs), let another
+    worker resume it, and return the run's id and its finished row."""
+    write_rule(cluster.tmp / "rules", "counter.yaml", f"""
+        id: counter
+        triggers: [{{type: manual}}]
+        execution:
+          kind: agent-session
+          provider: {cli}
+          model: model-test
+          permission_mode: full-auto
+          tool_palette: [repo, git]
+          policy: {{allowed_tools: [bash, write_file, edit_file]}}
+          prompt: "Count once, then say done."
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    env = {"ADE_PROVIDERS": json.dumps({cli: provider})}
+    victim = cluster.worker(queues="ade.agent", env=env)
+    cluster.worker(queues="ade.control")
+    cluster.beat()
+    run_id = dispatch(
+        cluster.session_factory, cluster.sender(), "counter", TriggerEvent.manual()
+    ).run.id
+
+    def finished_call_journaled_and_model_asked_again() -> bool:
+        kinds = [kind for kind, _ in events(cluster, run_id)]
+        return "agent.tool_completed" in kinds and model_asked_again()
+
+    wait_until(finished_call_journaled_and_model_asked_again, 60, "the call, then a hung turn")
+    victim.signal(signal.SIGKILL)
+    cluster.worker(queues="ade.agent", env=env)
+    return run_id, finished(cluster, run_id, timeout=90)
+
+
 def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_running_it_again(
     cluster: Cluster, project: Path
 ) -> None:
@@ -159,37 +199,11 @@ def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_runnin
             Turn.tool("Bash", command=command),  # the fresh CLI of the resumed run asks again
             Turn.text("done after the resume"),
         )
-        write_rule(cluster.tmp / "rules", "claude.yaml", """
-            id: claude
-            triggers: [{type: manual}]
-            execution:
-              kind: agent-session
-              provider: claude-code
-              model: claude-test
-              permission_mode: full-auto
-              tool_palette: [git]
-              policy: {allowed_tools: [bash]}
-              prompt: "Count once, then say done."
-            """)  # fmt: skip
-        cluster.sync_rules(cluster.tmp / "rules")
-        provider = {"binary": str(real_cli("claude")), "base_url": server.url, "api_key": "sk-k"}
-        env = {"ADE_PROVIDERS": json.dumps({"claude-code": provider})}
-        victim = cluster.worker(queues="ade.agent", env=env)
-        cluster.worker(queues="ade.control")
-        cluster.beat()
-        run_id = dispatch(
-            cluster.session_factory, cluster.sender(), "claude", TriggerEvent.manual()
-        ).run.id
-
         # The finished call is journaled while claude still runs (its PostToolUse hook).
-        def finished_call_recorded_and_model_asked_again() -> bool:
-            kinds = [kind for kind, _ in events(cluster, run_id)]
-            return "agent.tool_completed" in kinds and len(server.conversation) == 2
-
-        wait_until(finished_call_recorded_and_model_asked_again, 60, "the call, then a hung turn")
-        victim.signal(signal.SIGKILL)
-        cluster.worker(queues="ade.agent", env=env)
-        row = finished(cluster, run_id, timeout=90)
+        provider = {"binary": str(real_cli("claude")), "base_url": server.url, "api_key": "sk-k"}
+        run_id, row = kill_once_journaled(
+            cluster, "claude-code", provider, lambda: len(server.conversation) == 2
+        )
 
     # Then the call ran once; its repeat got the recorded result from the engine's hook
     assert row.status == "succeeded", row.error
@@ -199,3 +213,36 @@ def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_runnin
     assert [d["verdict"] for d in decisions] == ["allow", "deny"]
     assert decisions[1]["reason"].startswith("not run again")
     assert "not run again" in json.dumps(server.conversation[-1].body)  # the model was told
+
+
+def test_a_resumed_codex_session_declines_a_finished_call_and_is_told_its_result(
+    cluster: Cluster, project: Path
+) -> None:
+    # Given a real codex session whose command finished (journaled from codex's completed
+    # item), and whose next model call hangs until its worker is SIGKILLed
+    command = "echo once >> counter.txt; echo counted-41"
+    with ScriptedResponsesServer() as server:
+        server.script(
+            ResponsesTurn.command(command, call_id="first"),
+            ResponsesTurn.text("never seen", delay=HANG),
+            ResponsesTurn.command(command, call_id="again"),  # the resumed codex asks again
+            ResponsesTurn.text("done after the resume"),
+        )
+        provider = {
+            "binary": str(real_cli("codex")), "base_url": f"{server.url}/v1", "api_key": "sk-k",
+        }  # fmt: skip
+        run_id, row = kill_once_journaled(
+            cluster, "codex", provider, lambda: len(server.model_requests()) == 2
+        )
+        resumed_prompt = json.dumps(server.model_requests()[2].json)
+        declined = server.tool_outputs()["again"]
+
+    # Then the command ran once; its repeat was declined, and the resumed prompt held its result
+    assert row.status == "succeeded", row.error
+    assert row.attempt == 2
+    assert (project / "counter.txt").read_text() == "once\n"
+    decisions = [d for k, d in events(cluster, run_id) if k == "agent.tool_decision"]
+    assert [d["verdict"] for d in decisions] == ["allow", "deny"]
+    assert decisions[1]["reason"].startswith("not run again")
+    assert "will not run them again" in resumed_prompt and "result: counted-41" in resumed_prompt
+    assert "rejected" in declined  # codex's approval protocol declines; it cannot carry a result

@@ -207,6 +207,20 @@ def test_a_fresh_cli_session_is_told_which_calls_an_interrupted_attempt_made() -
     assert 'Bash {"command": "make deploy"}' in note and "rm -rf" not in note
 
 
+def test_a_resumed_session_is_told_the_recorded_results_of_the_calls_that_finished() -> None:
+    counted = {"id": "cli-1", "tool": "bash", "input": {"command": "echo once >> n"}}
+    deploy = {"id": "cli-2", "tool": "bash", "input": {"command": "make deploy"}}
+    history = [
+        ("agent.tool_decision", {**counted, "verdict": "allow"}),
+        ("agent.tool_completed", {"id": "cli-1", "tool": "bash", "output": "counted: 1"}),
+        ("agent.tool_decision", {**deploy, "verdict": "allow"}),
+    ]
+    note = interrupted_note(history)
+    finished, unknown = note.split("unknown:")
+    assert "will not run them again" in finished and "result: counted: 1" in finished
+    assert "echo once" in finished and "make deploy" in unknown and "echo once" not in unknown
+
+
 @pytest.mark.parametrize(
     "path", ["@127.0.0.1:9/steal", "//127.0.0.1:9/x", "/v1/files", "/v1/messages/batches"]
 )

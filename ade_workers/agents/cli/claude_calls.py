@@ -46,7 +46,14 @@ from ade_tasks.agents.policy import (
 from ade_tasks.agents.protected import DATA_DIR_NAME, ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.secrets import Masker
-from ade_workers.agents.cli.setup import answered, call_id, taint_refusal
+from ade_workers.agents.cli.setup import (
+    COMPLETED_EVENT,
+    JOURNAL_CHARS,
+    answered,
+    call_id,
+    replayed,
+    taint_refusal,
+)
 
 Record = Callable[[str, dict[str, Any]], None]
 ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS
@@ -127,12 +134,6 @@ def _pattern_reaches(pattern: str) -> bool:
     )
 
 
-#: The run event that journals a call Claude finished (its PostToolUse hook).
-COMPLETED_EVENT = "agent.tool_completed"
-#: How much of a finished call's result the journal keeps.
-JOURNAL_CHARS = 20_000
-
-
 def _response_text(response: object) -> str:
     """A PostToolUse `tool_response` as text (Bash's is `{stdout, stderr, ...}`)."""
     if isinstance(response, dict) and ("stdout" in response or "stderr" in response):
@@ -142,22 +143,6 @@ def _response_text(response: object) -> str:
     else:
         text = json.dumps(response, default=str)
     return text[:JOURNAL_CHARS]
-
-
-#: How much of a recorded result a replayed call gives back to the model.
-REPLAY_CHARS = 8_000
-
-
-def replayed(name: str, result: str) -> Decision:
-    """The answer to a call the run's journal holds as finished by an earlier attempt: it does
-    not run again; the model gets the result it had (the hook's reason is what it sees)."""
-    shown = result if len(result) <= REPLAY_CHARS else result[:REPLAY_CHARS] + " [...]"
-    return Decision(
-        "deny",
-        f"not run again: this exact {name} call already ran in an earlier attempt of this "
-        f"session (its worker stopped), and the engine recorded its result:\n{shown}\n"
-        "Continue from that result.",
-    )
 
 
 @dataclass

@@ -75,9 +75,10 @@ from ade_workers.agents.cli.codex_requests import (
     Message,
     approval_request,
     item_events,
+    request_call,
 )
 from ade_workers.agents.cli.codex_rpc import RpcConnection
-from ade_workers.agents.cli.setup import cli_install
+from ade_workers.agents.cli.setup import COMPLETED_EVENT, JOURNAL_CHARS, call_id, cli_install
 from ade_workers.engine.agent_user import AgentUser
 from ade_workers.engine.containment import ContainedProcess
 from ade_workers.sandbox.bridge import UnixBridge
@@ -145,6 +146,7 @@ class _Session:
         self.decide, self.record, self.over_budget = decide, record, over_budget
         self.outcome = CodexOutcome("failed")
         self.items: dict[str, Message] = {}
+        self.allowed: dict[str, CodexRequest] = {}  # by item id, until the item completes
         self.turn_done = False
 
     def handle(self, message: Message, on_result: Callable[[str, Message | None], None]) -> None:
@@ -186,10 +188,32 @@ class _Session:
             "input": {"command": request.command} if request.kind == "command"
             else {"paths": list(request.paths)},
         })  # fmt: skip
+        if decision.verdict == "allow":
+            self.allowed[request.id] = request
         verdict = "accept" if decision.verdict == "allow" else "decline"
         if method in ("execCommandApproval", "applyPatchApproval"):  # v1 wording
             verdict = "approved" if verdict == "accept" else "denied"
         self.rpc.send({"id": request_id, "result": {"decision": verdict}})
+
+    def journal_completion(self, item: Message) -> None:
+        """Journal a call the engine allowed as finished (`agent.tool_completed`), by the id
+        its approval had: a resumed session declines the same call instead of running it
+        again. A call codex ran without asking is not the engine's to replay."""
+        request = self.allowed.pop(str(item.get("id")), None)
+        ran = item.get("status") == "completed" or item.get("exitCode") is not None
+        if request is None or not ran:  # declined, or never started
+            return
+        tool, tool_input = request_call(request)
+        output = item.get("aggregatedOutput") if request.kind == "command" else "applied"
+        self.record(
+            COMPLETED_EVENT,
+            {
+                "id": call_id(tool, tool_input),
+                "cli_id": request.id,
+                "tool": tool,
+                "output": str(output or "")[:JOURNAL_CHARS],
+            },
+        )
 
     def notice(self, method: str, params: Message) -> None:
         if method in ("item/started", "item/completed"):
@@ -199,6 +223,8 @@ class _Session:
                 done = method == "item/completed"
                 for kind, data in item_events(item, done=done):
                     self.record(kind, data)
+                if done:
+                    self.journal_completion(item)
                 if done and item.get("type") == "agentMessage":
                     self.outcome.final_text = str(item.get("text", ""))
         elif method == "thread/tokenUsage/updated":

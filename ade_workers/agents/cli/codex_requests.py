@@ -39,6 +39,13 @@ class CodexRequest:
         }
 
 
+def request_call(request: CodexRequest) -> tuple[str, dict[str, Any]]:
+    """A codex request as an engine tool call: (tool, input)."""
+    if request.kind == "command":
+        return "bash", {"command": request.command or " ".join(request.argv)}
+    return "edit_file", {"paths": sorted(request.paths)}
+
+
 def approval_request(
     method: str, params: Message, items: Mapping[str, Message], worktree: Path
 ) -> CodexRequest | None:

@@ -20,8 +20,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
@@ -29,7 +28,7 @@ from ade_tasks.agents.tool_names import matching_pattern
 from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli.codex_app_server import CodexOutcome, run_codex_session
 from ade_workers.agents.cli.codex_home import Sandbox
-from ade_workers.agents.cli.codex_requests import CodexRequest
+from ade_workers.agents.cli.codex_requests import CodexRequest, request_call
 from ade_workers.agents.cli.facts import Capability, CapabilityReport, Support
 from ade_workers.agents.cli.model_proxy import ModelProxy
 from ade_workers.agents.cli.setup import (
@@ -41,6 +40,7 @@ from ade_workers.agents.cli.setup import (
     engine_data_out_of_reach,
     private_home,
     proxy_capabilities,
+    replayed,
     require_binary,
     sandbox_capability,
     session_sandbox,
@@ -58,19 +58,18 @@ REPOSITORY_SKILLS = (".codex", ".agents/skills")
 log = logging.getLogger(__name__)
 
 
-def request_call(request: CodexRequest) -> tuple[str, dict[str, Any]]:
-    """A codex request as an engine tool call: (tool, input)."""
-    if request.kind == "command":
-        return "bash", {"command": request.command or " ".join(request.argv)}
-    return "edit_file", {"paths": sorted(request.paths)}
-
-
 @dataclass
 class CodexJudge:
     """Decides each approval codex asks for (the caller records the decision)."""
 
     setup: CliSetup
     stop: Stop
+    completed: dict[str, str] = field(init=False)
+    """Calls an interrupted attempt finished: the first repeat of each is declined, not run
+    again (the model was told their results in its prompt, `interrupted_note`)."""
+
+    def __post_init__(self) -> None:
+        self.completed = dict(self.setup.completed)
 
     def __call__(self, request: CodexRequest) -> Decision:
         try:
@@ -92,6 +91,9 @@ class CodexJudge:
                 f"codex asked for more than its sandbox ({', '.join(escalation)}); the engine "
                 "never grants that",
             )
+        ident = call_id(tool, tool_input)
+        if ident in self.completed:
+            return replayed(tool, self.completed.pop(ident))
         if tool == "bash" and "bash" not in self.setup.tools:
             return self._read_only_command()
         if tool == "edit_file" and not WRITE_TOOLS & set(self.setup.tools):
@@ -109,7 +111,6 @@ class CodexJudge:
         )
         if decision.verdict != "ask":
             return decision
-        ident = call_id(tool, tool_input)
         earlier = answered(self.setup.decisions, ident, tool)
         if earlier is not None:
             return earlier
@@ -121,7 +122,6 @@ class CodexJudge:
         }
         self.stop.set("waiting", decision.reason, pending)
         return decision
-
 
     def _read_only_command(self) -> Decision:
         """A command in a session whose tools do not include bash (plan, taint): in the

@@ -274,6 +274,13 @@ def answered(decisions: ToolDecisions, ident: str, tool: str) -> Decision | None
     return None
 
 
+#: The run event that journals a call the engine allowed and the CLI finished, as it finishes
+#: (Claude's PostToolUse hook, codex's completed item).
+COMPLETED_EVENT = "agent.tool_completed"
+#: How much of a finished call's result the journal keeps.
+JOURNAL_CHARS = 20_000
+
+
 def completed_calls(history: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
     """The calls the run's journal holds as finished (`agent.tool_completed`, recorded as each
     call ends), by `call_id`, with the result each got."""
@@ -282,6 +289,23 @@ def completed_calls(history: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[st
         for kind, data in history
         if kind == "agent.tool_completed"
     }
+
+
+#: How much of a recorded result a replayed call gives back to the model.
+REPLAY_CHARS = 8_000
+
+
+def replayed(name: str, result: str) -> Decision:
+    """The answer to a call the run's journal holds as finished by an earlier attempt: it does
+    not run again; the model gets the result it had (Claude's hook gives it this reason; codex
+    declines without one, and the resumed prompt holds the result, `interrupted_note`)."""
+    shown = result if len(result) <= REPLAY_CHARS else result[:REPLAY_CHARS] + " [...]"
+    return Decision(
+        "deny",
+        f"not run again: this exact {name} call already ran in an earlier attempt of this "
+        f"session (its worker stopped), and the engine recorded its result:\n{shown}\n"
+        "Continue from that result.",
+    )
 
 
 def call_id(tool: str, tool_input: Mapping[str, Any]) -> str:
