@@ -186,6 +186,16 @@ def kill_once_journaled(
     return run_id, finished(cluster, run_id, timeout=90)
 
 
+def counted_once_then_replayed(cluster: Cluster, run_id: str, row: RunRow, project: Path) -> None:
+    """The resumed run succeeded, the count ran once, and the engine answered its repeat."""
+    assert row.status == "succeeded", row.error
+    assert row.attempt == 2
+    assert (project / "counter.txt").read_text() == "once\n"
+    decisions = [d for k, d in events(cluster, run_id) if k == "agent.tool_decision"]
+    assert [d["verdict"] for d in decisions] == ["allow", "deny"]
+    assert decisions[1]["reason"].startswith("not run again")
+
+
 def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_running_it_again(
     cluster: Cluster, project: Path
 ) -> None:
@@ -206,12 +216,7 @@ def test_a_resumed_claude_session_gets_a_finished_calls_result_instead_of_runnin
         )
 
     # Then the call ran once; its repeat got the recorded result from the engine's hook
-    assert row.status == "succeeded", row.error
-    assert row.attempt == 2
-    assert (project / "counter.txt").read_text() == "once\n"
-    decisions = [d for k, d in events(cluster, run_id) if k == "agent.tool_decision"]
-    assert [d["verdict"] for d in decisions] == ["allow", "deny"]
-    assert decisions[1]["reason"].startswith("not run again")
+    counted_once_then_replayed(cluster, run_id, row, project)
     assert "not run again" in json.dumps(server.conversation[-1].body)  # the model was told
 
 
@@ -238,11 +243,6 @@ def test_a_resumed_codex_session_declines_a_finished_call_and_is_told_its_result
         declined = server.tool_outputs()["again"]
 
     # Then the command ran once; its repeat was declined, and the resumed prompt held its result
-    assert row.status == "succeeded", row.error
-    assert row.attempt == 2
-    assert (project / "counter.txt").read_text() == "once\n"
-    decisions = [d for k, d in events(cluster, run_id) if k == "agent.tool_decision"]
-    assert [d["verdict"] for d in decisions] == ["allow", "deny"]
-    assert decisions[1]["reason"].startswith("not run again")
+    counted_once_then_replayed(cluster, run_id, row, project)
     assert "will not run them again" in resumed_prompt and "result: counted-41" in resumed_prompt
     assert "rejected" in declined  # codex's approval protocol declines; it cannot carry a result
