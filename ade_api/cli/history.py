@@ -52,14 +52,15 @@ def duration(started: str | None, finished: str | None, status: str) -> str:
 
 
 def run_row(run: dict[str, Any]) -> str:
-    """One run as a row under HEADER."""
+    """One run as a row under HEADER; a manual run's trigger names who asked for it."""
+    requester = (run.get("trigger") or {}).get("requested_by")
     return _ROW.format(
         id=run["id"][:SHORT_ID],
         queued=run["queued_at"][:19].replace("T", " "),
         status=run["status"],
         took=duration(run["started_at"], run["finished_at"], run["status"]),
         rule=run["rule_id"],
-        trigger=run["trigger_type"],
+        trigger=f"{run['trigger_type']} by {requester}" if requester else run["trigger_type"],
     )
 
 

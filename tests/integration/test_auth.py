@@ -121,6 +121,29 @@ def test_a_viewer_reads_but_cannot_act_and_an_operators_calls_are_audited(
     assert runs_count(cluster) == 1
 
 
+def test_a_manual_run_records_the_requesting_tokens_name(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    with client(api, token(cluster, Role.OPERATOR, "oncall")) as operator:
+        plain = operator.post("/api/v1/rules/hello/runs", json={}).json()["run_id"]
+        shared = operator.post("/api/v1/rules/hello/runs", json={"requested_by": "kim"})
+        for claimed in ("", "oncall"):  # naming itself adds nothing
+            same = operator.post("/api/v1/rules/hello/runs", json={"requested_by": claimed})
+            assert api.get(f"/api/v1/runs/{same.json()['run_id']}").json()["trigger"][
+                "requested_by"
+            ] == "oncall"
+        runs = {r["id"]: r for r in operator.get("/api/v1/runs").json()["items"]}
+    assert runs[plain]["trigger"]["requested_by"] == "oncall"
+    assert runs[plain]["trigger_summary"] == "manual run by oncall"
+    assert runs[shared.json()["run_id"]]["trigger"]["requested_by"] == "oncall (kim)"
+    # From the CLI with that token, and in its runs list
+    env = {**cluster.env, "ADE_API_TOKEN": token(cluster, Role.OPERATOR, "pager")}
+    ran = cli(cluster, "run", "hello", "--url", str(api.base_url), env=env)
+    assert ran.returncode == 0, ran.stderr
+    listed = cli(cluster, "runs", "list", "--url", str(api.base_url), env=env).stdout
+    assert "manual by pager" in listed and "manual by oncall (kim)" in listed
+
+
 def test_admins_create_and_revoke_tokens_through_the_api_and_the_cli(
     cluster: Cluster, api: httpx.Client
 ) -> None:

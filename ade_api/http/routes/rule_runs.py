@@ -60,7 +60,10 @@ async def start_manual_run(
     # repeated safely when the database connection dies under it (stored once either way).
     key = idempotency_key or f"request:{uuid.uuid4().hex}"
     forced_by = forcing_admin(request, body.force, body.requested_by)
-    trigger = TriggerEvent.manual(body.inputs, key=key, by=body.requested_by, forced_by=forced_by)
+    # The requester is the token's name (with the caller's `requested_by` for a shared token),
+    # as for a scheduled run: never only what the caller says.
+    by = actor(request, body.requested_by)
+    trigger = TriggerEvent.manual(body.inputs, key=key, by=by, forced_by=forced_by)
     result = await run_in_threadpool(
         services.dispatch, rule_id, trigger, own_key=idempotency_key is None
     )
