@@ -113,8 +113,8 @@ def run_process(
     runs inside it: under a supervisor that runs in that sandbox and is reused by the next
     command in an equal one (a `true` costs a round trip, not a sandbox), or, with a `user`,
     in a sandbox of its own under a supervisor outside (that one's container holds the
-    sandbox's processes). `on_output` gets the
-    output as it arrives (decoded and masked, before the cap), for a caller that follows it.
+    sandbox's processes). `on_output` gets the output as it arrives (decoded and masked,
+    before the cap), for a caller that follows it.
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were

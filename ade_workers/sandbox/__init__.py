@@ -15,8 +15,8 @@ forwarded in through a Unix socket (`forward`, `bridge`).
 `host.require_sandbox` checks once per process that a sandbox can be made here and says what
 the host needs when not; `ADE_SANDBOX=off` is the admin's opt-out, named in every capability
 report. `helpers` keeps engine-owned, hash-checked copies of the programs a sandbox runs on the
-engine's behalf (Claude's hook, the forwarder), so no agent can rewrite what later runs for the
-engine.
+engine's behalf (Claude's hook, the forwarder, the command supervisor), so no agent can rewrite
+what later runs for the engine.
 
 Standard library only below the engine: `forward.py` also runs inside the sandbox as
 `python -I -S forward.py`.

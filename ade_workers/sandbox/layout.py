@@ -12,7 +12,8 @@ environment and the paths a CLI reports need no translation. The layout, in moun
   the session's private home and directories (or, for a command step, an empty capped `home`
   at the path of `$HOME`); the CLI's install and the engine's helper copies read-only;
 - the engine hidden wherever it lies under those: its packages, virtualenv, data directory and
-  token file become empty, read-only directories (files: empty files);
+  token file become empty, read-only directories (files: empty files); a rule author's own
+  command step gets the packages and virtualenv read-only instead (`read_only`), never the data;
 - namespaces: user (no capabilities, no further user namespaces), PID (the first process is its
   init: when it ends, every process of the sandbox ends with it, and none can signal it), IPC,
   UTS, cgroup, and a network of its own holding only a loopback unless the layout says `host`.
