@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.agents.protected import ProtectedPaths, engine_data
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.junit import JunitError, summarize_reports
 from ade_tasks.paths import resolve_inside
@@ -35,7 +35,7 @@ def run_tests(action: RunTestsAction, context: StepContext) -> StepOutcome:
             return run
         outcome = command_outcome(run, action)
         try:
-            protected = ProtectedPaths.from_settings(context.settings, run.cwd)
+            protected = ProtectedPaths(str(run.cwd), engine_data(context.settings))
             reports = _reports(action, run.cwd, report, protected)
             summary = summarize_reports(reports) if reports else None
         except (JunitError, PolicyViolationError) as exc:

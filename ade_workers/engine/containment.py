@@ -8,11 +8,11 @@ round trip on a socket, not the ~8 ms a fresh Python takes to start (`true` itse
 ~1 ms). Forking the worker instead would run Python in a copy of a multithreaded process and pin
 a copy-on-write snapshot of the worker's memory for as long as the command runs.
 
-A supervisor may itself run somewhere else, given a `Launcher` (a sandbox,
-`ade_workers.sandbox.layout.Sandbox`): the launcher's command line starts it there, with no
-environment of the worker's, and its commands run there too. Idle supervisors are reused only
-for the same launcher, and one idle longer than `MAX_IDLE_SECONDS` is closed rather than reused,
-so a sandbox never outlives by much the directories it was made from.
+A supervisor may itself run somewhere else, given a `Launcher` (inside a sandbox:
+`ade_workers.engine.process.SandboxedSupervisor`): the launcher's command line starts it there,
+with no environment of the worker's, and its commands run there too. Idle supervisors are
+reused only for the same launcher, and one idle longer than `MAX_IDLE_SECONDS` is closed rather
+than reused, so a sandbox never outlives by much the directories it was made from.
 """
 
 from __future__ import annotations

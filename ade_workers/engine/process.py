@@ -18,7 +18,7 @@ import select
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ade_tasks.secrets import Masker, StreamMasker
@@ -168,7 +168,7 @@ class SandboxedSupervisor:
     sandbox: Sandbox
 
     def launch(self, fd: int) -> list[str]:
-        return replace(self.sandbox, supervisor=SUPERVISOR.installed()).launch(fd)
+        return self.sandbox.launch(SUPERVISOR.installed(), fd)
 
 
 #: How long the output is still read after the command's container emptied (its pipe is at

@@ -23,13 +23,13 @@ FORWARDER = helpers.register(_forward.__file__)
 @functools.cache
 def engine_install() -> tuple[Path, ...]:
     """The engine's code: its packages, its virtualenv and the site-packages of the interpreter
-    it runs on (fixed for the life of the process)."""
+    it runs on, those that exist (fixed for the life of the process)."""
     paths = [Path(real) for real, _ in engine_code()]
     for scheme_key in ("purelib", "platlib"):
         paths.append(Path(sysconfig.get_paths()[scheme_key]).resolve())
         base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
         paths.append(Path(sysconfig.get_paths(vars=base)[scheme_key]).resolve())
-    return tuple(dict.fromkeys(paths))
+    return tuple(path for path in dict.fromkeys(paths) if path.exists())
 
 
 def engine_paths(settings: Settings, worktree: Path) -> tuple[Path, ...]:
@@ -97,7 +97,7 @@ def command_sandbox(
     hidden = [*_engine_data_paths(settings)]
     if (root / DATA_DIR_NAME).is_dir():
         hidden.append(root / DATA_DIR_NAME)
-    code = [path for path in engine_install() if path.exists()]
+    code = list(engine_install())
     return Sandbox(
         bwrap=require_sandbox(what),
         worktree=root,

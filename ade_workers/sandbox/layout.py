@@ -25,7 +25,7 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -67,9 +67,6 @@ class Sandbox:
     """An interpreter that runs inside (for the forwarder): the worker's, from its base install."""
     forwarder: Path | None = None
     """The engine's copy of `forward.py` (needed when `forwards` is not empty)."""
-    supervisor: Path | None = None
-    """The engine's copy of the supervisor's program, for commands contained inside
-    (`launch`)."""
     writable: bool = True
     git_writable: bool = False
     """Are the worktree's git directories writable too (a command step's `git fetch`)?"""
@@ -84,13 +81,12 @@ class Sandbox:
     """The worktree's (device, inode) when the layout was made: a sandbox kept for reuse is
     another sandbox than one for a directory made since at the same path (a lane recreated)."""
 
-    def launch(self, fd: int) -> list[str]:
-        """A command supervisor inside this sandbox serving the socket at descriptor `fd`
-        (`ade_workers.engine.containment.Launcher`): it and every command it runs share one
-        sandbox, so a command costs a round trip, not a sandbox of its own."""
-        if self.supervisor is None:
-            raise ValueError("a sandbox that contains commands needs the supervisor's copy")
-        return self.command([self.python, "-I", "-S", str(self.supervisor), str(fd)], "/")
+    def launch(self, supervisor: Path, fd: int) -> list[str]:
+        """The engine's copy of the supervisor's program (`supervisor`) run inside this sandbox,
+        serving the socket at descriptor `fd`: it and every command it runs share the sandbox,
+        so a command costs a round trip, not a sandbox of its own."""
+        with_copy = replace(self, read_only=(*self.read_only, supervisor.parent))
+        return with_copy.command([self.python, "-I", "-S", str(supervisor), str(fd)], "/")
 
     def command(self, argv: Sequence[str], cwd: str) -> list[str]:
         """`argv` as it runs inside this sandbox, starting in `cwd`."""
@@ -123,8 +119,7 @@ class Sandbox:
         for git in git_directories(self.worktree):
             args += ["--bind" if self.git_writable else "--ro-bind", str(git), str(git)]
         args += _masks([path for path in masked if path not in around])
-        helpers = [path.parent for path in (self.forwarder, self.supervisor) if path is not None]
-        read_only = [*self.read_only, *helpers]
+        read_only = [*self.read_only, *([self.forwarder.parent] if self.forwarder else [])]
         for path in sorted(set(read_only), key=lambda p: len(p.parts)):
             args += ["--ro-bind", str(path), str(path)]
         for path in masked:
