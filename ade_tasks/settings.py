@@ -45,6 +45,9 @@ class GithubSettings(BaseModel):
     webhook_secret: SecretStr | None = None
     api_url: str = "https://api.github.com"
     token: SecretStr | None = None
+    # Where agents' `github_push` pushes (`{git_url}/{owner}/{name}.git`); unset: derived from
+    # api_url (https://api.github.com -> https://github.com, https://host/api/v3 -> https://host).
+    git_url: str | None = None
     # GitHub caps a delivery at 25 MB; larger bodies are refused (413) before being buffered.
     max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
 
@@ -71,6 +74,16 @@ class GithubSettings(BaseModel):
     # Seconds between polls of a repository. Under 10 s spends GitHub's rate limit fast (5,000
     # requests an hour per token, at least 3 a poll per repository): meant for tests.
     poll_interval_seconds: float = Field(default=30.0, ge=1)
+
+    @property
+    def effective_git_url(self) -> str:
+        """The git base URL pushes go to: `git_url`, or the web host of `api_url`."""
+        if self.git_url:
+            return self.git_url.rstrip("/")
+        api = self.api_url.rstrip("/")
+        if api.endswith("/api/v3"):
+            return api.removesuffix("/api/v3")
+        return api.replace("://api.", "://", 1)
 
     @property
     def polls_in_beats(self) -> bool:

@@ -59,6 +59,9 @@ class Fault:
 class ScriptedServer:
     """A threaded loopback HTTP server with an in-memory GitHub model and a fault queue."""
 
+    #: The request handler class (None: `_Handler`); a subclass may serve more than JSON.
+    handler_class: type[BaseHTTPRequestHandler] | None = None
+
     def __init__(
         self,
         kind: Literal["github", "webhook"] = "github",
@@ -83,7 +86,7 @@ class ScriptedServer:
         self.issue_events: dict[str, list[dict[str, Any]]] = {}
         self._next_id = 1000
         self._closing = threading.Event()
-        self._httpd = _Httpd(("127.0.0.1", 0), _Handler)
+        self._httpd = _Httpd(("127.0.0.1", 0), self.handler_class or _Handler)
         self._httpd.scripted = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 

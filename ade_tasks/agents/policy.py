@@ -16,8 +16,10 @@ order, the first rule that speaks deciding:
 5. `edit` mode offers `bash` behind an approval: ask;
 6. `edit` and `full-auto` with no `fallback` in the rule: a write to paths inside the worktree
    is allowed (what those modes are for, with either CLI); with a `fallback` the rule decides;
-7. `fallback`: `allow`; `ask` (the literal read-only set runs without asking, anything else
-   parks the run on a pending input); `deny`.
+   likewise, in any mode, a tool of the `github` or `notify` palette the rule chose (its
+   writes need `edit` and up: plan refuses them);
+7. `fallback`: `allow`; `ask` (the literal read-only set and the GitHub reads run without
+   asking, anything else parks the run on a pending input); `deny`.
 
 Patterns are exact names or a prefix ending in `*`, compared case-insensitively; MCP tools are
 `mcp:<server>:<tool>`, and Claude Code's spelling `mcp__server__tool` matches the same patterns.
@@ -42,6 +44,23 @@ from ade_tasks.rules.agent import ToolPalette, ToolPolicy
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 COMMAND_TOOLS = frozenset({"bash"})
+GITHUB_READ_TOOLS = frozenset({"github_pr", "github_threads", "github_checks"})
+"""The `github` palette's reads: the run's pull request, its review threads, its checks."""
+GITHUB_WRITE_TOOLS = frozenset(
+    {
+        "github_reply",
+        "github_resolve",
+        "github_comment",
+        "github_rerun_checks",
+        "github_push",
+        "github_open_pr",
+    }
+)
+"""The `github` palette's writes: they act on GitHub with the cluster's token (`edit` and up)."""
+NOTIFY_TOOLS = frozenset({"notify"})
+SERVICE_TOOLS = GITHUB_READ_TOOLS | GITHUB_WRITE_TOOLS | NOTIFY_TOOLS
+"""Tools the engine runs against an outside service with its own credentials, never on paths:
+choosing their palette lets them run unless the policy denies them or sets a `fallback`."""
 ALWAYS_TOOLS = frozenset({"todo", "ask_user", "report"})
 """Available in every mode and palette: planning notes and the final structured report."""
 
@@ -53,21 +72,32 @@ PALETTE_TOOLS: dict[ToolPalette, tuple[str, ...]] = {
     # git and test commands run through bash; there is no separate git or test tool.
     "git": ("bash",),
     "tests": ("bash",),
-    # Reserved: no engine tools yet (GitHub and notification tools come with a later milestone).
-    "github": (),
-    "notify": (),
+    "github": (
+        "github_pr",
+        "github_threads",
+        "github_checks",
+        "github_reply",
+        "github_resolve",
+        "github_comment",
+        "github_rerun_checks",
+        "github_push",
+        "github_open_pr",
+    ),
+    "notify": ("notify",),
 }
 """The engine tools each palette brings."""
 
+_OUTWARD = GITHUB_WRITE_TOOLS | NOTIFY_TOOLS
+_PLAN = READ_ONLY_TOOLS | ALWAYS_TOOLS | GITHUB_READ_TOOLS
 MODE_TOOLS: dict[PermissionMode, frozenset[str]] = {
-    "plan": READ_ONLY_TOOLS | ALWAYS_TOOLS,
+    "plan": _PLAN,
     # edit offers bash, but each call not allowed by name waits for an operator (`decide`).
-    "edit": READ_ONLY_TOOLS | ALWAYS_TOOLS | WRITE_TOOLS | COMMAND_TOOLS,
-    "full-auto": READ_ONLY_TOOLS | ALWAYS_TOOLS | WRITE_TOOLS | COMMAND_TOOLS,
+    "edit": _PLAN | WRITE_TOOLS | COMMAND_TOOLS | _OUTWARD,
+    "full-auto": _PLAN | WRITE_TOOLS | COMMAND_TOOLS | _OUTWARD,
 }
 """The tools each permission mode permits at most."""
 
-TAINTED_TOOLS = READ_ONLY_TOOLS | {"report"}
+TAINTED_TOOLS = READ_ONLY_TOOLS | GITHUB_READ_TOOLS | {"report"}
 """What a session whose prompt holds outsiders' text keeps."""
 
 _ALWAYS_ORDER = ("todo", "ask_user", "report")
@@ -98,6 +128,8 @@ class Policy:
     mode: PermissionMode = "edit"
     worktree_writes: bool = False
     """Writes inside the worktree are allowed: an `edit` or `full-auto` rule set no fallback."""
+    service_tools: bool = False
+    """The service palettes' tools (`SERVICE_TOOLS`) run: the rule set no fallback."""
 
     def __post_init__(self) -> None:
         if self.fallback not in _VERDICTS:
@@ -129,6 +161,7 @@ class Policy:
             fallback=policy.fallback,
             mode=mode,
             worktree_writes=mode != "plan" and "fallback" not in policy.model_fields_set,
+            service_tools="fallback" not in policy.model_fields_set,
         )
 
 
@@ -194,6 +227,8 @@ def decide(
     if policy.mode == "plan" and (writes or command):
         what = "writes" if writes else "runs commands"
         return Decision("deny", f"{tool} {what}; plan mode is read-only")
+    if policy.mode == "plan" and tool in _OUTWARD:
+        return Decision("deny", f"{tool} acts on an outside service; plan mode is read-only")
     denied = matching_pattern(tool, policy.denied_tools)
     if denied is not None:
         return Decision("deny", _listed(tool, denied, "denied_tools"))
@@ -211,9 +246,11 @@ def decide(
         return Decision(
             "allow", f"{policy.mode} mode writes inside the worktree (no fallback set)"
         )
+    if tool in SERVICE_TOOLS and policy.service_tools:
+        return Decision("allow", f"{tool} is in the rule's tool_palette (no fallback set)")
     if policy.fallback == "allow":
         return Decision("allow", f"no rule denies {tool}; the policy's fallback is allow")
-    if policy.fallback == "ask" and tool in READ_ONLY_TOOLS:
+    if policy.fallback == "ask" and tool in READ_ONLY_TOOLS | GITHUB_READ_TOOLS:
         return Decision("allow", f"{tool} is read-only; the policy's fallback is ask")
     return Decision(
         policy.fallback, f"no rule allows {tool}; the policy's fallback is {policy.fallback}"

@@ -71,6 +71,20 @@ class Rule(Document):
             object.__setattr__(self, "billing_code", f"auto:{self.id}")
         return self
 
+    @model_validator(mode="after")
+    def _notify_has_a_webhook(self) -> Rule:
+        # The notify palette posts to outputs.notify_url; without one it would do nothing.
+        sessions = [s for s in self.execution.actions if s.type == "agent-session"]
+        if not self.outputs.notify_url and any(
+            "notify" in getattr(s, "tool_palette", ()) for s in sessions
+        ):
+            raise ValueError(
+                "tool_palette notify posts to the rule's notify webhook, and outputs.notify_url "
+                "is not set: set it (notify_url: ${env:SLACK_WEBHOOK_URL}) or remove notify "
+                "from the palette"
+            )
+        return self
+
     @property
     def agentic(self) -> bool:
         """Does a run of this rule rest on a model's judgement (an agent-session execution or

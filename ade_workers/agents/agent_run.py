@@ -33,6 +33,7 @@ from ade_tasks.guardrails.base import Allowance, Cost
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AgentSessionStep
+from ade_tasks.secrets import resolve as resolve_secret
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
@@ -42,7 +43,7 @@ from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.base import RunLink, ToolContext
 from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.engine.agent_user import AgentUser, AgentUsers
 from ade_workers.sandbox.egress import open_egress
@@ -70,6 +71,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
     try:
         prompt = render_prompt(action.prompt, template, f"step {action.id!r} prompt")
         limits = _limits(sessions, settings, context.rule, action, context)
+        link = run_link(context, action)
     except (AdeError, TemplateError) as exc:
         return StepOutcome(StepStatus.FAILED, error=exc.message)
     policy = Policy.from_rule(action.policy, action.permission_mode)
@@ -117,6 +119,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             time_left=lambda: limits.deadline - time.monotonic(),
             user=user,
             sandbox=sandbox,
+            run=link,
         )
         if action.provider in CLI_BINARIES:
             configured = settings.provider(action.provider)
@@ -157,6 +160,30 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 )
         _charge(sessions, context.rule, outcome, history, limits)
         return _step_outcome(outcome, action, prompt.reasons if narrowed else ())
+
+
+def run_link(context: StepContext, action: AgentSession) -> RunLink | None:
+    """What the session's github and notify tools act for (None without those palettes): the
+    run, the trigger's pull request, the lane, the cluster's GitHub, the rule's webhook."""
+    if not {"github", "notify"} & set(action.tool_palette):
+        return None
+    trigger, outputs = context.trigger, context.rule.outputs
+    repo = outputs.repo or trigger.get("repo")
+    number = trigger.get("number")
+    notify_url = None
+    if "notify" in action.tool_palette and outputs.notify_url:
+        where = f"rule {context.rule.id!r} notify_url"
+        notify_url, _ = resolve_secret(outputs.notify_url, context.base_env, where)
+    lane = context.lane
+    return RunLink(
+        run_id=context.run_id,
+        github=context.settings.github,
+        repo=repo if isinstance(repo, str) else None,
+        number=number if isinstance(number, int) and not isinstance(number, bool) else None,
+        lane_branch=lane.branch if lane else None,
+        lane_base=lane.base_ref if lane else None,
+        notify_url=notify_url,
+    )
 
 
 def _agent_user(

@@ -19,7 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ade_tasks.agents.policy import ALWAYS_TOOLS, READ_ONLY_TOOLS, WRITE_TOOLS, Policy, decide
+from ade_tasks.agents.policy import (
+    ALWAYS_TOOLS,
+    GITHUB_READ_TOOLS,
+    READ_ONLY_TOOLS,
+    WRITE_TOOLS,
+    Policy,
+    decide,
+)
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.db.schema import QUESTION_TOOL
 from ade_tasks.settings import ModelPrice
@@ -28,6 +35,7 @@ from ade_workers.agents.providers import (
     ModelProvider,
     ToolSpec,
 )
+from ade_workers.agents.tools import github
 from ade_workers.agents.tools.base import Finding, Report, ToolContext, ToolResult
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
 from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
@@ -47,7 +55,7 @@ INTERRUPTED = (
 )
 STARTED_EVENT = "agent.tool_started"
 #: Calls that change nothing: after a crash they run again instead of being reported unknown.
-REPEATABLE_TOOLS = READ_ONLY_TOOLS | ALWAYS_TOOLS
+REPEATABLE_TOOLS = READ_ONLY_TOOLS | ALWAYS_TOOLS | GITHUB_READ_TOOLS
 NO_DECISIONS = ToolDecisions(frozenset(), frozenset(), frozenset())
 #: ask_user's sliding window: a session may ask this many questions per window.
 QUESTIONS_PER_WINDOW = 3
@@ -248,7 +256,9 @@ def _settle(
 ) -> dict[str, Any] | None:
     """Run or refuse one call and record its result; the approval request when one is needed."""
     call_id, name, arguments = call["id"], call["name"], call["arguments"]
-    if call_id in state.started:  # it ran, or began to, in an attempt that died
+    # It ran, or began to, in an attempt that died; a GitHub write finds its own earlier
+    # effect by its marker (run and call id), so it runs again instead.
+    if call_id in state.started and name not in github.RESUMABLE_TOOLS:
         _finish(call, state, record, ToolResult(False, INTERRUPTED.format(tool=name)), True)
         return None
     if name not in tools:
@@ -296,7 +306,7 @@ def _settle(
             if name not in REPEATABLE_TOOLS:
                 record(STARTED_EVENT, {"tool_call_id": call_id, "tool": name})
                 state.started.add(call_id)
-            result = run_tool(name, arguments, ctx)
+            result = run_tool(name, arguments, ctx, call_id)
     _finish(call, state, record, result)
     return None
 

@@ -462,7 +462,14 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 def _github_message(response: httpx.Response) -> str:
-    """GitHub's `message` (and its `errors`) from an error body, or the start of the text."""
+    """GitHub's `message` (and its `errors`) from an error body, or the start of the text;
+    for a refusal that names the scopes it accepts, the token's scopes and those."""
+    return _body_message(response) + (
+        _scope_note(response.headers) if response.status_code == 403 else ""
+    )
+
+
+def _body_message(response: httpx.Response) -> str:
     try:
         data = response.json()
     except ValueError:
@@ -474,3 +481,11 @@ def _github_message(response: httpx.Response) -> str:
             message += f": {errors!r}"
         return excerpt(message)
     return excerpt(response.text)
+
+
+def _scope_note(headers: httpx.Headers) -> str:
+    accepted = headers.get("x-accepted-oauth-scopes")
+    if not accepted:
+        return ""
+    held = headers.get("x-oauth-scopes") or "none"
+    return f"; the token's scopes: {held}; this call needs one of: {accepted}"

@@ -354,8 +354,48 @@ def test_exposed_tools_per_mode(mode: PermissionMode, expected: list[str]) -> No
 def test_exposed_tools_per_palette() -> None:
     always = ["todo", "ask_user", "report"]
     assert exposed_tools(["git"], "full-auto", Policy()) == ["bash", *always]
-    assert exposed_tools(["github", "notify"], "full-auto", Policy()) == always
     assert exposed_tools([], "plan", Policy()) == always
+
+
+GITHUB_READS = ["github_pr", "github_threads", "github_checks"]
+GITHUB_WRITES = [
+    "github_reply",
+    "github_resolve",
+    "github_comment",
+    "github_rerun_checks",
+    "github_push",
+    "github_open_pr",
+]
+
+
+def test_the_github_and_notify_palettes_bring_tools_reads_in_plan_writes_from_edit() -> None:
+    # Issue 36, finding 2: these palettes used to be accepted and bring nothing.
+    always = ["todo", "ask_user", "report"]
+    assert exposed_tools(["github", "notify"], "plan", Policy()) == [*GITHUB_READS, *always]
+    for mode in ("edit", "full-auto"):
+        tools = exposed_tools(["github", "notify"], mode, Policy(mode=mode))
+        assert tools == [*GITHUB_READS, *GITHUB_WRITES, "notify", *always]
+
+
+def test_a_tainted_session_keeps_only_the_github_reads() -> None:
+    tools = exposed_tools(["repo", "github", "notify"], "full-auto", Policy(mode="full-auto"))
+    assert narrow_for_taint(tools) == [*REPO_READ, *GITHUB_READS, "report"]
+
+
+def test_the_palette_lets_github_tools_run_unless_the_rule_decides(tmp_path: Path) -> None:
+    edit = Policy.from_rule(ToolPolicy(), "edit")
+    plan = Policy.from_rule(ToolPolicy(), "plan")
+    strict = Policy.from_rule(ToolPolicy(fallback="deny"), "edit")
+    asking = Policy.from_rule(ToolPolicy(fallback="ask"), "edit")
+    denied = Policy.from_rule(ToolPolicy(denied_tools=["github_push"]), "edit")
+    assert decide(edit, "github_push", worktree=tmp_path).verdict == "allow"
+    assert decide(plan, "github_pr", worktree=tmp_path).verdict == "allow"
+    assert decide(plan, "github_comment", worktree=tmp_path).verdict == "deny"
+    assert decide(plan, "notify", worktree=tmp_path).verdict == "deny"
+    assert decide(strict, "github_comment", worktree=tmp_path).verdict == "deny"
+    assert decide(asking, "github_pr", worktree=tmp_path).verdict == "allow"
+    assert decide(asking, "github_comment", worktree=tmp_path).verdict == "ask"
+    assert decide(denied, "github_push", worktree=tmp_path).verdict == "deny"
 
 
 def test_exposed_tools_drop_denied_tools() -> None:
@@ -405,5 +445,8 @@ def test_no_policy_lets_an_agent_change_the_engines_own_code() -> None:
     policy = Policy.from_rule(ToolPolicy(allowed_tools=["*"]), "full-auto")
     refused = decide(policy, "edit_file", paths=[hook], worktree=checkout, protected=guard)
     assert refused.verdict == "deny" and "the engine's own code" in refused.reason
-    assert decide(policy, "read_file", paths=[hook], worktree=checkout, protected=guard).verdict == "allow"
+    assert (
+        decide(policy, "read_file", paths=[hook], worktree=checkout, protected=guard).verdict
+        == "allow"
+    )
     assert guard.refusal("README.md", writes=True) is None

@@ -11,7 +11,7 @@ import pytest
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.tools import notes, reading, shell, writing
+from ade_workers.agents.tools import github, notes, notify, reading, shell, writing
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.reading import READ_CAP
 from ade_workers.agents.tools.registry import TOOL_SPECS, TOOLS, checked_args, run_tool
@@ -414,7 +414,7 @@ def test_every_tool_has_a_spec() -> None:
 
 def test_each_tool_family_registers_its_own_tools_once() -> None:
     # Given the tool families, each with its tools and their specs
-    families = (reading, writing, shell, notes)
+    families = (reading, writing, shell, notes, github, notify)
 
     # Then no two families describe one tool, and the registry holds all of their specs
     names = [name for family in families for name in family.SPECS]

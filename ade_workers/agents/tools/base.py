@@ -12,6 +12,7 @@ from typing import NotRequired, Protocol, TypedDict
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
+from ade_tasks.settings import GithubSettings
 from ade_workers.engine.agent_user import AgentUser
 from ade_workers.sandbox.layout import Sandbox
 
@@ -53,6 +54,21 @@ class Todo(TypedDict):
     status: str
 
 
+@dataclass(frozen=True)
+class RunLink:
+    """What the service tools (`github_*`, `notify`) act for: the run, the pull request its
+    trigger names (None: it names none), its lane's branch, and where the cluster's GitHub and
+    notify webhook are. The token stays here, in the worker; the agent never sees it."""
+
+    run_id: str
+    github: GithubSettings
+    repo: str | None = None
+    number: int | None = None
+    lane_branch: str | None = None
+    lane_base: str | None = None
+    notify_url: str | None = None  # the rule's outputs.notify_url, its secret resolved
+
+
 @dataclass
 class ToolContext:
     """The session state tools act on: the worktree, the allow-listed env, what the engine
@@ -74,6 +90,8 @@ class ToolContext:
     protected: ProtectedPaths | None = None
     user: AgentUser | None = None  # who `bash` runs as, when not the worker (ADE_AGENT_USER)
     sandbox: Sandbox | None = None  # where `bash` runs (the worktree writable); None: off
+    run: RunLink | None = None  # what the github and notify tools act for; None: no such tools
+    call_id: str = ""  # the id of the call being run (`run_tool` sets it): idempotency markers
 
     def __post_init__(self) -> None:
         if self.protected is None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 
+from ade_tasks.agents.policy import SERVICE_TOOLS
 from ade_tasks.json_document import JsonObject
-from ade_workers.agents.tools import notes, reading, shell, writing
+from ade_workers.agents.tools import github, notes, notify, reading, shell, writing
 from ade_workers.agents.tools.base import (
     Tool,
     ToolContext,
@@ -19,7 +20,14 @@ from ade_workers.agents.tools.base import (
 
 log = logging.getLogger(__name__)
 
-TOOL_SPECS: dict[str, ToolSpec] = {**reading.SPECS, **writing.SPECS, **shell.SPECS, **notes.SPECS}
+TOOL_SPECS: dict[str, ToolSpec] = {
+    **reading.SPECS,
+    **writing.SPECS,
+    **shell.SPECS,
+    **notes.SPECS,
+    **github.SPECS,
+    **notify.SPECS,
+}
 """JSON-schema specs of every engine tool, as providers send them to the model."""
 
 TOOLS: dict[str, Tool] = {
@@ -32,6 +40,8 @@ TOOLS: dict[str, Tool] = {
     "bash": shell.bash,
     "todo": notes.todo,
     "report": notes.report,
+    **github.TOOLS,
+    "notify": notify.notify,
 }
 """The engine tools by name (`ask_user` has a spec but no tool: the session answers it)."""
 
@@ -62,16 +72,19 @@ def checked_args(name: str, args: object) -> JsonObject | str:
     return args
 
 
-def run_tool(name: str, args: object, ctx: ToolContext) -> ToolResult:
-    """Run one tool call; every failure becomes an error result, never an exception."""
+def run_tool(name: str, args: object, ctx: ToolContext, call_id: str = "") -> ToolResult:
+    """Run one tool call (`call_id`: the model's id for it, which the service tools mark their
+    effects with); every failure becomes an error result, never an exception."""
     tool = TOOLS.get(name)
     if tool is None:
         return ToolResult(False, f"unknown tool {name!r}; available: {', '.join(TOOLS)}")
     checked = checked_args(name, args)
     if isinstance(checked, str):
         return ToolResult(False, checked)
+    ctx.call_id = call_id
     try:
-        if ctx.user is None or tool is shell.bash:  # bash runs as the user in its own process
+        # bash runs as the user in its own process; service tools touch no agent files.
+        if ctx.user is None or tool is shell.bash or name in SERVICE_TOOLS:
             result = tool(checked, ctx)
         else:
             with ctx.user.file_access():

@@ -1,0 +1,56 @@
+"""The `github` and `notify` palettes as rules and settings see them: a notify palette without
+a webhook is refused when the rule is loaded, and pushes go to GitHub's web host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ade_tasks.rules.rule import Rule
+from ade_tasks.settings import GithubSettings
+
+
+def _rule(palette: list[str], **outputs: Any) -> dict[str, Any]:
+    return {
+        "id": "fixer",
+        "triggers": [{"type": "manual"}],
+        "execution": {
+            "kind": "built-in",
+            "actions": [
+                {
+                    "type": "agent-session",
+                    "provider": "openai",
+                    "model": "gpt-4.1",
+                    "prompt": "fix it",
+                    "tool_palette": palette,
+                }
+            ],
+        },
+        "outputs": outputs,
+    }
+
+
+def test_a_notify_palette_without_a_webhook_is_refused_at_validation() -> None:
+    with pytest.raises(ValidationError, match=r"tool_palette notify .* outputs.notify_url"):
+        Rule.model_validate(_rule(["repo", "notify"]))
+
+
+def test_a_notify_palette_with_a_webhook_and_a_github_palette_validate() -> None:
+    rule = Rule.model_validate(_rule(["notify", "github"], notify_url="${env:HOOK}"))
+    assert rule.execution.actions[0].tool_palette == ["notify", "github"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("api_url", "git_url", "expected"),
+    [
+        ("https://api.github.com", None, "https://github.com"),
+        ("https://ghe.example.com/api/v3", None, "https://ghe.example.com"),
+        ("https://api.github.com", "http://127.0.0.1:9/git/", "http://127.0.0.1:9/git"),
+    ],
+)
+def test_pushes_go_to_the_web_host_of_the_api_or_the_configured_git_url(
+    api_url: str, git_url: str | None, expected: str
+) -> None:
+    assert GithubSettings(api_url=api_url, git_url=git_url).effective_git_url == expected
