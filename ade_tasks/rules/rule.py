@@ -72,17 +72,25 @@ class Rule(Document):
         return self
 
     @model_validator(mode="after")
-    def _notify_has_a_webhook(self) -> Rule:
-        # The notify palette posts to outputs.notify_url; without one it would do nothing.
-        sessions = [s for s in self.execution.actions if s.type == "agent-session"]
-        if not self.outputs.notify_url and any(
-            "notify" in getattr(s, "tool_palette", ()) for s in sessions
-        ):
-            raise ValueError(
-                "tool_palette notify posts to the rule's notify webhook, and outputs.notify_url "
-                "is not set: set it (notify_url: ${env:SLACK_WEBHOOK_URL}) or remove notify "
-                "from the palette"
-            )
+    def _service_palettes_work(self) -> Rule:
+        # A palette that would give the agent nothing is refused, never silently empty.
+        for step in self.execution.actions:
+            palette = set(getattr(step, "tool_palette", ()))
+            if step.type != "agent-session" or not palette & {"github", "notify"}:
+                continue
+            provider = getattr(step, "provider", "")
+            if provider in ("claude-code", "codex"):
+                raise ValueError(
+                    f"tool_palette github and notify are engine tools, which provider "
+                    f"{provider} cannot call yet (it uses its own tools): use provider openai "
+                    "or anthropic for them, or publish through outputs / an ade-action step"
+                )
+            if "notify" in palette and not self.outputs.notify_url:
+                raise ValueError(
+                    "tool_palette notify posts to the rule's notify webhook, and "
+                    "outputs.notify_url is not set: set it (notify_url: "
+                    "${env:SLACK_WEBHOOK_URL}) or remove notify from the palette"
+                )
         return self
 
     @property

@@ -3,9 +3,11 @@ a webhook is refused when the rule is loaded, and pushes go to GitHub's web host
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from ade_tasks.rules.rule import Rule
@@ -54,3 +56,20 @@ def test_pushes_go_to_the_web_host_of_the_api_or_the_configured_git_url(
     api_url: str, git_url: str | None, expected: str
 ) -> None:
     assert GithubSettings(api_url=api_url, git_url=git_url).effective_git_url == expected
+
+
+@pytest.mark.parametrize("provider", ["claude-code", "codex"])
+def test_a_cli_provider_with_the_github_palette_is_refused_not_left_toolless(
+    provider: str,
+) -> None:
+    document = _rule(["repo", "github"])
+    document["execution"]["actions"][0]["provider"] = provider
+    with pytest.raises(ValidationError, match=f"provider {provider} cannot call yet"):
+        Rule.model_validate(document)
+
+
+def test_the_docs_pr_fixer_rule_validates() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    block = docs.split("# config/rules/pr-fixer.yaml\n", 1)[1].split("```", 1)[0]
+    rule = Rule.model_validate(yaml.safe_load(block))
+    assert "github" in rule.execution.actions[1].tool_palette  # type: ignore[union-attr]
