@@ -42,11 +42,12 @@ def keyed_rule(session_factory: SessionFactory, rules_dir: Path, on_new: str) ->
     )
 
 
-def pushed(number: int | None, delivery: str, repo: str = "acme/api") -> TriggerEvent:
+def pushed(number: int | None, delivery: str, sha: str = "abc") -> TriggerEvent:
     """A `pull_request.synchronize` delivery as the GitHub ingress stores it."""
     event = NormalizedEvent(
         source="github", delivery_id=delivery, event_key="pull_request.synchronize",
-        trigger_type="github.pr_updated", repo=repo, number=number, branch="fix-1",
+        trigger_type="github.pr_updated", repo="acme/api", number=number, branch="fix-1",
+        head_sha=sha,
         summary=f"PR #{number} updated",
     )  # fmt: skip
     return TriggerEvent("github.pr_updated", event.summary, event.to_payload(), delivery)
