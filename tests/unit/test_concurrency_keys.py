@@ -4,12 +4,14 @@ tests run on PostgreSQL in tests/integration/test_concurrency_keys_pg.py."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ade_api.http.schemas.runs import RunOut
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import runs as runs_db
@@ -228,3 +230,26 @@ def test_a_key_with_max_concurrent_validates_and_defaults_to_queue() -> None:
     rule = parsed("{concurrency: {key: 'pr-{{trigger.number}}'}, guardrails: {max_concurrent: 3}}")
     assert isinstance(rule, Rule) and rule.concurrency is not None
     assert rule.concurrency.on_new == "queue"
+
+
+def test_the_api_shows_a_runs_key(
+    session_factory: SessionFactory, rules_dir: Path, sender: InMemorySender
+) -> None:
+    keyed_rule(session_factory, rules_dir, "queue")
+    fire(session_factory, sender, pushed(7, "d1"))
+    held = fire(session_factory, sender, pushed(7, "d2"))
+    with session_factory() as session:
+        shown = RunOut.of(runs_db.get_run(session, held)).model_dump()
+    assert (shown["concurrency_key"], shown["buffered"]) == ("pr-acme/api#7", True)
+
+
+def test_the_docs_example_of_a_keyed_rule_validates() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "guardrails.md"
+    blocks = [
+        b for b in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S) if "concurrency:" in b
+    ]
+    assert blocks
+    for block in blocks:
+        parsed = parse_rule(yaml.safe_load(block), "docs/guardrails.md")
+        assert isinstance(parsed, Rule), [str(p) for p in parsed]
+        assert parsed.concurrency is not None and parsed.concurrency.on_new == "supersede"
