@@ -202,6 +202,9 @@ def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -
         f"  queued {item['queued_at']}  started {shown(item['started_at'])}  "
         f"finished {shown(item['finished_at'])}"
     )
+    if item.get("concurrency_key"):
+        held = "  (buffered: waits for the key)" if item["buffered"] else ""
+        click.echo(f"  concurrency key {item['concurrency_key']}{held}")
     if item["error"]:
         click.echo(f"  error: {item['error']}")
     if item["queue_status"]:

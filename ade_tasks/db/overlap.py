@@ -1,5 +1,6 @@
 """Query functions of the overlap policy: a rule's lock while dispatch decides, how many of its
-concurrency slots are taken, and its buffer of runs held back until a slot frees.
+concurrency slots are taken, and its buffer of runs held back until a slot frees; and the same
+per concurrency key (a key's lock, its active runs, its buffered runs released as it frees).
 
 A slot is taken by a run that is running, waiting, or queued and sent (not buffered). Cancelling
 the active runs (`cancel-other`) is `ade_tasks.db.run_cancels.cancel_active`.
@@ -129,6 +130,83 @@ def release_buffered(session: Session, rule_id: str, limit: int) -> list[RunRow]
         .order_by(RunRow.queued_at, RunRow.id)
         .limit(free)
     ).all()
+    if not ids:
+        return []
+    session.execute(
+        update(RUNS)
+        .where(RUNS.c.id.in_(ids))
+        .values(buffered=False, sent_at=utcnow(), send_count=RUNS.c.send_count + 1)
+    )
+    session.expire_all()
+    return [get_run(session, run_id) for run_id in ids]
+
+
+# --- concurrency keys: the same, per rule and key (`ade_tasks.runs.concurrency_keys`) ---------
+
+
+def key_lock(rule_id: str, key: str) -> str:
+    """The name `lock_rules` locks to serialize decisions about one key of one rule (hashed in
+    the same space as rule ids, so one sorted statement takes rule and key locks together)."""
+    return f"{rule_id}\x1f{key}"
+
+
+def active_of_key(session: Session, rule_id: str, key: str) -> list[tuple[str, str, bool]]:
+    """The rule's runs with this key that hold it or wait for it, oldest first: (id, status,
+    buffered); a lookup of `ix_runs_rule_id_concurrency_key_status`. Call under its lock."""
+    rows = session.execute(
+        select(RUNS.c.id, RUNS.c.status, RUNS.c.buffered)
+        .where(RUNS.c.rule_id == rule_id, RUNS.c.concurrency_key == key)
+        .where(RUNS.c.status.in_([RunStatus.QUEUED, *ACTIVE]))
+        .order_by(RUNS.c.queued_at, RUNS.c.id)
+    )
+    return [(str(run_id), str(status), bool(buffered)) for run_id, status, buffered in rows]
+
+
+def buffered_keys(session: Session, rule_id: str) -> list[str]:
+    """The keys of the rule's runs that wait in its buffer."""
+    return list(
+        session.scalars(
+            select(RUNS.c.concurrency_key)
+            .where(RUNS.c.rule_id == rule_id, RUNS.c.concurrency_key.is_not(None))
+            .where(RUNS.c.buffered.is_(True), RUNS.c.status == RunStatus.QUEUED)
+            .distinct()
+        )
+    )
+
+
+def release_keyed(
+    session: Session, rule_id: str, keys: Sequence[str], limit: int | None
+) -> list[RunRow]:
+    """Take out of the buffer the oldest run of each of these keys that no run of the rule
+    holds any longer, while the rule has free slots (`limit`, None: no limit); the caller
+    sends them. Call under `key_lock` of every key (and `lock_rule` when there is a limit)."""
+    if not keys:
+        return []
+    free = None if limit is None else limit - count_active(session, rule_id)
+    if free is not None and free <= 0:
+        return []
+    holder = RUNS.alias("holder")
+    held = (
+        select(holder.c.id)
+        .where(holder.c.rule_id == rule_id, holder.c.concurrency_key == RUNS.c.concurrency_key)
+        .where(
+            or_(
+                holder.c.status.in_(ACTIVE),
+                and_(holder.c.status == RunStatus.QUEUED, holder.c.buffered.is_(False)),
+            )
+        )
+    )
+    waiting = session.execute(
+        select(RUNS.c.id, RUNS.c.concurrency_key)
+        .where(RUNS.c.rule_id == rule_id, RUNS.c.concurrency_key.in_(list(keys)))
+        .where(RUNS.c.buffered.is_(True), RUNS.c.status == RunStatus.QUEUED)
+        .where(~held.exists())
+        .order_by(RUNS.c.queued_at, RUNS.c.id)
+    ).all()
+    oldest: dict[str, str] = {}
+    for run_id, key in waiting:
+        oldest.setdefault(key, run_id)
+    ids = list(oldest.values())[:free]
     if not ids:
         return []
     session.execute(

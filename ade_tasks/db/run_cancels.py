@@ -1,5 +1,6 @@
-"""Query functions that cancel runs: one run (an operator, the CLI, `ade-action runs.cancel`) or
-all of a rule's active ones (overlap `cancel-other`), and what every cancel leaves behind.
+"""Query functions that cancel runs: one run (an operator, the CLI, `ade-action runs.cancel`),
+all of a rule's active ones (overlap `cancel-other`), or those of one concurrency key that a new
+run supersedes, and what every cancel leaves behind.
 
 A cancelled run's worker learns of it from `ade_tasks.db.runs.is_cancelled` within half a
 second and kills everything its step started.
@@ -8,6 +9,7 @@ second and kills everything its step started.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -68,8 +70,26 @@ def cancel_active(session: Session, rule_id: str, by: str, note: str) -> list[st
     """Cancel the rule's active and buffered runs (overlap `cancel-other`), settled as any
     cancel is; a running one's worker notices within half a second (`is_cancelled`) and kills
     everything the step started."""
+    return _cancel_where(session, [RUNS.c.rule_id == rule_id], by, note, _reason(by, note))
+
+
+def supersede(
+    session: Session, rule_id: str, key: str, run_ids: list[str], by_run: str
+) -> list[str]:
+    """Cancel these runs of the rule that hold concurrency key `key` (queued, buffered, waiting
+    or running), because run `by_run` supersedes them (`concurrency.on_new: supersede`): their
+    error reads "superseded by run X", settled as any cancel is (a running one's worker stops
+    its step within half a second; finished steps, the transcript and the lane stay)."""
+    if not run_ids:
+        return []
+    where = [RUNS.c.rule_id == rule_id, RUNS.c.concurrency_key == key, RUNS.c.id.in_(run_ids)]
+    note = f"concurrency key {key!r}, on_new: supersede"
+    return _cancel_where(session, where, f"run {by_run}", note, f"superseded by run {by_run}")
+
+
+def _cancel_where(session: Session, where: list[Any], by: str, note: str, error: str) -> list[str]:
     now = utcnow()
-    active = (RUNS.c.rule_id == rule_id, RUNS.c.status.in_(CANCEL.sources))
+    active = (*where, RUNS.c.status.in_(CANCEL.sources))
     before = {
         row.id: row.status
         for row in session.execute(select(RUNS.c.id, RUNS.c.status).where(*active))
@@ -79,7 +99,7 @@ def cancel_active(session: Session, rule_id: str, by: str, note: str) -> list[st
         .where(*active)
         .values(
             status=RunStatus.CANCELLED,
-            error=_reason(by, note),
+            error=error[:MAX_ERROR],
             finished_at=now,
             lease_expires_at=None,
             buffered=False,
@@ -89,12 +109,17 @@ def cancel_active(session: Session, rule_id: str, by: str, note: str) -> list[st
     # A run claimed between the two statements was queued when read and is running now.
     was = {str(run_id): str(before.get(run_id, RunStatus.RUNNING)) for run_id in result.scalars()}
     if was:
-        _settle_cancelled(session, was, by, note, now)
+        _settle_cancelled(session, was, by, note, now, error)
     return list(was)
 
 
 def _settle_cancelled(
-    session: Session, was: dict[str, str], by: str, note: str | None, now: datetime
+    session: Session,
+    was: dict[str, str],
+    by: str,
+    note: str | None,
+    now: datetime,
+    error: str | None = None,
 ) -> None:
     """What every cancel leaves behind: the runs' running steps failed with the reason, their
     pending approvals cancelled (no operator is asked about a cancelled run), and a
@@ -103,7 +128,7 @@ def _settle_cancelled(
     session.execute(
         update(STEPS)
         .where(STEPS.c.run_id.in_(run_ids), STEPS.c.status == StepStatus.RUNNING)
-        .values(status=StepStatus.FAILED, finished_at=now, error=_reason(by, note))
+        .values(status=StepStatus.FAILED, finished_at=now, error=error or _reason(by, note))
     )
     session.execute(
         update(ApprovalRow)

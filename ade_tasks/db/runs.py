@@ -61,8 +61,17 @@ def get_run(session: Session, run_id: str) -> RunRow:
 RUN_INSERT_COLUMNS = (
     "id", "rule_id", "rule_version", "trigger_type", "trigger_summary", "trigger",
     "idempotency_key", "status", "billing_code", "usage", "queue", "attempt", "buffered",
-    "send_count", "sent_at", "queued_at", "finished_at", "error",
+    "send_count", "sent_at", "queued_at", "finished_at", "error", "concurrency_key",
 )  # fmt: skip
+#: Insert columns a caller may leave out (a run of a rule without a concurrency key).
+_OPTIONAL: dict[str, Any] = {"concurrency_key": None}
+
+
+def _complete(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the optional insert columns it left out."""
+    return values if "concurrency_key" in values else {**_OPTIONAL, **values}
+
+
 #: A run whose idempotency key exists is skipped. Without a conflict target: on PostgreSQL the
 #: key's uniqueness is `run_keys`' (the partitioned `runs` cannot hold a unique index without
 #: `queued_at`, migration 0020), whose trigger skips the row itself; on SQLite the key's unique
@@ -116,8 +125,8 @@ def insert_run_of_rule(
     statement = _INSERT_OF_RULE.get((dialect.name, unpaused))
     if statement is None:
         statement = _INSERT_OF_RULE[dialect.name, unpaused] = _insert_of_rule(dialect, unpaused)
-    params = {**values, "content_hash": snapshot.content_hash, "enabled": snapshot.enabled,
-              "trust_state": snapshot.trust_state}  # fmt: skip
+    params = {**_complete(values), "content_hash": snapshot.content_hash,
+              "enabled": snapshot.enabled, "trust_state": snapshot.trust_state}  # fmt: skip
     return session.execute(statement, params).scalar_one_or_none() is not None
 
 
@@ -236,7 +245,7 @@ def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
     A status outside `INITIAL_STATUSES` is refused (IllegalTransitionError).
     """
     check_initial(values["id"], values["status"])
-    return session.execute(_INSERT_RUN, values).scalar_one_or_none() is not None
+    return session.execute(_INSERT_RUN, _complete(values)).scalar_one_or_none() is not None
 
 
 def inserted_row(values: Mapping[str, Any]) -> RunRow:
@@ -263,6 +272,7 @@ def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[st
         return {rows[0]["id"]} if insert_run_once(session, rows[0]) else set()
     for row in rows:
         check_initial(row["id"], row["status"])
+    rows = [_complete(row) for row in rows]
     dialect = session.get_bind().dialect
     stmt = _INSERT_MANY.get(dialect.name)
     if stmt is None:

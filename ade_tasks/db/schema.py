@@ -72,6 +72,15 @@ class RunRow(Base):
         ),
         # Above: the history's filters (0018). Below: the metrics' tail past the rollup watermark.
         Index("ix_runs_finished_at", "finished_at"),
+        # The active runs of a rule with a concurrency key (0021); rules without a key add none.
+        Index(
+            "ix_runs_rule_id_concurrency_key_status",
+            "rule_id",
+            "concurrency_key",
+            "status",
+            postgresql_where=text("concurrency_key IS NOT NULL"),
+            sqlite_where=text("concurrency_key IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -98,6 +107,8 @@ class RunRow(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    # The rule's `concurrency.key` rendered from the trigger (None: the rule has no key).
+    concurrency_key: Mapped[str | None] = mapped_column(String(255))
     # Findings of the run's steps (failing tests, conflicting files, ...), set when it ends.
     findings: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
 

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ade_tasks.rules.agent import ToolPalette
 from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
+from ade_tasks.rules.concurrency import Concurrency
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
 from ade_tasks.rules.steps import Execution
@@ -49,6 +50,7 @@ class Rule(Document):
     billing_code: str = ""
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    concurrency: Concurrency | None = None
 
     @field_validator("execution", mode="before")
     @classmethod
@@ -62,6 +64,16 @@ class Rule(Document):
         if problems:
             raise ValueError("; ".join(f"{f.removeprefix('execution.')}: {r}" for f, r in problems))
         return value
+
+    @model_validator(mode="after")
+    def _one_overlap_policy(self) -> Rule:
+        if self.concurrency is not None and self.guardrails.overlap is not None:
+            raise ValueError(
+                "concurrency and guardrails.overlap both say what a new trigger does while a run "
+                "is active (per key, per rule); keep one: concurrency.on_new for runs of the "
+                "same key, or guardrails.overlap for all runs of the rule"
+            )
+        return self
 
     @model_validator(mode="after")
     def _defaults(self) -> Rule:

@@ -32,6 +32,8 @@ from ade_tasks.guardrails.registry import refusal, serialized, unserialized
 from ade_tasks.rules.guardrails import OverlapPolicy
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
+from ade_tasks.runs import concurrency_keys as keys
+from ade_tasks.runs.concurrency_keys import skip as _skip
 from ade_tasks.runs.senders import InMemorySender as InMemorySender
 from ade_tasks.runs.senders import TaskSender as TaskSender
 from ade_tasks.states import RunStatus
@@ -157,11 +159,12 @@ def dispatch(
     (`db.pauses`); `automations_disabled` (the cluster's kill switch, `ADE_DISABLE_AUTOMATIONS`,
     which the edges pass in from their settings) refuses every trigger but a manual run an
     admin forced (`TriggerEvent.manual(forced_by=...)`). A trigger whose idempotency key was
-    seen before returns the existing run and sends nothing. Then the rule's overlap policy
-    decides, for every trigger type, whether the run starts, waits in a buffer, is skipped
-    (recorded as `skipped` with the reason), or cancels the runs in its way. A trigger beyond
-    the rule's `rate_limit` or after its run-seconds budget for the day was used up is skipped
-    too.
+    seen before returns the existing run and sends nothing. Then the rule's overlap policy, or
+    its concurrency key (`runs.concurrency_keys`; a key that cannot render refuses the
+    trigger), decides, for every trigger type, whether the run starts, waits in a buffer, is
+    skipped (recorded as `skipped` with the reason), or cancels the runs in its way. A
+    trigger beyond the rule's `rate_limit` or after its run-seconds budget for the day was used
+    up is skipped too.
 
     A rule this process has read before costs one statement (`_dispatch_seen`); otherwise,
     and whenever that one cannot decide alone, the trigger goes through `dispatch_many`.
@@ -328,9 +331,13 @@ class _Plan:
         return str(self.values["idempotency_key"])
 
     @property
+    def rule_lock(self) -> bool:
+        return self.limit is not None or bool(serialized(self.snapshot.rule))
+
+    @property
     def needs_lock(self) -> bool:
         skipped = self.values["status"] is RunStatus.SKIPPED
-        return not skipped and (self.limit is not None or bool(serialized(self.snapshot.rule)))
+        return not skipped and (self.rule_lock or self.values["concurrency_key"] is not None)
 
 
 @dataclass(frozen=True)
@@ -350,13 +357,15 @@ def _plan(
     key = trigger.idempotency_key or f"{kind}:{uuid.uuid4()}"
     if snapshot is None:
         return _Refused(key, rules_db.rule_not_found(rule_id))
+    now = utcnow()
     try:
         payload = _admit(snapshot, kind, trigger, pauses, automations_disabled)
+        concurrency_key = keys.run_key(snapshot.rule, payload, now)
     except AdmissionError as exc:
         return _Refused(key, exc)
     guardrails = snapshot.rule.guardrails
-    policy = guardrails.overlap_for(kind)
-    now = utcnow()
+    # A rule with a concurrency key has no rule-wide policy: its key decides (concurrency_keys).
+    policy = OverlapPolicy.ALLOW_ALL if concurrency_key else guardrails.overlap_for(kind)
     values: dict[str, Any] = {
         "id": new_run_id(now),  # names the month of `queued_at`: its partition (run_ids)
         "rule_id": rule_id,
@@ -376,6 +385,7 @@ def _plan(
         "queued_at": now,
         "finished_at": None,
         "error": None,
+        "concurrency_key": concurrency_key,
     }
     return _Plan(snapshot, policy, guardrails.concurrency_limit(policy), values)
 
@@ -407,15 +417,16 @@ def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
         return {plan.key for plan in plans if plan.values["id"] in ids}
     with session_factory.begin() as session:
         rule_ids = sorted({plan.snapshot.id for plan in locked})
-        overlap_db.lock_rules(session, rule_ids)
+        names = {n for p in locked for n in keys.lock_names(p.snapshot.id, p.values, p.rule_lock)}
+        overlap_db.lock_rules(session, sorted(names))
         active, buffering = overlap_db.occupancy(session, rule_ids)
-        now = utcnow()
+        now, held = utcnow(), keys.Held()
         for plan in locked:
             rule = plan.snapshot.rule
             limited = refusal(Admission(session, rule, now), serialized(rule))
             if limited:
                 _skip(plan.values, limited)
-            elif plan.limit is not None:
+            elif keys.admit(session, rule, plan.values, held, active) and plan.limit is not None:
                 _apply_overlap(session, plan, active, buffering)
         ids = runs_db.insert_runs_once(session, [plan.values for plan in plans])
     return {plan.key for plan in plans if plan.values["id"] in ids}
@@ -467,11 +478,6 @@ def _apply_overlap(
         buffering.add(rule_id)
 
 
-def _skip(values: dict[str, Any], reason: str) -> None:
-    values.update(status=RunStatus.SKIPPED, error=reason, finished_at=values["queued_at"])
-    values.update(send_count=0, sent_at=None)
-
-
 def release_buffered(
     session_factory: SessionFactory, sender: TaskSender, rule_id: str, limit: int
 ) -> list[str]:
@@ -479,9 +485,5 @@ def release_buffered(
     with session_factory.begin() as session:
         overlap_db.lock_rule(session, rule_id)
         released = overlap_db.release_buffered(session, rule_id, limit)
-    for run in released:
-        try:
-            sender.send_run(run.id, queue=run.queue, rule_id=rule_id)
-        except BrokerUnavailableError as exc:  # queued and unbuffered: the sweep re-sends it
-            log.warning("released run %s not sent yet: %s", run.id, exc)
+    keys.send_released(sender, released)
     return [run.id for run in released]

@@ -12,6 +12,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import BrokerUnavailableError, NotFoundError
+from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.dispatch import TaskSender, release_buffered
 
 log = logging.getLogger(__name__)
@@ -63,13 +64,17 @@ def recover(
     # worker that died (or a rule whose limit was raised) leaves them for this sweep.
     with session_factory() as session:
         buffering = overlap_db.rules_with_buffered_runs(session)
-        limits = {}
+        rules = {}
         for rule_id in buffering:
             try:
-                limits[rule_id] = rules_db.rule_snapshot(session, rule_id).rule.guardrails
+                rules[rule_id] = rules_db.rule_snapshot(session, rule_id).rule
             except NotFoundError:
                 continue
-    for rule_id, guardrails in limits.items():
+    for rule_id, rule in rules.items():
+        if rule.concurrency is not None:  # per key: each key's oldest run once the key is free
+            report.released += concurrency_keys.release(session_factory, sender, rule)
+            continue
+        guardrails = rule.guardrails
         limit = guardrails.buffer_limit() or guardrails.max_concurrent or 1
         report.released += release_buffered(session_factory, sender, rule_id, limit)
     # Ingress events whose message was lost (or never sent: the broker was down).

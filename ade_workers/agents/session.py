@@ -138,6 +138,8 @@ def run_session(
         for name in tools
     ]
     while True:
+        if tool_ctx.should_stop():  # cancelled or superseded: the turns so far stay recorded
+            return _outcome(state, limits, tool_ctx, "failed", "stopped: the run was cancelled")
         # Calls of the latest turn without a recorded result: new ones, or left by a crash or
         # an approval wait.
         for call in state.last_calls or []:

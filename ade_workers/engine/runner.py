@@ -33,6 +33,7 @@ from ade_tasks.guardrails.base import Admission, Deadline
 from ade_tasks.rules.outputs import Disposition
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import RunCommandAction
+from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.dispatch import release_buffered
 from ade_tasks.runs.review import review
 from ade_tasks.secrets import Masker
@@ -123,8 +124,11 @@ def execute_run(
             )  # fmt: skip
     notify(status or why_stopped(sessions, run_id, monitor))
     limit = plan.rule.guardrails.buffer_limit()
-    if limit is not None and config.sender is not None and status is not RunStatus.WAITING:
-        release_buffered(session_factory, config.sender, plan.rule.id, limit)
+    if config.sender is not None and status is not RunStatus.WAITING:
+        if plan.rule.concurrency is not None:  # the run's key is free: its next run starts
+            concurrency_keys.release(session_factory, config.sender, plan.rule, run_id)
+        elif limit is not None:
+            release_buffered(session_factory, config.sender, plan.rule.id, limit)
     return status
 
 

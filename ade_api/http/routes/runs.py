@@ -36,6 +36,7 @@ from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
+from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.approvals import decide_run
 from ade_tasks.runs.dispatch import TriggerEvent, release_buffered
 from ade_tasks.runs.review import QUEUE_ACTIONS
@@ -191,7 +192,7 @@ async def cancel_run(
 
     run, was = await run_in_threadpool(cancel)
     if was != RunStatus.RUNNING:  # a running run's worker releases its rule's buffer itself
-        await run_in_threadpool(_release_buffer, services, run.rule_id)
+        await run_in_threadpool(_release_buffer, services, run.rule_id, run.id)
     message = {
         RunStatus.RUNNING: "cancelled; its worker stops the running step within a second",
         RunStatus.WAITING: "cancelled; its pending approvals are cancelled too",
@@ -199,13 +200,16 @@ async def cancel_run(
     return RunCancelled(run=run, was=was, message=message)
 
 
-def _release_buffer(services: Services, rule_id: str) -> None:
-    """Start runs the rule's overlap policy buffered, now that a slot is free (best effort: the
-    recovery sweep releases them otherwise)."""
+def _release_buffer(services: Services, rule_id: str, run_id: str) -> None:
+    """Start runs the rule's overlap policy (or concurrency key) buffered, now that a slot (or
+    the cancelled run's key) is free (best effort: the recovery sweep releases them otherwise)."""
     try:
         with services.session_factory() as session:
-            guardrails = rules_db.rule_snapshot(session, rule_id).rule.guardrails
-        if guardrails.buffer_limit() is not None:
+            rule = rules_db.rule_snapshot(session, rule_id).rule
+        guardrails = rule.guardrails
+        if rule.concurrency is not None:
+            concurrency_keys.release(services.session_factory, services.sender, rule, run_id)
+        elif guardrails.buffer_limit() is not None:
             release_buffered(services.session_factory, services.sender, rule_id,
                              guardrails.buffer_limit() or 1)  # fmt: skip
     except Exception:  # the cancel stands; the sweep picks the buffer up

@@ -50,6 +50,9 @@ class RunOut(BaseModel):
     worker: str | None
     attempt: int
     buffered: bool = Field(description="held back by the rule's overlap policy")
+    concurrency_key: str | None = Field(
+        default=None, description="the rule's concurrency.key rendered from the trigger"
+    )
     queued_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
