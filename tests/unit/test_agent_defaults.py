@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ade_tasks.rules.agent_defaults import merge_session
 from ade_tasks.rules.loader import parse_rule
@@ -111,3 +115,17 @@ def test_a_bad_default_is_reported_where_it_was_written() -> None:
     problems = parse_rule(chain({"id": "a", "max_turns": 0}), "agents.yaml")
     assert isinstance(problems, list)
     assert [p.field for p in problems] == ["execution.actions.0.max_turns"]  # the step's own
+
+
+def test_the_docs_example_validates_with_the_merge_it_describes() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "# agent defaults" in b]
+
+    fix, review = sessions(yaml.safe_load(block))
+
+    assert (fix.model, fix.permission_mode, review.permission_mode) == (
+        "claude-sonnet-4-5",
+        "edit",
+        "plan",
+    )
+    assert review.policy.denied_tools == ["bash", "edit_file"]
