@@ -267,7 +267,7 @@ class ApprovalRow(Base):
     #: A gate's policy, fixed when the run parked (`ade_tasks.guardrails.human_approval`): how
     #: many distinct tokens must approve, whose approval is refused (the requester), and the
     #: approvals counted so far ({token, by, at, note} each).
-    approvals_needed: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    approvals_needed: Mapped[int] = mapped_column(Integer, server_default="1")
     excluded_approver: Mapped[str | None] = mapped_column(String(255))
     votes: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
 
