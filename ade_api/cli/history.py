@@ -179,6 +179,19 @@ def runs_page(
             return
 
 
+def approval_line(approval: dict[str, Any]) -> str:
+    """A run's approval on one line; a gate needing several approvals says how far it got."""
+    decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
+    line = f"approval before step {approval['step_index'] + 1}: {approval['status']}{decided}"
+    needed, votes = approval.get("approvals_needed") or 1, approval.get("votes") or []
+    if approval["status"] == "pending" and (needed > 1 or votes):
+        approvers = ", ".join(vote["by"] for vote in votes) or "nobody yet"
+        line += f" ({len(votes)} of {needed} approvals: {approvers})"
+    if approval["status"] == "pending" and approval.get("excluded_approver"):
+        line += f"; not by {approval['excluded_approver']}, who asked for the run"
+    return line
+
+
 @runs.command("show")
 @click.argument("run_id")
 @url_option
@@ -211,9 +224,7 @@ def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -
         confidence = MISSING if item["confidence"] is None else f"{item['confidence']:.2f}"
         click.echo(f"  review {item['queue_status']}  confidence {confidence}")
     for approval in item["approvals"]:
-        decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
-        click.echo(f"  approval before step {approval['step_index'] + 1}: "
-                   f"{approval['status']}{decided}")  # fmt: skip
+        click.echo(f"  {approval_line(approval)}")
     for finding in (item["findings"] or [])[:20]:
         where = finding.get("path") or finding.get("test_id") or MISSING
         click.echo(

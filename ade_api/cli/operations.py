@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ade_api.cli.base import Api, by_option, json_option, main, runs, url_option
+from ade_api.cli.history import approval_line
 from ade_tasks.runs.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
 from ade_tasks.states import Answer
@@ -57,6 +58,11 @@ def _decision_command(verb: str, effect: str) -> None:
         path = f"/api/v1/runs/{api.run_id(run_id)}/{verb}"
         item = api.call("POST", path, json={"by": by, "note": note})
         _echo(item, as_json, _run_line)
+        if item["status"] == "waiting" and not as_json:  # a gate that needs more approvals
+            detail = api.call("GET", f"/api/v1/runs/{item['id']}")
+            for approval in detail["approvals"]:
+                if approval["status"] == "pending":
+                    click.echo(f"  {approval_line(approval)}")
 
 
 _decision_command("approve", "it resumes where it stopped")

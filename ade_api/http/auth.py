@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ade_tasks.actors import actor_name
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import database_fault
@@ -57,7 +58,7 @@ def actor(request: HTTPConnection, by: str | None) -> str:
     """Who a state-changing call is recorded as: the token's name, with the `by` the caller
     gave (for a token several people share) in parentheses."""
     principal: Principal = request.state.principal
-    return principal.name if not by or by == principal.name else f"{principal.name} ({by})"
+    return actor_name(principal.name, by)
 
 
 def forcing_admin(request: HTTPConnection, force: bool, by: str | None) -> str:

@@ -11,8 +11,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.run_events import append_event
 from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.guardrails.human_approval import ApprovalPolicy, count_approval
 from ade_tasks.states import ANSWER, PARK, Answer, ApprovalStatus, RunStatus
 
 
@@ -33,8 +35,10 @@ def wait_for_approval(
     step_index: int,
     reason: str,
     call: ToolCall | None = None,
+    policy: ApprovalPolicy | None = None,
 ) -> bool:
-    """Park a running run in `waiting` and open its approval; False if it was not ours."""
+    """Park a running run in `waiting` and open its approval (a gate's under `policy`: how
+    many approve it, who may not); False if it was not ours."""
     parked = session.execute(
         update(RunRow)
         .where(RunRow.id == run_id, RunRow.worker == worker, RunRow.status.in_(PARK.sources))
@@ -55,6 +59,8 @@ def wait_for_approval(
                 arguments=call.arguments if call else None,
                 expires_at=call.expires_at if call else None,
                 requested_at=utcnow(),
+                approvals_needed=policy.needed if policy else 1,
+                excluded_approver=policy.excluded if policy else None,
             )
         )
     return True
@@ -110,6 +116,17 @@ def decide(
             "a step: answer accept, decline or cancel"
         )
     accepted = answer in (Answer.ACCEPT, Answer.ACCEPT_FOR_SESSION)
+    if accepted and row.tool_call_id is None:  # a gate: counted against its policy
+        policy = ApprovalPolicy(row.approvals_needed or 1, row.excluded_approver)
+        tally = count_approval(row.votes, policy, by=by, note=note, at=at, run_id=row.run_id)
+        row.votes = tally.votes
+        if tally.counted:
+            _record(session, row, answer, by, note, len(tally.votes))
+        if not tally.released:
+            return  # the run stays `waiting` for the other approvals
+        by = ", ".join(vote["by"] for vote in tally.votes)[:255]  # who released it
+    else:
+        _record(session, row, answer, by, note, len(row.votes or ()))
     row.status = {
         Answer.ACCEPT: ApprovalStatus.APPROVED,
         Answer.ACCEPT_FOR_SESSION: ApprovalStatus.APPROVED,
@@ -130,6 +147,24 @@ def decide(
         .where(RunRow.id == row.run_id, RunRow.status.in_(ANSWER.sources))
         .values(**values)
     )
+
+
+#: The run event of each answer to a pending input (a gate's approvals one event each).
+ANSWERED_EVENT = "approval.answered"
+
+
+def _record(
+    session: Session, row: ApprovalRow, answer: Answer, by: str, note: str | None, approvals: int
+) -> None:
+    """One answer in the run's events: who, what, and for a gate how many approvals it has."""
+    data: dict[str, Any] = {"input": row.id, "kind": row.kind, "answer": answer.value, "by": by}
+    if note:
+        data["note"] = note
+    if row.tool_call_id is None:
+        data |= {"approvals": approvals, "needed": row.approvals_needed or 1}
+    else:
+        data |= {"tool": row.tool, "call_id": row.tool_call_id}
+    append_event(session, row.run_id, ANSWERED_EVENT, data, step_index=row.step_index)
 
 
 def expired_inputs(session: Session, now: datetime, limit: int = 100) -> Sequence[ApprovalRow]:

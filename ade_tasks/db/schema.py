@@ -275,6 +275,12 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))
     note: Mapped[str | None] = mapped_column(Text)
+    #: A gate's policy, fixed when the run parked (`ade_tasks.guardrails.human_approval`): how
+    #: many distinct tokens must approve, whose approval is refused (the requester), and the
+    #: approvals counted so far ({token, by, at, note} each).
+    approvals_needed: Mapped[int] = mapped_column(Integer, server_default="1")
+    excluded_approver: Mapped[str | None] = mapped_column(String(255))
+    votes: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
 
     @property
     def kind(self) -> str:

@@ -22,7 +22,7 @@ def approval_gate(rule: Rule) -> int | None:
     actions = rule.execution.actions
     if rule.guardrails.verify_before_publish:
         return len(actions)
-    if not rule.guardrails.require_human:
+    if rule.guardrails.human_approval() is None:
         return None
     for index, action in enumerate(actions):
         if not is_side_effect_free(action):

@@ -40,6 +40,8 @@ ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 HOST_NAME = re.compile(rf"(?i){_LABEL}(?:\.{_LABEL})*")
 
+ProviderName = Literal["openai", "anthropic", "claude-code", "codex"]
+
 
 class AgentSession(Document):
     """What an agent session is, wherever it runs: a whole rule or one step of a chain.
@@ -50,7 +52,7 @@ class AgentSession(Document):
     `approval_timeout_min` declines a tool call nobody answered in time (default: wait).
     """
 
-    provider: Literal["openai", "anthropic", "claude-code", "codex"]
+    provider: ProviderName
     model: str
     prompt: str = Field(min_length=1)
     system: str | None = None

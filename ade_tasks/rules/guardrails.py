@@ -41,6 +41,16 @@ class Budget(Document):
     )
 
 
+class HumanApproval(Document):
+    """Who releases a `require_human` gate: `approvals` distinct operators (counted by token
+    name), and whether the run's requester may be one of them. `require_human: true` is
+    one approval by anyone but the requester (four eyes); a single-operator setup writes
+    `require_human: {requester_may_approve: true}`."""
+
+    approvals: int = Field(default=1, ge=1, le=10)
+    requester_may_approve: bool = False
+
+
 class Guardrails(Document):
     """Limits the engine holds every run of the rule to."""
 
@@ -51,8 +61,14 @@ class Guardrails(Document):
     budget: Budget = Field(default_factory=Budget)
     allowed_paths: list[str] = Field(default_factory=list)
     allowed_lanes: list[str] = Field(default_factory=list)
-    require_human: bool = False
+    require_human: bool | HumanApproval = False
     verify_before_publish: bool = False
+
+    def human_approval(self) -> HumanApproval | None:
+        """The gate's approval settings (None: the rule does not require a human)."""
+        if isinstance(self.require_human, HumanApproval):
+            return self.require_human
+        return HumanApproval() if self.require_human else None
 
     def overlap_for(self, trigger_type: str) -> OverlapPolicy:
         """The overlap policy for a trigger: the rule's, else `skip` for schedules and

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ade_tasks.rules.agent import ToolPalette
+from ade_tasks.rules.agent_defaults import AgentDefaults, with_agent_defaults
 from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.concurrency import Concurrency
@@ -38,6 +39,7 @@ class Rule(Document):
     project: str = "default"
     triggers: list[Trigger] = Field(min_length=1)
     execution: Execution
+    agent: AgentDefaults | None = None  # every agent session's defaults (rules.agent_defaults)
     guardrails: Guardrails = Field(default_factory=Guardrails)
     outputs: Outputs = Field(default_factory=Outputs)
     verification: Verification = Field(default_factory=Verification)
@@ -51,6 +53,11 @@ class Rule(Document):
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     concurrency: Concurrency | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit_agent_defaults(cls, data: Any) -> Any:
+        return with_agent_defaults(data)
 
     @field_validator("execution", mode="before")
     @classmethod

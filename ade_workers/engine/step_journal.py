@@ -25,6 +25,7 @@ from ade_tasks.db.direct import Statements
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import UnitsOfWork, retrying
 from ade_tasks.db.run_steps import StepRecord
+from ade_tasks.guardrails.human_approval import gate_policy
 from ade_tasks.states import RunStatus
 from ade_workers.actions.base import StepOutcome
 from ade_workers.agents.agent_run import park_for_tool
@@ -98,14 +99,20 @@ def park_for_approval(
         if index == len(plan.actions)
         else f"step #{index + 1}, its first side-effecting step"
     )
+    policy = gate_policy(rule, plan.trigger)
+    who = "a human" if policy.needed == 1 else f"{policy.needed} people"
+    if policy.excluded:
+        who += f" other than {policy.excluded} (who asked for the run)"
     reason = (
-        f"rule {rule.id!r} requires a human to approve before {what}; approve or reject it "
+        f"rule {rule.id!r} requires {who} to approve before {what}; approve or reject it "
         f"with `ade-tasks runs approve {run_id}` / `ade-tasks runs reject {run_id}`"
     )
     with sessions.begin() as session:
         if pending is not None:
             run_steps_db.record_step(session, pending)
-        if not approvals_db.wait_for_approval(session, run_id, worker, index, reason):
+        if not approvals_db.wait_for_approval(
+            session, run_id, worker, index, reason, policy=policy
+        ):
             return None
     log.info("run %s is waiting for approval before step %d", run_id, index)
     return RunStatus.WAITING

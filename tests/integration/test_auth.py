@@ -129,9 +129,10 @@ def test_a_manual_run_records_the_requesting_tokens_name(
         shared = operator.post("/api/v1/rules/hello/runs", json={"requested_by": "kim"})
         for claimed in ("", "oncall"):  # naming itself adds nothing
             same = operator.post("/api/v1/rules/hello/runs", json={"requested_by": claimed})
-            assert api.get(f"/api/v1/runs/{same.json()['run_id']}").json()["trigger"][
-                "requested_by"
-            ] == "oncall"
+            assert (
+                api.get(f"/api/v1/runs/{same.json()['run_id']}").json()["trigger"]["requested_by"]
+                == "oncall"
+            )
         runs = {r["id"]: r for r in operator.get("/api/v1/runs").json()["items"]}
     assert runs[plain]["trigger"]["requested_by"] == "oncall"
     assert runs[plain]["trigger_summary"] == "manual run by oncall"
@@ -281,3 +282,62 @@ def test_a_call_the_database_failed_is_audited_with_the_503_its_caller_got(
     finally:
         locker.dispose()
         engine.dispose()
+
+
+def test_a_gate_needing_two_approvals_refuses_the_requester_and_counts_tokens_once(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    write_rule(cluster.tmp / "rules", "two-keys.yaml", """
+        id: two-keys
+        triggers: [{type: manual}]
+        guardrails: {require_human: {approvals: 2}}
+        execution: {kind: built-in, actions: [{type: run-command, command: "echo released"}]}
+        """)  # fmt: skip
+    cluster.sync_rules(cluster.tmp / "rules")
+    cluster.worker(queues="ade.builtin")
+    secrets = {name: token(cluster, Role.OPERATOR, name) for name in ("oncall", "alice", "bob")}
+    people = {name: client(api, secret) for name, secret in secrets.items()}
+
+    def waiting_run() -> str:
+        run_id = str(people["oncall"].post("/api/v1/rules/two-keys/runs", json={}).json()["run_id"])
+        wait_until(lambda: run_status(api, run_id) == "waiting", 30, "the run to park at its gate")
+        return run_id
+
+    run_id = waiting_run()
+    refused = people["oncall"].post(f"/api/v1/runs/{run_id}/approve", json={"by": "kim"})
+    assert refused.status_code == 403, refused.text
+    assert "requested by token 'oncall'" in refused.json()["detail"]
+    assert "requester_may_approve: true" in refused.json()["detail"]
+
+    env = {**cluster.env, "ADE_API_TOKEN": secrets["alice"]}
+    approved = cli(cluster, "runs", "approve", run_id, "--url", str(api.base_url), env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert "waiting" in approved.stdout and "1 of 2 approvals: alice" in approved.stdout
+    again = people["alice"].post(f"/api/v1/runs/{run_id}/approve", json={"by": "al"})
+    assert again.json()["status"] == "waiting"  # the same token counts once
+    (gate,) = api.get(f"/api/v1/runs/{run_id}").json()["approvals"]
+    assert (gate["approvals_needed"], gate["excluded_approver"]) == (2, "oncall")
+    assert [vote["by"] for vote in gate["votes"]] == ["alice"]
+
+    released = people["bob"].post(f"/api/v1/runs/{run_id}/approve", json={"note": "ok"})
+    assert released.json()["status"] == "queued", released.text
+    wait_until(lambda: run_status(api, run_id) == "succeeded", 30, "the released run to finish")
+    events = api.get(f"/api/v1/runs/{run_id}/events").json()
+    answers = [e["data"] for e in events if e["kind"] == "approval.answered"]
+    assert [(a["by"], a["approvals"], a["needed"]) for a in answers] == [
+        ("alice", 1, 2),
+        ("bob", 2, 2),
+    ]
+    audit = [(e["actor"], e["path"], e["status_code"]) for e in api.get("/api/v1/audit").json()]
+    approve = f"/api/v1/runs/{run_id}/approve"
+    assert {("alice", approve, 200), ("bob", approve, 200)} <= set(audit)
+
+    declined = waiting_run()  # a decline by anyone, the requester too, ends the gate
+    people["oncall"].post(f"/api/v1/runs/{declined}/reject", json={"note": "wrong input"})
+    assert run_status(api, declined) == "cancelled"
+    for person in people.values():
+        person.close()
+
+
+def run_status(api: httpx.Client, run_id: str) -> str:
+    return str(api.get(f"/api/v1/runs/{run_id}").json()["status"])

@@ -19,7 +19,7 @@ def test_a_secret_used_by_a_run_is_in_no_answer_metric_or_log_line(cluster: Clus
     write_rule(cluster.tmp / "rules", "leaky.yaml", """
         id: leaky
         triggers: [{type: manual}]
-        guardrails: {require_human: true}
+        guardrails: {require_human: {requester_may_approve: true}}
         execution:
           kind: built-in
           actions:

@@ -61,7 +61,7 @@ def write_web_rules(cluster: Cluster) -> None:
             - id: act
               type: run-command
               command: 'echo gated-done'
-        guardrails: {require_human: true}
+        guardrails: {require_human: {requester_may_approve: true}}  # one operator starts and accepts
         """)  # fmt: skip
     write_rule(rules_dir, "chain.yaml", """
         id: chain

@@ -64,6 +64,15 @@ class RunOut(BaseModel):
         return cls.model_validate(row)
 
 
+class ApprovalVote(BaseModel):
+    """One operator's approval of a gate that needs several."""
+
+    token: str = Field(description="the approving token's name (what is counted)")
+    by: str = Field(description="as recorded: the token's name, with a shared token's `by`")
+    at: datetime
+    note: str | None = None
+
+
 class ApprovalOut(BaseModel):
     """A run's request for a human decision, and the decision once made."""
 
@@ -83,6 +92,15 @@ class ApprovalOut(BaseModel):
     decided_at: datetime | None
     decided_by: str | None
     note: str | None
+    approvals_needed: int = Field(
+        default=1, description="a gate: how many tokens must approve it (require_human)"
+    )
+    excluded_approver: str | None = Field(
+        default=None, description="a gate: the requester's token, whose approval is refused"
+    )
+    votes: list[ApprovalVote] | None = Field(
+        default=None, description="a gate: the approvals counted so far"
+    )
 
 
 class StepUsage(BaseModel):
