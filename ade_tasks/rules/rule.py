@@ -14,7 +14,7 @@ from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
 from ade_tasks.rules.steps import Execution
-from ade_tasks.rules.triggers import Trigger
+from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
 
 # --- the rule ------------------------------------------------------------------------------
 
@@ -69,6 +69,17 @@ class Rule(Document):
             object.__setattr__(self, "name", self.id)
         if not self.billing_code:
             object.__setattr__(self, "billing_code", f"auto:{self.id}")
+        return self
+
+    @model_validator(mode="after")
+    def _not_following_itself(self) -> Rule:
+        for index, trigger in enumerate(self.triggers):
+            if isinstance(trigger, RunFinishedTrigger) and trigger.follows(self.id):
+                raise ValueError(
+                    f"triggers.{index}: a run.finished trigger cannot follow its own rule "
+                    f"({', '.join(trigger.rule)} matches {self.id!r}): each run would start the "
+                    "next one; name the other rules only"
+                )
         return self
 
     @property
