@@ -58,7 +58,8 @@ def list_rules(session: Session) -> Sequence[RuleRow]:
 
 def enabled_by_id(session: Session) -> dict[str, bool]:
     """Every stored rule's id -> whether it is enabled (one narrow statement)."""
-    return dict(session.execute(select(RuleRow.id, RuleRow.enabled)).tuples().all())
+    rows = session.execute(select(RuleRow.id, RuleRow.enabled)).all()
+    return {str(rule_id): bool(enabled) for rule_id, enabled in rows}
 
 
 def encode_rule_cursor(rule_id: str) -> str:
