@@ -7,12 +7,13 @@ admission records a run `skipped`. What they all share is the run's `finished_at
 place that sees every finish is a sweep over it: `sweep_finished_runs`, a housekeeping job every
 `ADE_RECOVERY_INTERVAL_SECONDS` (`ade_tasks.housekeeping`), reads the runs finished since its
 cursor (the ingress cursor `run.finished`, moved to `now - LAG` after each pass, so a finish
-whose transaction commits late is still seen: the rollups' assumption, `run_rollups.LAG`) and
-emits each one that a following rule has not started yet. The runner also emits right after
-it records an outcome (`emit_after_finish`), so the common path does not wait for the sweep; a
-worker killed between the two, or a finish the runner did not make, is the sweep's. Both go
-through `local_events.emit` with the same key, so each following rule starts once however often
-the finish is emitted (a retried finish, a redelivered message, the sweep passing it twice).
+whose transaction commits late is still seen: the rollups' assumption, `run_rollups.LAG`; at
+most `CATCH_UP` back) and emits each one that a following rule has not started yet. The runner
+also emits right after it records an outcome (`emit_after_finish`), so the common path does not
+wait for the sweep; a worker killed between the two, or a finish the runner did not make, is the
+sweep's. Both go through `local_events.emit` with the same key, so each following rule starts
+once however often the finish is emitted (a retried finish, a redelivered message, the sweep
+passing it twice).
 
 The status is the one the run has when its event is read: the rare succeeded run whose deferred
 cleanup fails it later may start the rules following either status. A chain deeper than
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -39,6 +40,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.run_rollups import LAG
 from ade_tasks.db.run_steps import list_steps
 from ade_tasks.db.schema import RunRow
+from ade_tasks.errors import AdeError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender
@@ -60,6 +62,9 @@ log = logging.getLogger(__name__)
 REFUSED = "run.finished.refused"
 #: The ingress cursor of the sweep: the `finished_at` from which it reads runs.
 CURSOR = "run.finished"
+#: How far back the sweep reaches at most (housekeeping that was down longer loses the finishes
+#: no runner emitted before then, rather than starting a flood of old follow-ups).
+CATCH_UP = timedelta(hours=1)
 #: How long a worker trusts its list of the rules that follow others (the sweep reads it anew).
 FOLLOWERS_TTL_SECONDS = 5.0
 
@@ -167,14 +172,17 @@ def sweep_finished_runs(
     started yet (the module docstring): the ids of the runs started."""
     with session_factory() as session:
         stored = cursors_db.read(session, CURSOR)
-        since = datetime.fromisoformat(stored) if stored else now - LAG
+        since = max(datetime.fromisoformat(stored) if stored else now - LAG, now - CATCH_UP)
         followers = rule_triggers.rules_with_trigger(session, RUN_FINISHED)
         pending = _unfollowed(session, followers, since) if followers else []
     started: list[str] = []
     for run_id in pending:
-        started += emit_run_finished(
-            session_factory, sender, run_id, automations_disabled=automations_disabled
-        )
+        try:
+            started += emit_run_finished(
+                session_factory, sender, run_id, automations_disabled=automations_disabled
+            )
+        except AdeError as exc:  # e.g. the run was pruned meanwhile; the others still go
+            log.warning("run %s: its run.finished event was not emitted: %s", run_id, exc.message)
     with session_factory.begin() as session:
         cursors_db.write(session, CURSOR, max(since, now - LAG).isoformat(), by=by, now=now)
     return started

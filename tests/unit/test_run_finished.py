@@ -24,6 +24,7 @@ from ade_tasks.rules.triggers import RunFinishedTrigger
 from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import Settings
 from ade_tasks.triggers.finished_runs import (
+    CATCH_UP,
     REFUSED,
     emit_run_finished,
     sweep_finished_runs,
@@ -217,6 +218,21 @@ def test_the_sweep_starts_nothing_for_runs_finished_before_its_window(
     # A first sweep long after (a new cluster, a rule added later) does not replay history
     later = utcnow() + timedelta(hours=1)
     assert sweep_finished_runs(session_factory, InMemorySender(), later) == []
+
+
+def test_the_sweep_reaches_back_at_most_its_catch_up_bound(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    follower(session_factory, rules_dir, "{type: run.finished, rule: fix, status: [cancelled]}")
+    now = utcnow()
+    sweep_finished_runs(session_factory, InMemorySender(), now)  # the cursor is stored
+    fix_id = dispatch(session_factory, InMemorySender(), "fix", TriggerEvent.manual()).run.id
+    with session_factory.begin() as session:
+        run_cancels.cancel_run(session, fix_id, "ops")
+    # Housekeeping comes back after longer than CATCH_UP: the old finish is not followed
+    back = now + CATCH_UP + timedelta(minutes=2)
+    assert sweep_finished_runs(session_factory, InMemorySender(), back) == []
+    assert runs_of(session_factory, "slow-suite") == []
 
 
 def test_a_chain_past_the_depth_limit_starts_nothing_and_says_why_once(
