@@ -144,6 +144,14 @@ def run_fix(session_factory: SessionFactory, config: RunnerConfig, command: str 
     return run_id
 
 
+def cancelled_fix(session_factory: SessionFactory) -> str:
+    """A run of fix that an operator cancels while it is queued (no runner ever sees it)."""
+    fix_id = dispatch(session_factory, InMemorySender(), "fix", TriggerEvent.manual()).run.id
+    with session_factory.begin() as session:
+        run_cancels.cancel_run(session, fix_id, "ops")
+    return fix_id
+
+
 def runs_of(session_factory: SessionFactory, rule_id: str) -> list[RunRow]:
     with session_factory() as session:
         return list(session.scalars(select(RunRow).where(RunRow.rule_id == rule_id)))
@@ -194,9 +202,7 @@ def test_the_sweep_emits_a_finish_the_runner_never_saw_once(
     follower(session_factory, rules_dir, "{type: run.finished, rule: fix, status: [cancelled]}")
     now = utcnow()
     sweep_finished_runs(session_factory, InMemorySender(), now)  # the cursor starts here
-    fix_id = dispatch(session_factory, InMemorySender(), "fix", TriggerEvent.manual()).run.id
-    with session_factory.begin() as session:
-        run_cancels.cancel_run(session, fix_id, "ops")
+    fix_id = cancelled_fix(session_factory)
     # When the sweep runs, and again a moment later (the run is still inside its window)
     sender = InMemorySender()
     first = sweep_finished_runs(session_factory, sender, now + timedelta(seconds=1))
@@ -204,7 +210,7 @@ def test_the_sweep_emits_a_finish_the_runner_never_saw_once(
     # Then slow-suite started once, from the first pass
     (slow,) = runs_of(session_factory, "slow-suite")
     assert first == [slow.id] and second == []
-    assert slow.trigger["run"]["status"] == "cancelled"
+    assert (slow.trigger["run"]["id"], slow.trigger["run"]["status"]) == (fix_id, "cancelled")
     assert [run_id for run_id, *_ in sender.sent] == [slow.id]
 
 
@@ -212,9 +218,7 @@ def test_the_sweep_starts_nothing_for_runs_finished_before_its_window(
     session_factory: SessionFactory, rules_dir: Path
 ) -> None:
     follower(session_factory, rules_dir, "{type: run.finished, rule: fix, status: [cancelled]}")
-    fix_id = dispatch(session_factory, InMemorySender(), "fix", TriggerEvent.manual()).run.id
-    with session_factory.begin() as session:
-        run_cancels.cancel_run(session, fix_id, "ops")
+    cancelled_fix(session_factory)
     # A first sweep long after (a new cluster, a rule added later) does not replay history
     later = utcnow() + timedelta(hours=1)
     assert sweep_finished_runs(session_factory, InMemorySender(), later) == []
@@ -226,9 +230,7 @@ def test_the_sweep_reaches_back_at_most_its_catch_up_bound(
     follower(session_factory, rules_dir, "{type: run.finished, rule: fix, status: [cancelled]}")
     now = utcnow()
     sweep_finished_runs(session_factory, InMemorySender(), now)  # the cursor is stored
-    fix_id = dispatch(session_factory, InMemorySender(), "fix", TriggerEvent.manual()).run.id
-    with session_factory.begin() as session:
-        run_cancels.cancel_run(session, fix_id, "ops")
+    cancelled_fix(session_factory)
     # Housekeeping comes back after longer than CATCH_UP: the old finish is not followed
     back = now + CATCH_UP + timedelta(minutes=2)
     assert sweep_finished_runs(session_factory, InMemorySender(), back) == []
