@@ -28,6 +28,7 @@ from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.triggers.finished_runs import sweep_finished_runs
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ def standard_jobs(
 ) -> list[Job]:
     """The recovery sweep, retention pruning every hour (schedule occurrences, ingress events,
     settled scheduled runs, and runs when `run_retention_days` is set), the history's partitions
-    every hour on PostgreSQL (`maintain_partitions`), the metrics' run rollup every minute, and
+    every hour on PostgreSQL (`maintain_partitions`), the metrics' run rollup every minute, the
+    run.finished sweep as often as the recovery sweep (`ade_tasks.triggers.finished_runs`), and
     every registered job."""
 
     def sweep(_now: datetime) -> object:
@@ -93,6 +95,10 @@ def standard_jobs(
         with session_factory.begin() as session:
             return run_rollups.advance(session, now)
 
+    def follow(now: datetime) -> object:
+        disabled = settings.disable_automations
+        return sweep_finished_runs(session_factory, sender, now, automations_disabled=disabled)
+
     def partition(now: datetime) -> object:
         return maintain_partitions(session_factory, now, settings.run_retention_days)
 
@@ -101,6 +107,7 @@ def standard_jobs(
         Job("prune", timedelta(hours=1), prune),
         Job("partitions", PARTITION_JOB_EVERY, partition),
         Job("rollup", timedelta(minutes=1), roll_up),
+        Job("run-finished", timedelta(seconds=settings.recovery_interval_seconds), follow),
         *(factory(session_factory, sender, settings) for factory in _REGISTERED),
     ]
 

@@ -16,6 +16,10 @@ will fire it, or the setup error in words:
 - `git.*`, `file.changed`: always ready: local events (`ade-tasks emit`, its git hooks,
   `ade-tasks watch`) need no set-up the engine could see.
 - `lane.created`, `lane.deleted`: always ready: the engine's own runs make these events.
+- `run.finished`: ready when a stored rule its `rule` globs name is enabled (path `runs of
+  rule X finishing`); not ready when none is stored (a misspelt id never fires) or every one
+  is disabled (only their manual runs would finish). Without the stored rules in the snapshot
+  (`LiveState.rules` None), ready.
 
 Beside the triggers, problems of the whole rule stop every trigger: an untrusted shared rule,
 an agent provider that is not set up (as `ade-tasks providers` decides, without a network call),
@@ -40,6 +44,7 @@ from ade_tasks.rules.triggers import (
     GitTrigger,
     LaneTrigger,
     ManualTrigger,
+    RunFinishedTrigger,
     ScheduleTrigger,
     WebhookTrigger,
 )
@@ -70,6 +75,8 @@ class LiveState:
     projects: frozenset[str] = frozenset({"default"})
     providers: Mapping[str, ProviderReadiness] = field(default_factory=dict)
     heartbeats: tuple[Heartbeat, ...] = ()
+    #: Stored rule id -> enabled, for run.finished triggers; None: not known.
+    rules: Mapping[str, bool] | None = None
 
     def alive(self, kind: str) -> list[Heartbeat]:
         """The live processes of one kind, the most recently seen first."""
@@ -264,6 +271,25 @@ def _lane(trigger: LaneTrigger, state: LiveState) -> tuple[str | None, str | Non
     return "lane events of runs (the engine's own)", None
 
 
+def _run_finished(trigger: RunFinishedTrigger, state: LiveState) -> tuple[str | None, str | None]:
+    followed = ", ".join(trigger.rule)
+    if state.rules is None:
+        return f"runs of rule {followed} finishing", None
+    found = sorted(rule_id for rule_id in state.rules if trigger.follows(rule_id))
+    enabled = [rule_id for rule_id in found if state.rules[rule_id]]
+    if enabled:
+        return f"runs of rule {', '.join(enabled)} finishing", None
+    if found:
+        return None, (
+            f"the rules it follows ({', '.join(found)}) are disabled, so only their manual runs "
+            "finish; enable one of them"
+        )
+    return None, (
+        f"no stored rule matches {followed}, so no run it follows ever finishes; check the "
+        "rule ids (`ade-tasks rules list`)"
+    )
+
+
 #: One check per trigger model; a new trigger type adds its check here.
 _CHECKS: dict[type, Check] = {
     ScheduleTrigger: _schedule,
@@ -273,4 +299,5 @@ _CHECKS: dict[type, Check] = {
     GitTrigger: _local,
     FileTrigger: _local,
     LaneTrigger: _lane,
+    RunFinishedTrigger: _run_finished,
 }

@@ -51,6 +51,7 @@ def live_state(
         projects=frozenset({"default", *settings.projects}),
         providers=provider_readiness(settings, which),
         heartbeats=tuple(heartbeats_db.recent(session)),
+        rules=rules_db.enabled_by_id(session),
     )
 
 

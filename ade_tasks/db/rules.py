@@ -56,6 +56,12 @@ def list_rules(session: Session) -> Sequence[RuleRow]:
     return session.scalars(select(RuleRow).order_by(RuleRow.id)).all()
 
 
+def enabled_by_id(session: Session) -> dict[str, bool]:
+    """Every stored rule's id -> whether it is enabled (one narrow statement)."""
+    rows = session.execute(select(RuleRow.id, RuleRow.enabled)).all()
+    return {str(rule_id): bool(enabled) for rule_id, enabled in rows}
+
+
 def encode_rule_cursor(rule_id: str) -> str:
     """An opaque cursor pointing after `rule_id` in id order."""
     return base64.urlsafe_b64encode(rule_id.encode()).decode().rstrip("=")

@@ -16,7 +16,7 @@ from ade_tasks.rules.concurrency import Concurrency
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
 from ade_tasks.rules.steps import Execution
-from ade_tasks.rules.triggers import Trigger
+from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
 
 # --- the rule ------------------------------------------------------------------------------
 
@@ -109,6 +109,17 @@ class Rule(Document):
                     "tool_palette notify posts to the rule's notify webhook, and "
                     "outputs.notify_url is not set: set it (notify_url: "
                     "${env:SLACK_WEBHOOK_URL}) or remove notify from the palette"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _not_following_itself(self) -> Rule:
+        for index, trigger in enumerate(self.triggers):
+            if isinstance(trigger, RunFinishedTrigger) and trigger.follows(self.id):
+                raise ValueError(
+                    f"triggers.{index}: a run.finished trigger cannot follow its own rule "
+                    f"({', '.join(trigger.rule)} matches {self.id!r}): each run would start the "
+                    "next one; name the other rules only"
                 )
         return self
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -30,6 +31,7 @@ from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
 from ade_tasks.schedule.evaluator import ScheduleError, never_fires, zone_named
 from ade_tasks.schedule.legacy import admitted_day_match
 from ade_tasks.schedule.slots import ScheduleSpec, check_not_past, check_zoned
+from ade_tasks.states import FINAL_STATUSES, QueueStatus
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,6 +83,7 @@ class TriggerType(StrEnum):
     LANE_DELETED = "lane.deleted"
     LANE_MERGED = "lane.merged"
     FILE_CHANGED = "file.changed"
+    RUN_FINISHED = "run.finished"
 
 
 GITHUB_TYPES = tuple(t.value for t in TriggerType if t.value.startswith("github."))
@@ -339,6 +342,50 @@ class FileTrigger(Document):
     exclude: list[str] = Field(default_factory=list)
 
 
+#: What a `run.finished` trigger's `status` may name: a run's final status, or the review-queue
+#: status it lands in when it finishes (not `ignored` / `archived`: an operator sets those later).
+RUN_FINISHED_STATUSES = (
+    *sorted(s.value for s in FINAL_STATUSES),
+    *(s.value for s in QueueStatus if s not in (QueueStatus.IGNORED, QueueStatus.ARCHIVED)),
+)
+
+
+#: A rule id (`SLUG`) or a glob over rule ids (`*`, `?`, `[...]`).
+RULE_GLOB = r"^[a-z0-9*?\[][a-z0-9*?\[\]!_.-]*$"
+
+
+class RunFinishedTrigger(Document):
+    """A run of another rule finished: `rule` names the rules it follows (ids or globs over
+    ids, `fix-*`), `status` the outcomes it starts on (none given: every outcome). A rule
+    following itself is refused (`Rule`); longer loops are bounded by the chain depth
+    (`ade_tasks.triggers.run_finished`)."""
+
+    type: Literal["run.finished"]
+    rule: list[Annotated[str, Field(pattern=RULE_GLOB)]] = Field(min_length=1)
+    status: list[str] = Field(default_factory=list)
+
+    @field_validator("rule", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known_statuses(cls, value: Any) -> Any:
+        value = [value] if isinstance(value, str) else value
+        unknown = [s for s in value or [] if s not in RUN_FINISHED_STATUSES]
+        if unknown:
+            raise ValueError(
+                f"unknown run status {', '.join(map(repr, unknown))}; a run.finished trigger "
+                f"starts on {', '.join(RUN_FINISHED_STATUSES)}"
+            )
+        return value
+
+    def follows(self, rule_id: str) -> bool:
+        """Does this trigger follow the runs of rule `rule_id`?"""
+        return any(fnmatchcase(rule_id, glob) for glob in self.rule)
+
+
 Trigger = Annotated[
     Annotated[
         ScheduleTrigger
@@ -347,7 +394,8 @@ Trigger = Annotated[
         | GithubTrigger
         | GitTrigger
         | LaneTrigger
-        | FileTrigger,
+        | FileTrigger
+        | RunFinishedTrigger,
         Field(discriminator="type"),
     ],
     BeforeValidator(_normalize_trigger),

@@ -17,6 +17,7 @@ from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.triggers.base import Matcher, TriggerTest
 from ade_tasks.triggers.filters import filter_matcher
 from ade_tasks.triggers.lane import lane_matcher, merged_lane_events
+from ade_tasks.triggers.run_finished import run_finished_matcher
 from ade_tasks.triggers.webhook import webhook_matcher
 
 MATCHERS: dict[str, Matcher] = {
@@ -28,6 +29,7 @@ MATCHERS: dict[str, Matcher] = {
     TriggerType.LANE_CREATED.value: lane_matcher,
     TriggerType.LANE_DELETED.value: lane_matcher,
     TriggerType.LANE_MERGED.value: lane_matcher,
+    TriggerType.RUN_FINISHED.value: run_finished_matcher,
 }
 
 FollowOn = Callable[[SessionFactory, Mapping[str, object]], list[tuple[str, TriggerEvent]]]

@@ -37,7 +37,8 @@ from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.dispatch import release_buffered
 from ade_tasks.runs.review import review
 from ade_tasks.secrets import Masker
-from ade_tasks.states import RunStatus, StepStatus
+from ade_tasks.states import FINAL_STATUSES, RunStatus, StepStatus
+from ade_tasks.triggers.finished_runs import emit_after_finish
 from ade_workers.actions.base import StepOutcome
 from ade_workers.engine.chain import ChainState, StepRun, run_step
 from ade_workers.engine.publish import publish
@@ -101,6 +102,7 @@ def execute_run(
     notify(STARTED)
     if not isinstance(prepared, tuple):
         notify(prepared)
+        _followed(session_factory, config, run_id, claimed_rule[0], prepared)
         return prepared
     plan, deadline = prepared
     with config.monitor.watch(sessions, run_id, worker, settings, started) as monitor:
@@ -129,7 +131,22 @@ def execute_run(
             concurrency_keys.release(session_factory, config.sender, plan.rule, run_id)
         elif limit is not None:
             release_buffered(session_factory, config.sender, plan.rule.id, limit)
+    _followed(session_factory, config, run_id, plan.rule.id, status)
     return status
+
+
+def _followed(
+    session_factory: SessionFactory,
+    config: RunnerConfig,
+    run_id: str,
+    rule_id: str,
+    status: RunStatus | None,
+) -> None:
+    """Start the rules whose run.finished triggers follow this finished run now, rather than
+    at the next sweep (`ade_tasks.triggers.finished_runs`)."""
+    if status in FINAL_STATUSES and config.sender is not None:
+        emit_after_finish(session_factory, config.sender, run_id, rule_id,
+                          automations_disabled=config.settings.disable_automations)  # fmt: skip
 
 
 def _run_chain(
