@@ -2,7 +2,8 @@
 
 `base` holds the root group and what every command shares; each other module attaches one
 group of commands to it (actions, rules, runs, history, events, operations, admin, backfill,
-cron, poll, providers, relay) and imports only `base` and the domain, never another command module.
+cron, doctor, poll, providers, relay) and imports only `base` and the domain, never another
+command module.
 Importing this package registers every command on `main`.
 """
 
@@ -11,6 +12,7 @@ from ade_api.cli import (  # noqa: F401  (each registers its commands on `main`)
     admin,
     backfill,
     cron,
+    doctor,
     events,
     history,
     operations,
