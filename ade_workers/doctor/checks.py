@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 from sqlalchemy import Engine, make_url, text
 
@@ -62,8 +63,12 @@ def check_settings(probe: Probe) -> Finding:
         )
     settings = probe.loaded
     database = make_url(settings.effective_database_url).render_as_string(hide_password=True)
-    broker = make_url(settings.broker_url).render_as_string(hide_password=True)
-    return Finding(Verdict.OK, f"database {database}, broker {broker}")
+    return Finding(Verdict.OK, f"database {database}, broker {_shown(settings.broker_url)}")
+
+
+def _shown(broker_url: str) -> str:
+    """The broker URL without its password (kombu's own redaction: any transport's form)."""
+    return str(maybe_sanitize_url(broker_url))
 
 
 def _engine(probe: Probe) -> Engine:
@@ -126,10 +131,9 @@ def check_broker(probe: Probe) -> Finding:
         return Finding(Verdict.OK, "the embedded in-memory broker of `ade-tasks dev`")
     problem = broker_reachable(_celery(probe), timeout=probe.timeout)
     if problem is not None:
-        where = make_url(probe.loaded.broker_url).render_as_string(hide_password=True)
         return Finding(
             Verdict.FAIL,
-            f"{where} cannot be reached: {problem}",
+            f"{_shown(probe.loaded.broker_url)} cannot be reached: {problem}",
             "check ADE_BROKER_URL and that Redis or RabbitMQ runs and accepts connections "
             "from this host",
         )

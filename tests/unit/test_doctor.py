@@ -22,7 +22,13 @@ from ade_workers.doctor.check import (
     run_checks,
     settings_problems,
 )
-from ade_workers.doctor.checks import check_providers, check_sandbox, check_workers, load_probe
+from ade_workers.doctor.checks import (
+    CHECKS,
+    check_providers,
+    check_sandbox,
+    check_workers,
+    load_probe,
+)
 from ade_workers.doctor.github_token import judge_scopes, parse_scopes
 from tests.unit.conftest import add_rule
 
@@ -198,3 +204,10 @@ def test_a_queue_an_enabled_rule_uses_without_a_worker_fails_an_unused_one_warns
     assert idle.verdict == Verdict.WARN
     assert idle.detail.startswith("no worker consumes ade.agent, which no enabled rule uses")
     assert "nightly: 1 worker(s)" in idle.detail and "other" not in idle.detail
+
+
+def test_the_operations_page_explains_every_check() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    table = docs.split("### Checking a cluster: `ade-tasks doctor`", 1)[1]
+
+    assert [c.name for c in CHECKS if f"| `{c.name}` |" not in table] == []
