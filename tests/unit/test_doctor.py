@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from pydantic import ValidationError
 
+from ade_api.cli import main
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.settings import Settings
 from ade_workers.doctor.check import (
@@ -211,3 +213,23 @@ def test_the_operations_page_explains_every_check() -> None:
     table = docs.split("### Checking a cluster: `ade-tasks doctor`", 1)[1]
 
     assert [c.name for c in CHECKS if f"| `{c.name}` |" not in table] == []
+
+
+def test_bad_settings_are_the_doctors_first_failed_line_and_other_commands_one_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a setting that does not parse
+    monkeypatch.setenv("ADE_LEASE_SECONDS", "soon")
+
+    # When the doctor runs, and when another command runs
+    doctor = CliRunner().invoke(main, ["doctor"])
+    other = CliRunner().invoke(main, ["providers"])
+
+    # Then the doctor names the variable on its settings line and skips what needs settings
+    assert doctor.exit_code == 1, doctor.output
+    first = doctor.output.splitlines()[0]
+    assert first.startswith("settings   fail  ADE_LEASE_SECONDS: Input should be a valid number")
+    assert "database   skip  not checked: settings did not pass" in doctor.output
+    # And the other command stops with one error line instead of a traceback
+    assert other.exit_code == 2
+    assert other.output.startswith("error: the settings do not load: ADE_LEASE_SECONDS: ")
