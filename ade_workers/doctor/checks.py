@@ -33,6 +33,7 @@ from sqlalchemy import Engine, make_url, text
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db import rules as rules_db
+from ade_tasks.db.clock import read_clock
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import current_revision, schema_lag
 from ade_tasks.settings import Settings
@@ -202,7 +203,8 @@ def check_beats(probe: Probe) -> Finding:
     factory = create_session_factory(_engine(probe))
     with factory() as session:
         beats = [b for b in heartbeats_db.recent(session) if b.kind == heartbeats_db.BEAT]
-    now = utcnow()
+    reading = read_clock(factory)  # heartbeats are database time; this machine's may be off
+    now = reading.database if reading is not None else utcnow()
     alive = [beat for beat in beats if beat.alive(now)]
     if not alive:
         seen = max((beat.seen_at for beat in beats), default=None)
