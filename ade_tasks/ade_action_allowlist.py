@@ -81,27 +81,33 @@ class _Args(BaseModel):
 class RunsCancelArgs(_Args):
     """Arguments of `runs.cancel`."""
 
-    run_id: str = Field(min_length=1, max_length=36)
+    run_id: str = Field(min_length=1, max_length=36, description="the run to cancel (its full id)")
 
 
 class RuleIdArgs(_Args):
     """Arguments of `rules.enable` and `rules.disable`."""
 
-    rule_id: str = Field(pattern=SLUG)
+    rule_id: str = Field(pattern=SLUG, description="the rule's id")
 
 
 class LanesListArgs(_Args):
     """Arguments of `lanes.list` (active lanes unless `status` says otherwise)."""
 
-    status: Literal["active", "deleted", "all"] = "active"
+    status: Literal["active", "deleted", "all"] = Field(
+        default="active", description="which lanes to list"
+    )
 
 
 class GithubCommentArgs(_Args):
     """Arguments of `github.comment`."""
 
-    repo: str = Field(pattern=REPO_PATTERN)
-    number: int = Field(ge=1)
-    body: str = Field(min_length=1, max_length=GITHUB_BODY_MAX)
+    repo: str = Field(pattern=REPO_PATTERN, description="the repository, owner/name")
+    number: int = Field(ge=1, description="the issue or pull request number")
+    body: str = Field(
+        min_length=1,
+        max_length=GITHUB_BODY_MAX,
+        description="the comment (Markdown; templates allowed)",
+    )
 
 
 Label = Annotated[str, Field(min_length=1, max_length=GITHUB_LABEL_MAX)]
@@ -110,28 +116,34 @@ Label = Annotated[str, Field(min_length=1, max_length=GITHUB_LABEL_MAX)]
 class GithubLabelsArgs(_Args):
     """Arguments of `github.add_labels`."""
 
-    repo: str = Field(pattern=REPO_PATTERN)
-    number: int = Field(ge=1)
-    labels: list[Label] = Field(min_length=1, max_length=20)
+    repo: str = Field(pattern=REPO_PATTERN, description="the repository, owner/name")
+    number: int = Field(ge=1, description="the issue or pull request number")
+    labels: list[Label] = Field(min_length=1, max_length=20, description="the labels to add")
 
 
 class NotifySendArgs(_Args):
     """Arguments of `notify.send`; `url` is a secret reference such as `${env:SLACK_URL}`."""
 
-    url: str = Field(min_length=1)
-    text: str = Field(min_length=1, max_length=NOTIFY_TEXT_MAX)
+    url: str = Field(
+        min_length=1, description="the incoming webhook, as a secret reference ${env:NAME}"
+    )
+    text: str = Field(
+        min_length=1, max_length=NOTIFY_TEXT_MAX, description="the message (templates allowed)"
+    )
 
 
 class CleanupsListArgs(_Args):
     """Arguments of `cleanups.list` (every cleanup unless `status` narrows it)."""
 
-    status: Literal["scheduled", "executing", "done", "failed", "cancelled", "all"] = "all"
+    status: Literal["scheduled", "executing", "done", "failed", "cancelled", "all"] = Field(
+        default="all", description="which cleanups to list"
+    )
 
 
 class CleanupsCancelArgs(_Args):
     """Arguments of `cleanups.cancel`."""
 
-    cleanup_id: int = Field(ge=1)
+    cleanup_id: int = Field(ge=1, description="the cleanup's id, as `cleanups.list` shows it")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,14 @@ def fail(message: str, code: int = USAGE) -> NoReturn:
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """ADE Tasks: automations and agent runs on Celery."""
-    ctx.obj = get_settings()
+    try:
+        ctx.obj = get_settings()
+    except ValueError as exc:  # pydantic's ValidationError, pydantic-settings' SettingsError
+        if ctx.invoked_subcommand == "doctor":
+            return  # the doctor reports bad settings as its first check
+        from ade_workers.doctor.check import settings_problems
+
+        fail(f"the settings do not load: {'; '.join(settings_problems(exc))}")
 
 
 # --- database and rules (local) -----------------------------------------------------------

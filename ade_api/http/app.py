@@ -26,6 +26,7 @@ from ade_api.http.delivery_intake import EventIntake
 from ade_api.http.deps import Services
 from ade_api.http.problems import status_of
 from ade_api.http.routes import (
+    actions,
     admin,
     backfill,
     health,
@@ -174,6 +175,7 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(metrics.router)
     app.include_router(usage.router)
+    app.include_router(actions.router)
     app.include_router(web_routes.router)
     app.include_router(web_rules.router)
     app.include_router(web_run_form.router)
