@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ade_tasks.agents.threads import MAX_ENTRIES, Entry, Turn
 from ade_tasks.clock import utcnow
+from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.thread_tables import ThreadEntryRow
 
 #: Entries older than this are deleted when a session of any thread ends.
@@ -120,6 +122,60 @@ def runs_of(session: Session, project: str, key: str) -> list[ThreadRun]:
         .order_by(ThreadEntryRow.id)
     )
     return [ThreadRun(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RunThread:
+    """A thread one agent step of a run took part in: its key, the runs the step was given
+    when it started, and every session the thread holds now (the run's own once it ended)."""
+
+    step: str
+    project: str
+    key: str
+    continued: list[str]
+    runs: list[ThreadRun]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape the run API and `ade-tasks runs show --json` give."""
+        return {
+            "step": self.step,
+            "project": self.project,
+            "key": self.key,
+            "continued": self.continued,
+            "runs": [
+                {
+                    "run_id": r.run_id,
+                    "step": r.step_id,
+                    "rule_id": r.rule_id,
+                    "status": r.status,
+                    "ended_at": r.created_at.isoformat(),
+                }
+                for r in self.runs
+            ],
+        }
+
+
+#: The run event an agent step records when it opens its thread.
+THREAD_EVENT = "agent.thread"
+
+
+def threads_of_run(session: Session, run_id: str) -> list[RunThread]:
+    """The threads the run's agent steps opened (`agent.thread` events), in order."""
+    threads = []
+    for kind, data in run_events_db.events_of(session, run_id, THREAD_EVENT):
+        if kind != THREAD_EVENT:
+            continue
+        project, key = str(data.get("project", "")), str(data.get("key", ""))
+        threads.append(
+            RunThread(
+                step=str(data.get("step", "")),
+                project=project,
+                key=key,
+                continued=[str(r) for r in data.get("continues") or []],
+                runs=runs_of(session, project, key),
+            )
+        )
+    return threads
 
 
 def _entry(row: ThreadEntryRow) -> Entry:

@@ -30,10 +30,10 @@ from ade_tasks.agents.threads import (
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.threads import THREAD_EVENT
 from ade_tasks.rules.steps import AgentSessionStep
 from ade_tasks.templating import TemplateContext, render
 
-THREAD_EVENT = "agent.thread"
 SAVED_EVENT = "agent.thread_saved"
 
 

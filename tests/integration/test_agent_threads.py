@@ -8,17 +8,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from ade_api.http.app import create_app
 from ade_tasks.agents.threads import CONTINUATION_CHARS, Turn
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
+from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
-from ade_tasks.settings import ModelPrice, ProviderSettings
+from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
 from ade_tasks.states import RunStatus
+from ade_workers.celery.app import create_celery_app
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_anthropic import ScriptedAnthropic
@@ -115,6 +121,27 @@ def test_a_later_run_with_the_same_key_continues_the_earlier_conversation_over_h
     with session_factory() as session:
         runs = threads_db.runs_of(session, "default", "pr-7")
     assert [(r.run_id, r.status) for r in runs] == [(first, "completed"), (second, "completed")]
+    detail, page = shown(session_factory, second)
+    (thread,) = detail["threads"]
+    assert thread["key"] == "pr-7" and thread["continued"] == [first]
+    assert [r["run_id"] for r in thread["runs"]] == [first, second]
+    assert "Agent threads" in page and "pr-7" in page and f"/ui/runs/{first}" in page
+
+
+def shown(session_factory: SessionFactory, run_id: str) -> tuple[dict[str, Any], str]:
+    """The run as the run API gives it, and its run page."""
+    settings = Settings()
+    celery = create_celery_app(settings, session_factory=session_factory)
+    app = create_app(
+        settings, session_factory=session_factory, celery=celery, sender=InMemorySender()
+    )
+    with session_factory.begin() as session:
+        _, token = tokens_db.create_token(session, "viewer", Role.VIEWER, "tests")
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        detail = client.get(f"/api/v1/runs/{run_id}")
+        page = client.get(f"/ui/runs/{run_id}")
+    assert detail.status_code == page.status_code == 200, detail.text
+    return detail.json(), page.text
 
 
 @pytest.mark.parametrize(
