@@ -28,6 +28,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.threads import THREAD_EVENT
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import registry as guardrails
 from ade_tasks.guardrails.base import Allowance, Cost
@@ -43,7 +44,7 @@ from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.thread_session import THREAD_EVENT, close_thread, open_thread, tainted_by
+from ade_workers.agents.thread_session import close_thread, open_thread, tainted_by
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.engine.agent_user import AgentUser, AgentUsers
