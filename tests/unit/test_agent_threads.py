@@ -3,9 +3,12 @@ bounds of a stored entry and of what a continuing session is given."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ade_tasks.agents.prompt import FENCE, NOTICE
 from ade_tasks.agents.threads import (
@@ -23,6 +26,8 @@ from ade_tasks.agents.threads import (
     continuation,
     turns_of,
 )
+from ade_tasks.rules.loader import parse_rule
+from ade_tasks.rules.rule import Rule
 
 WHEN = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
@@ -168,3 +173,35 @@ def test_no_earlier_session_gives_nothing() -> None:
     cont = continuation("k", [])
 
     assert cont.empty and as_text(cont) == "" and as_messages(cont) == []
+
+
+def test_the_docs_example_is_two_rules_of_one_thread() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    section = doc.split("## Durable threads", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+
+    parsed = [parse_rule(d, "docs/agents.md") for d in yaml.safe_load_all(block.group(1))]
+
+    rules = [rule for rule in parsed if isinstance(rule, Rule)]
+    assert len(rules) == 2, parsed
+    keys = {rule.execution.thread for rule in rules}  # type: ignore[union-attr]
+    assert keys == {"pr-{{trigger.repo}}#{{trigger.number}}"}
+
+
+def test_a_steps_thread_template_is_checked_when_the_rule_loads() -> None:
+    document = yaml.safe_load("""
+id: chain
+triggers: [{type: manual}]
+execution:
+  kind: built-in
+  actions:
+    - {id: fix, type: agent-session, provider: openai, model: m, prompt: go,
+       thread: "pr-{{steps.later.output}}"}
+    - {id: later, type: run-command, command: "true"}
+""")
+
+    problems = parse_rule(document, "chain.yaml")
+
+    assert not isinstance(problems, Rule)
+    assert any("execution.actions.0.thread" in str(p) for p in problems), problems
