@@ -19,7 +19,7 @@ from ade_tasks.agents.threads import CONTINUATION_CHARS, Turn
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
 from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
@@ -270,3 +270,25 @@ def test_a_later_claude_code_run_is_given_the_earlier_conversation(
     assert "Fix the failing test." in second_request and FIXED in second_request
     assert "call Read" in second_request and "print('hi')" in second_request
     assert second_request.index(FIXED) < second_request.index("Address the review comment.")
+
+
+def test_two_sessions_ending_at_once_on_postgresql_both_keep_their_entry(
+    database_url: str,
+) -> None:
+    engine = create_db_engine(database_url)
+    sessions = create_session_factory(engine)
+    ending = [
+        threads_db.NewEntry("default", "pr-7", run, "session", "fixer", "completed", "", False,
+                            [Turn("user", f"task of {run}")])
+        for run in ("a", "b")
+    ]  # fmt: skip
+
+    with sessions.begin() as first:  # a's transaction is open while b's commits
+        threads_db.append_entry(first, ending[0])
+        with sessions.begin() as second:
+            threads_db.append_entry(second, ending[1])
+
+    with sessions() as session:
+        stored = threads_db.entries_of(session, "default", "pr-7")
+    engine.dispose()
+    assert sorted(e.run_id for e in stored) == ["a", "b"]
