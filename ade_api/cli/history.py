@@ -230,6 +230,11 @@ def runs_show(settings: Settings, run_id: str, url: str | None, as_json: bool) -
         click.echo(
             f"  finding {shown(finding.get('severity'))}: {where} {shown(finding.get('message'))}"
         )
+    for thread in item.get("threads") or []:
+        others = [r["run_id"][:8] for r in thread["runs"] if r["run_id"] != item["id"]]
+        click.echo(f"  thread {thread['key']!r} (step {thread['step']}): "
+                   f"{len(thread['continued'])} earlier session(s) given; "
+                   f"other runs in it: {', '.join(others) or 'none'}")  # fmt: skip
     for step in item["steps"]:
         data = step_event_data(step, item)
         took = duration(step["started_at"], step["finished_at"], step["status"])

@@ -20,7 +20,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ade_tasks.clock import utcnow
-from ade_tasks.db import rollup_tables  # noqa: F401  (its tables join Base.metadata here)
+from ade_tasks.db import (
+    rollup_tables,  # noqa: F401  (its tables join Base.metadata here)
+    thread_tables,  # noqa: F401  (likewise)
+)
 from ade_tasks.db.model_base import NAMING_CONVENTION as NAMING_CONVENTION
 from ade_tasks.db.model_base import AutoId as AutoId
 from ade_tasks.db.model_base import Base as Base

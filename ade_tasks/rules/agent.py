@@ -70,6 +70,9 @@ class AgentSession(Document):
     # Hosts (`name` or `name:port`) the session's processes may reach through the engine's
     # egress proxy; none by default: the sandbox's network holds only the model proxy.
     network_hosts: list[str] = Field(default_factory=list, max_length=100)
+    # A durable thread (`ade_tasks.agents.threads`): sessions whose key renders the same in one
+    # project continue one conversation, e.g. "pr-{{trigger.repo}}#{{trigger.number}}".
+    thread: str | None = Field(default=None, min_length=1, max_length=500)
 
     @field_validator("network_hosts")
     @classmethod

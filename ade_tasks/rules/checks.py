@@ -55,10 +55,11 @@ def _problems_of_step(
     if isinstance(condition, str):
         found += check_condition(condition, earlier_steps=earlier, where=f"{where}.condition")
     model = ACTION_MODELS.get(str(action.get("type")))
-    prompt = action.get("prompt")
-    if action.get("type") == "agent-session" and isinstance(prompt, str):
-        # Rendered by the session, which fences outsiders' text; its names are checked here.
-        found += check_template(prompt, earlier_steps=earlier, where=f"{where}.prompt")
+    for name in ("prompt", "thread"):
+        text = action.get(name)
+        if action.get("type") == "agent-session" and isinstance(text, str):
+            # Rendered by the session (which fences outsiders' text); names checked here.
+            found += check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
     for name in TEMPLATED_FIELDS:
         if name not in action or (model is not None and name not in model.model_fields):
             continue  # a field the step does not have is reported as unknown

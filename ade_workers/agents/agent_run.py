@@ -23,10 +23,12 @@ from typing import Any
 from ade_tasks.agents.policy import Policy, exposed_tools, narrow_for_taint
 from ade_tasks.agents.prompt import render_prompt
 from ade_tasks.agents.protected import ProtectedPaths
+from ade_tasks.agents.threads import as_messages, as_text
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.threads import THREAD_EVENT
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import registry as guardrails
 from ade_tasks.guardrails.base import Allowance, Cost
@@ -43,6 +45,7 @@ from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
+from ade_workers.agents.thread_session import close_thread, open_thread, tainted_by
 from ade_workers.agents.tools.base import RunLink, ToolContext
 from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.engine.agent_user import AgentUser, AgentUsers
@@ -72,6 +75,8 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
         prompt = render_prompt(action.prompt, template, f"step {action.id!r} prompt")
         limits = _limits(sessions, settings, context.rule, action, context)
         link = run_link(context, action)
+        thread = open_thread(sessions, action, context.run_id, context.rule.project, template)
+        prompt = tainted_by(prompt, thread)
     except (AdeError, TemplateError) as exc:
         return StepOutcome(StepStatus.FAILED, error=exc.message)
     policy = Policy.from_rule(action.policy, action.permission_mode)
@@ -107,7 +112,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             ]
             decisions = approvals_db.tool_decisions(session, context.run_id)
         record = _recorder(sessions, context.run_id, action.id)
-        if not history and prompt.tainted:
+        if all(kind == THREAD_EVENT for kind, _ in history) and prompt.tainted:
             record("agent.tainted", {"reasons": list(prompt.reasons), "tools_narrowed": narrowed})
         tool_ctx = ToolContext(
             worktree=context.root,
@@ -140,7 +145,8 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 sandbox=sandbox,
                 completed=completed_calls(history),
             )
-            outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
+            earlier = as_text(thread.continuation) if thread else ""
+            outcome = _cli_session(action, setup, earlier + prompt.text, history, tool_ctx)
         else:
             # One HTTP client per session; closing it releases its connections.
             with closing(http_provider(action.provider, settings)) as provider:
@@ -157,7 +163,18 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                     history=history,
                     record=record,
                     decisions=decisions,
+                    earlier=as_messages(thread.continuation) if thread else [],
                 )
+        close_thread(
+            sessions,
+            thread,
+            run_id=context.run_id,
+            step_id=action.id,
+            rule_id=context.rule.id,
+            prompt=prompt,
+            status=outcome.status,
+            summary=outcome.summary or outcome.error or "",
+        )
         _charge(sessions, context.rule, outcome, history, limits)
         return _step_outcome(outcome, action, prompt.reasons if narrowed else ())
 

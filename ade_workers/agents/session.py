@@ -124,9 +124,11 @@ def run_session(
     history: list[tuple[str, dict[str, Any]]],
     record: Record,
     decisions: ToolDecisions = NO_DECISIONS,
+    earlier: list[Message] | None = None,
 ) -> SessionOutcome:
-    """Run, or continue from `history`, the tool loop until the model finishes or a limit hits."""
-    state = _replay(system, prompt, history)
+    """Run, or continue from `history`, the tool loop until the model finishes or a limit hits.
+    `earlier`: messages before the prompt (a thread's earlier sessions, `agents.threads`)."""
+    state = _replay(system, prompt, history, earlier or [])
     if tool_ctx.report is None:
         tool_ctx.report = state.report
     specs: list[ToolSpec] = [
@@ -192,10 +194,16 @@ def _call_data(
     return data
 
 
-def _replay(system: str, prompt: str, history: list[tuple[str, dict[str, Any]]]) -> _State:
+def _replay(
+    system: str, prompt: str, history: list[tuple[str, dict[str, Any]]], earlier: list[Message]
+) -> _State:
     """The conversation and its cost as earlier attempts recorded them."""
     state = _State(
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        messages=[
+            {"role": "system", "content": system},
+            *earlier,
+            {"role": "user", "content": prompt},
+        ]
     )
     for kind, data in history:
         if kind == "agent.model_turn":

@@ -34,6 +34,7 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db import threads as threads_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 from ade_tasks.runs import concurrency_keys
@@ -111,6 +112,7 @@ def get_run(run_id: str, session: SessionDep) -> RunDetail:
         list(approvals_db.approvals_of(session, run_id)),
         agent_usage=run_views_db.agent_usage(session, run_id, steps),
         capabilities=capabilities,
+        threads=[thread.as_dict() for thread in threads_db.threads_of_run(session, run_id)],
     )
 
 

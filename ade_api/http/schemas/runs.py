@@ -137,6 +137,11 @@ class RunDetail(RunOut):
         default_factory=list,
         description="the `agent.capabilities` reports of its CLI agent sessions, in order",
     )
+    threads: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the durable threads its agent steps took part in (`thread:`): step, "
+        "project, key, the runs the step continued, and every session the thread holds",
+    )
 
     @classmethod
     def with_steps(
@@ -147,6 +152,7 @@ class RunDetail(RunOut):
         *,
         agent_usage: dict[str, Any] | None = None,
         capabilities: list[dict[str, Any]] | None = None,
+        threads: list[dict[str, Any]] | None = None,
     ) -> RunDetail:
         return cls(
             **RunOut.of(row).model_dump(),
@@ -154,6 +160,7 @@ class RunDetail(RunOut):
             approvals=[ApprovalOut.model_validate(a) for a in approvals or []],
             agent_usage=AgentUsage.model_validate(agent_usage or {}),
             capabilities=capabilities or [],
+            threads=threads or [],
         )
 
 

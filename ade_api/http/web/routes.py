@@ -64,6 +64,7 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db import threads as threads_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import ApprovalRow, RuleRow, RunRow, RunStepRow
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
@@ -310,6 +311,7 @@ class _RunView:
         self.steps: list[RunStepRow] = list(run_steps_db.list_steps(session, run_id))
         self.approvals: list[ApprovalRow] = list(approvals_db.approvals_of(session, run_id))
         self.events = run_events_db.events_of(session, run_id)
+        self.threads = threads_db.threads_of_run(session, run_id)
         try:
             rule_row: RuleRow | None = rules_db.get_rule(session, self.run.rule_id)
         except NotFoundError:  # the rule was deleted since: the run is still worth a page
@@ -320,7 +322,7 @@ class _RunView:
 @router.get("/runs/{run_id}")
 def run_page(request: Request, run_id: str) -> Response:
     """One run: status (live while active), the step timeline, steps and output, JUnit counts,
-    inputs, findings, transcript."""
+    inputs, findings, agent threads, transcript."""
     try:
         if not _is_uuid(run_id):  # a short id, copied from a table or the CLI
             full = read(request, lambda session: _full_run_id(session, run_id))
@@ -353,7 +355,7 @@ def run_page(request: Request, run_id: str) -> Response:
         timeline=charts.timeline(spans, view.planned, now),
         steps=[_step_view(step, now) for step in view.steps],
         events=events, events_total=len(view.events),
-        events_skipped=len(view.events) - len(events),
+        events_skipped=len(view.events) - len(events), threads=view.threads,
     )  # fmt: skip
 
 
