@@ -6,6 +6,7 @@ the engine's own GitHub identity, which starts nothing unless a trigger opts in.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ade_tasks.ingress.github import normalize
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.templating import TemplateContext, render
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 
@@ -128,6 +130,9 @@ def test_pr_labeled_starts_one_run_for_the_label_and_none_for_later_pushes(
     assert kind == "github.pr_labeled"
     assert trigger_payload["label"] == "agent-fix"
     assert trigger_payload["action"] == "labeled" and trigger_payload["event"] == "pull_request"
+    context = TemplateContext(trigger_payload, {}, {}, datetime.now(UTC))
+    text = "{{trigger.label}} on #{{trigger.number}} by {{trigger.sender}}"
+    assert render(text, context, "steps.0") == "agent-fix on #2 by Codertocat"
 
 
 def test_the_actions_filter_narrows_pr_updated_to_pushes(
