@@ -11,7 +11,8 @@ will fire it, or the setup error in words:
 - `github.*` (and `lane.merged`, a merged pull request): ready when ADE_GITHUB__WEBHOOK_SECRET
   is set (path `GitHub webhook`), or a relay drain's heartbeat is within its slot and its last
   drain succeeded (path `relay <url>`; every event type comes through a relay), or a live
-  poller polls the trigger's repository and polling can see the event type (path `poller <id>`).
+  poller polls the trigger's repository and polling can see the event type (path `poller <id>`;
+  never `github.event`, whose events polling does not infer).
   A relay drain that is alive but failing is reported with its error.
 - `git.*`, `file.changed`: always ready: local events (`ade-tasks emit`, its git hooks,
   `ade-tasks watch`) need no set-up the engine could see.
@@ -234,8 +235,10 @@ def _github(trigger: GithubTrigger, state: LiveState) -> tuple[str | None, str |
     if not pollers:
         return None, GITHUB_REFUSED
     if trigger.type not in POLLED_TYPES:
+        # github.event: polling infers a few deliveries only, never an event named by a rule.
+        what = f"{trigger.type} ({trigger.event})" if trigger.event else trigger.type
         return None, (
-            f"{GITHUB_UNSIGNED}, and polling cannot see {trigger.type} events; set the "
+            f"{GITHUB_UNSIGNED}, and polling cannot see {what} events; set the "
             "secret and point a GitHub webhook at POST /api/v1/webhooks/github"
         )
     for poller in pollers:

@@ -65,6 +65,10 @@ class GithubSettings(BaseModel):
     # Repositories polling watches (a JSON list: '["acme/api"]'); empty: the `repo` filters of
     # enabled github.* triggers.
     poll_repos: list[str] = []
+    # The engine's own GitHub logins (a JSON list: '["ade-bot[bot]"]'; the token's user or app):
+    # a delivery they sent starts no rule unless its trigger says `include_own: true`, so an
+    # agent's push or comment does not start its own rule again.
+    bot_logins: list[str] = []
     # Whether the beats poll GitHub (claimed work, one poll per repository and interval):
     # `auto` polls when ADE_GITHUB__POLL_REPOS is set (the operator named what to poll) or no
     # webhook secret is set (every delivery would be refused, so polling is the only way in);

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from sqlalchemy import String, cast, select
 from sqlalchemy.orm import Session
@@ -53,10 +53,14 @@ def stored_triggers(session: Session, rule_ids: Iterable[str]) -> dict[str, str 
     return found
 
 
-def rules_with_trigger(session: Session, trigger_type: str, *, prefix: bool = False) -> list[Rule]:
-    """The enabled rules with at least one trigger of `trigger_type` (`prefix`: of a type that
-    starts with it, as "github." for the poller), by id. A stored rule this version cannot read
-    is logged and left out; the others are not held back by it."""
+def rules_with_trigger(
+    session: Session, trigger_type: str | Collection[str], *, prefix: bool = False
+) -> list[Rule]:
+    """The enabled rules with at least one trigger of `trigger_type` (or of one of several
+    types; `prefix`: of a type that starts with it, as "github." for the poller), by id. A
+    stored rule this version cannot read is logged and left out; the others are not held back
+    by it."""
+    wanted_types = {trigger_type} if isinstance(trigger_type, str) else set(trigger_type)
     rows = session.execute(
         select(_TABLE.c.id, _TABLE.c.content_hash).where(_TABLE.c.enabled).order_by(_TABLE.c.id)
     ).all()
@@ -70,7 +74,11 @@ def rules_with_trigger(session: Session, trigger_type: str, *, prefix: bool = Fa
         rule_id
         for rule_id, content_hash in rows
         if (types := _TYPES.get(content_hash, frozenset())) is None
-        or (any(t.startswith(trigger_type) for t in types) if prefix else trigger_type in types)
+        or (
+            any(t.startswith(tuple(wanted_types)) for t in types)
+            if prefix
+            else not wanted_types.isdisjoint(types)
+        )
     ]
     rules: list[Rule] = []
     for chunk in in_batches(wanted):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -43,6 +43,8 @@ from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
+from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.ingress.github import GITHUB_SOURCES, own_identity, trigger_types
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent
@@ -74,6 +76,7 @@ def dispatch_ingress_event(
     deadline: float = MATCH_DEADLINE_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     automations_disabled: bool = False,
+    own_logins: Collection[str] = (),
 ) -> IngressStatus | None:
     """Match and dispatch one stored event; None when it was already handled (a redelivery)
     or another worker is matching it. EventDeferredError when the database failed under it:
@@ -82,7 +85,12 @@ def dispatch_ingress_event(
     While `automations_disabled` (the kill switch) is on, the event is held: left `received`
     and unclaimed (None), so no delivery is lost; the recovery sweep hands it back, and once
     the switch is off it is matched and run like any other (within the 7 days events are
-    kept)."""
+    kept).
+
+    A GitHub event starts every trigger type it stands for (`ingress.github.trigger_types`:
+    its own, `github.pr_labeled` for a label, `github.event`), and is marked `by_engine` when
+    its sender is one of `own_logins` (the engine's own GitHub identities,
+    `ADE_GITHUB__BOT_LOGINS`), which only triggers with `include_own: true` accept."""
     if automations_disabled:
         log.info("ingress event %s held: automations are disabled on this cluster", event_id)
         return None
@@ -101,22 +109,22 @@ def dispatch_ingress_event(
     runs: list[str] = []
     refusals: list[str] = []
     try:
-        if claimed.trigger_type is not None:
+        types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
+        if types:
+            payload = claimed.payload
+            if claimed.source in GITHUB_SOURCES:
+                payload = own_identity(payload, own_logins)
             delivery = claimed.delivery_id or str(claimed.id)
-            event = TriggerEvent(
-                claimed.trigger_type,
-                claimed.summary,
-                claimed.payload,
-                f"{claimed.source}:{delivery}",
-            )
-            test = trigger_test(claimed.source, claimed.trigger_type, claimed.payload)
-            match = _bounded(test, deadline, clock)
-            for rule_id, result in emit(session_factory, sender, event, match):
+            event = TriggerEvent(types[0], claimed.summary, payload, f"{claimed.source}:{delivery}")
+            tests = {kind: trigger_test(claimed.source, kind, payload) for kind in types}
+            match = _bounded(lambda rule, t: tests[t.type](rule, t), deadline, clock)
+            for rule_id, result in emit(session_factory, sender, event, match, types=types):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
                 else:
                     refusals.append(f"rule {rule_id!r}: {result.message}")
-            runs += _follow_ons(session_factory, sender, claimed.trigger_type, claimed.payload)
+            if claimed.trigger_type is not None:
+                runs += _follow_ons(session_factory, sender, claimed.trigger_type, payload)
         status, error = IngressStatus.DISPATCHED, "; ".join(refusals) or None
     except Exception as exc:  # recorded on the event; the next event is not held up
         if is_database_error(exc):
@@ -134,6 +142,19 @@ def dispatch_ingress_event(
             status, error = IngressStatus.FAILED, f"matching or dispatching failed: {detail}"
     _finish(session_factory, event_id, status, runs, error)
     return status
+
+
+def _types_started(
+    source: str, trigger_type: str | None, payload: Mapping[str, object]
+) -> tuple[str, ...]:
+    """The trigger types a stored event starts, its own first."""
+    own = (trigger_type,) if trigger_type else ()
+    if source not in GITHUB_SOURCES:
+        return own
+    try:
+        return trigger_types(NormalizedEvent.from_payload(payload))
+    except ValueError:  # not a normalized event: its own type only, as before
+        return own
 
 
 def is_database_error(exc: BaseException) -> bool:

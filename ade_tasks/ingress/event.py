@@ -29,8 +29,12 @@ _OPTIONAL_STR = (
     "author_association",
     "head_sha",
     "url",
+    "event",
+    "action",
+    "label",
+    "sender",
 )
-_OPTIONAL_BOOL = ("draft", "merged")
+_OPTIONAL_BOOL = ("draft", "merged", "by_engine")
 _STR_TUPLES = ("labels", "paths")
 
 
@@ -63,6 +67,18 @@ class NormalizedEvent:
     url: str | None = None
     paths: tuple[str, ...] = ()
     summary: str = ""
+    #: GitHub: the delivery's event (X-GitHub-Event) and action, the label a `labeled` /
+    #: `unlabeled` delivery added or removed, and who sent it (`sender.login`).
+    event: str | None = None
+    action: str | None = None
+    label: str | None = None
+    sender: str | None = None
+    #: Whether the sender is the engine's own GitHub identity; set when the event is matched
+    #: (`ade_tasks.ingress.github.own_identity`), None before and for other sources.
+    by_engine: bool | None = None
+    #: The delivery's own objects for an event no dedicated trigger type reads (check_suite,
+    #: deployment_status, ...), bounded (`ade_tasks.ingress.github`); None otherwise.
+    data: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.source not in EVENT_SOURCES:
@@ -103,6 +119,7 @@ class NormalizedEvent:
             fields[name] = _typed(data, name, bool)
         fields["number"] = _typed(data, "number", int)
         fields["summary"] = _typed(data, "summary", str) or ""
+        fields["data"] = _typed(data, "data", dict)
         for name in _STR_TUPLES:
             items = data.get(name) or []
             if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):

@@ -15,16 +15,32 @@ Which delivery becomes which trigger type:
 | release | published | github.release_published |
 
 Everything else (`ping`, other actions, unknown events) keeps its `event_key` and has no trigger
-type, so it is logged and matches no rule. The payload is untrusted: a field that is missing or
-of the wrong type becomes None (or empty) instead of an error.
+type of its own. The payload is untrusted: a field that is missing or of the wrong type becomes
+None (or empty) instead of an error.
+
+**What else a delivery starts** (`trigger_types`): a `pull_request.labeled` is also
+`github.pr_labeled`, and every delivery (a ping too) is a `github.event` whose `event:` filter
+names its X-GitHub-Event. Every event carries its `event`, `action`, `sender` and, for
+`labeled` / `unlabeled`, the `label` added or removed. An event without a handler of its own
+(check_suite, deployment_status, pull_request_review_comment, ...) takes what the usual filters
+read from the objects it has (`pull_request`, `issue`, `comment`, a check suite's or
+deployment's branch and sha) and keeps its own objects as `data` (see `delivery_data`), so a
+`github.event` run can read `{{trigger.data.check_suite.conclusion}}`.
+
+**The engine's own identity** (`own_identity`): when an event is matched, a delivery whose
+`sender` is one of the engine's GitHub logins (`ADE_GITHUB__BOT_LOGINS`) is marked `by_engine`,
+and the trigger filters refuse it unless the trigger says `include_own: true`, so an agent's
+push or comment does not start its own rule again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.rules.github_events import EVENT_TRIGGER
 from ade_tasks.rules.triggers import TriggerType
 
 _ZERO_SHA = frozenset({"0" * 40, "0" * 64})
@@ -75,19 +91,50 @@ def normalize(event_name: str, delivery_id: str, payload: Mapping[str, object]) 
         "repo": repo,
         "author": sender,
         "url": _str(repository.get("html_url")),
-        "summary": f"GitHub {key} by {sender or 'someone'} in {repo or '?'} (no trigger)",
+        "summary": f"GitHub {key} by {sender or 'someone'} in {repo or '?'}",
     }
     handler = _HANDLERS.get(event)
-    if handler is not None:
+    if handler is None:
+        fields.update(_other(payload, key, sender or "someone", repo or "?"))
+    else:
         fields.update(handler(payload, action or "", sender or "someone", repo or "?"))
     trigger: TriggerType | None = fields.pop("trigger_type", None)
+    label = _str(_obj(payload.get("label")).get("name"))
     return NormalizedEvent(
         source="github",
         delivery_id=delivery_id.strip(),
         event_key=key,
         trigger_type=trigger.value if trigger is not None else None,
+        event=event,
+        action=action,
+        label=label if action in ("labeled", "unlabeled") else None,
+        sender=sender,
         **fields,
     )
+
+
+#: Deliveries that also start another trigger type than their own: (event_key -> types).
+_ALSO_STARTS = {"pull_request.labeled": (TriggerType.GITHUB_PR_LABELED.value,)}
+#: The sources whose events are GitHub deliveries (received, relayed, or inferred by polling).
+GITHUB_SOURCES = frozenset({"github", "poll"})
+
+
+def trigger_types(event: NormalizedEvent) -> tuple[str, ...]:
+    """Every trigger type `event` starts, its own first: a GitHub delivery also starts the
+    types its action stands for (`pull_request.labeled`: github.pr_labeled) and `github.event`;
+    an event from another source starts its own type only."""
+    own = (event.trigger_type,) if event.trigger_type else ()
+    if event.source not in GITHUB_SOURCES:
+        return own
+    return (*own, *_ALSO_STARTS.get(event.event_key, ()), EVENT_TRIGGER)
+
+
+def own_identity(payload: Mapping[str, Any], logins: Collection[str]) -> dict[str, Any]:
+    """A GitHub event's payload marked `by_engine`: whether its sender is one of `logins`
+    (the engine's own GitHub identities, compared case-insensitively)."""
+    sender = payload.get("sender")
+    own = {login.casefold() for login in logins}
+    return {**payload, "by_engine": isinstance(sender, str) and sender.casefold() in own}
 
 
 # --- payload access: never raises on a missing or mistyped field -----------------------------
@@ -353,6 +400,68 @@ def _ping(payload: Mapping[str, object], _action: str, _sender: str, _repo: str)
         + (f" (hook {hook})" if hook is not None else "")
         + (f": {zen}" if zen else ""),
     }
+
+
+#: Top-level objects of a delivery that describe where it came from rather than what happened;
+#: `repo` and `sender` already say what a rule needs of them.
+_CONTEXT_KEYS = frozenset({"repository", "organization", "installation", "enterprise", "sender"})
+DATA_KEY_MAX = 32 * 1024  # bytes of JSON one top-level value of `data` may take
+DATA_MAX = 64 * 1024  # bytes of JSON all of `data` may take
+
+
+def delivery_data(payload: Mapping[str, object]) -> dict[str, Any]:
+    """The delivery's own top-level values (not `repository`, `organization`, `installation`,
+    `enterprise`, `sender`), each at most DATA_KEY_MAX bytes of JSON and all at most DATA_MAX,
+    in the delivery's order; a value past either bound is replaced by `"(left out: N bytes)"`,
+    so a run sees that it existed."""
+    data: dict[str, Any] = {}
+    total = 0
+    for key, value in payload.items():
+        if key in _CONTEXT_KEYS:
+            continue
+        size = len(json.dumps(value, separators=(",", ":")))
+        if size > DATA_KEY_MAX or total + size > DATA_MAX:
+            data[key] = f"(left out: {size} bytes)"
+            continue
+        data[key] = value
+        total += size
+    return data
+
+
+def _other(payload: Mapping[str, object], key: str, sender: str, repo: str) -> Fields:
+    """An event without a handler of its own (only `github.event` starts on it): the fields the
+    usual filters read, where its objects have them, and its own objects as `data`."""
+    pr, issue = _obj(payload.get("pull_request")), _obj(payload.get("issue"))
+    fields: Fields = (
+        _pr_fields(pr, payload) if pr else _issue_fields(issue, payload) if issue else {}
+    )
+    for name in ("check_suite", "workflow_job", "deployment", "merge_group"):
+        found = _obj(payload.get(name))
+        ref = _str(found.get("head_branch")) or _str(found.get("head_ref")) or ""
+        ref = ref or _str(found.get("ref")) or ""
+        if ref and not fields.get("branch"):
+            fields["branch"] = ref.removeprefix("refs/heads/")
+        sha = _str(found.get("head_sha")) or _str(found.get("sha"))
+        if sha and not fields.get("head_sha"):
+            fields["head_sha"] = sha
+        first_pr = _obj(next(iter(_list(found.get("pull_requests"))), None))
+        if first_pr and fields.get("number") is None:
+            fields["number"] = _int(first_pr.get("number"))
+    comment = _obj(payload.get("comment"))
+    if comment:
+        fields.update(
+            body=_str(comment.get("body")),
+            author=_login(comment.get("user")) or sender,
+            author_association=_str(comment.get("author_association")),
+            url=_str(comment.get("html_url")) or fields.get("url"),
+        )
+    if fields.get("url") is None:
+        fields.pop("url", None)  # keep the repository's
+    on = f" on #{fields['number']}" if fields.get("number") is not None else ""
+    title = fields.get("title")
+    fields["summary"] = f"GitHub {key} by {sender} in {repo}{on}" + (f": {title}" if title else "")
+    fields["data"] = delivery_data(payload)
+    return fields
 
 
 def _num(fields: Fields) -> str:

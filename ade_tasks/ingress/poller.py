@@ -89,6 +89,7 @@ POLLED_TYPES = frozenset(
     {
         "github.pr_opened",
         "github.pr_updated",
+        "github.pr_labeled",
         "github.pr_merged",
         "github.pr_closed",
         "github.pr_commented",

@@ -27,6 +27,7 @@ from ade_tasks.rules.base import (
     Regex,
     admitting,
 )
+from ade_tasks.rules.github_events import check_github_trigger
 from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
 from ade_tasks.schedule.evaluator import ScheduleError, never_fires, zone_named
 from ade_tasks.schedule.legacy import admitted_day_match
@@ -66,6 +67,7 @@ class TriggerType(StrEnum):
     WEBHOOK = "webhook"
     GITHUB_PR_OPENED = "github.pr_opened"
     GITHUB_PR_UPDATED = "github.pr_updated"
+    GITHUB_PR_LABELED = "github.pr_labeled"
     GITHUB_PR_MERGED = "github.pr_merged"
     GITHUB_PR_CLOSED = "github.pr_closed"
     GITHUB_PR_COMMENTED = "github.pr_commented"
@@ -77,6 +79,7 @@ class TriggerType(StrEnum):
     GITHUB_CHECK_RUN_COMPLETED = "github.check_run_completed"
     GITHUB_WORKFLOW_RUN_COMPLETED = "github.workflow_run_completed"
     GITHUB_RELEASE_PUBLISHED = "github.release_published"
+    GITHUB_EVENT = "github.event"
     GIT_PUSH = "git.push"
     GIT_COMMIT = "git.commit"
     LANE_CREATED = "lane.created"
@@ -289,8 +292,19 @@ class WebhookTrigger(Document):
     filters: dict[str, Any] = Field(default_factory=dict)
 
 
+def _one_or_more(value: Any) -> Any:
+    """`label: agent-fix` is `label: [agent-fix]`."""
+    return [value] if isinstance(value, str) else value
+
+
 class GithubTrigger(Document):
-    """A GitHub webhook event, narrowed by filters (all given filters must match)."""
+    """A GitHub webhook event, narrowed by filters (all given filters must match).
+
+    `github.event` runs on any GitHub event named by `event`; `actions` narrows any GitHub
+    trigger to the deliveries with one of those actions; `label` (github.pr_labeled and
+    github.issue_labeled) to one of those labels just added. A delivery sent by the engine's own
+    GitHub identity (`ADE_GITHUB__BOT_LOGINS`) starts the trigger only with `include_own: true`.
+    """
 
     type: Literal[GITHUB_TYPES]  # type: ignore[valid-type]
     repo: str | None = Field(default=None, pattern=REPO_NAME)
@@ -315,6 +329,16 @@ class GithubTrigger(Document):
     keywords: list[str] = Field(default_factory=list)
     draft: bool | None = None
     paths: list[str] = Field(default_factory=list)
+    # None rather than empty defaults: a stored rule without them keeps its content hash.
+    event: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
+    actions: list[str] | None = None
+    label: Annotated[list[str] | None, BeforeValidator(_one_or_more)] = None
+    include_own: bool | None = None
+
+    @model_validator(mode="after")
+    def _fits_its_type(self) -> GithubTrigger:
+        check_github_trigger(self.type, self.event, self.actions, self.label)
+        return self
 
 
 class GitTrigger(Document):
@@ -324,6 +348,7 @@ class GitTrigger(Document):
     repo: str | None = None
     branches: list[str] = Field(default_factory=list)
     paths: list[str] = Field(default_factory=list)
+    include_own: bool | None = None  # a push by the engine's own identity (see GithubTrigger)
 
 
 class LaneTrigger(Document):

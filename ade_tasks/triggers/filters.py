@@ -1,8 +1,15 @@
 """Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event;
 `filter_matcher` is the `Matcher` of those three families, which share every filter.
 
-The trigger's canonical type must equal the event's trigger type, then every filter the trigger
-gives must match (an empty list or None is "not given"):
+The trigger's canonical type must be one the event starts (its own trigger type; for a GitHub
+delivery also `github.event` and the types its action stands for, `ade_tasks.ingress.github.
+trigger_types`). A GitHub event sent by the engine's own identity (marked `by_engine` when it is
+matched) starts only a trigger with `include_own: true`. Then every filter the trigger gives must
+match (an empty list or None is "not given"):
+
+- `event` (github.event): equality with the delivery's GitHub event (X-GitHub-Event).
+- `actions`: the delivery's action is one of them; an event without an action never matches.
+- `label` (*_labeled): the label just added is one of them, case-insensitively.
 
 - `repo`: case-insensitive equality with `owner/name`.
 - `branches` / `base_branches`: globs (`ade_tasks.globs`, so `release/*` does not match
@@ -32,6 +39,7 @@ from pydantic import BaseModel
 
 from ade_tasks.globs import path_matches
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.ingress.github import trigger_types
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
 from ade_tasks.rules.triggers import Trigger, canonical_trigger_type
 from ade_tasks.triggers.base import TriggerTest
@@ -59,9 +67,17 @@ def why_not(trigger: TriggerSpec, event: NormalizedEvent) -> str | None:
     if not isinstance(kind, str):
         return "the trigger has no type"
     kind = canonical_trigger_type(kind)
-    if kind != event.trigger_type:
+    if kind not in trigger_types(event):
         got = event.trigger_type or f"{event.event_key} (no trigger type)"
+        if event.trigger_type and event.action:
+            got = f"{got} ({event.event_key})"
         return f"wants {kind}, event is {got}"
+    if event.by_engine and spec.pop("include_own", None) is not True:
+        return (
+            f"sender {event.sender} is the engine's own GitHub identity (ADE_GITHUB__BOT_LOGINS); "
+            "set include_own: true on the trigger to run on its events"
+        )
+    spec.pop("include_own", None)
     exclude = _strings(spec.pop("exclude", None) or [])
     if exclude and event.paths:
         kept = tuple(path for path in event.paths if not path_matches(path, exclude))
@@ -176,6 +192,30 @@ def _keywords(wanted: object, event: NormalizedEvent) -> str | None:
     return f"none of the keywords {_shown(keywords)} in title or body"
 
 
+def _event(wanted: object, event: NormalizedEvent) -> str | None:
+    if event.event is not None and event.event == str(wanted):
+        return None
+    return f"event is {event.event or '(none)'}, not {wanted}"
+
+
+def _actions(wanted: object, event: NormalizedEvent) -> str | None:
+    actions = _strings(wanted)
+    if event.action is None:
+        return f"{event.event_key} has no action to match {_shown(actions)}"
+    if event.action in actions:
+        return None
+    return f"action {event.action} is not one of {_shown(actions)}"
+
+
+def _label(wanted: object, event: NormalizedEvent) -> str | None:
+    labels = _strings(wanted)
+    if event.label is None:
+        return f"{event.event_key} added no label (wanted {_shown(labels)})"
+    if event.label.casefold() in {label.casefold() for label in labels}:
+        return None
+    return f"label added is {event.label}, not one of {_shown(labels)}"
+
+
 def _paths(wanted: object, event: NormalizedEvent) -> str | None:
     globs = _strings(wanted)
     if not event.paths:
@@ -197,4 +237,7 @@ _CHECKS: dict[str, Callable[[object, NormalizedEvent], str | None]] = {
     "body_regex": _regex_over("body"),
     "keywords": _keywords,
     "paths": _paths,
+    "event": _event,
+    "actions": _actions,
+    "label": _label,
 }

@@ -9,12 +9,13 @@ so an event emitted twice (a retried step, a redelivered message) starts each ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
+from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
 from ade_tasks.triggers.base import TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
@@ -25,21 +26,27 @@ log = logging.getLogger(__name__)
 
 
 def matching_rules(
-    session_factory: SessionFactory, event_type: str, match: TriggerTest
+    session_factory: SessionFactory, event_type: str | Collection[str], match: TriggerTest
 ) -> dict[str, tuple[int, ...]]:
-    """Enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts: rule id
-    -> the indexes of the triggers that accepted it (a paused one holds back only its own)."""
+    """Enabled rules with a trigger of `event_type` (or of one of several types) that
+    `match(rule, trigger)` accepts: rule id -> the indexes of the triggers that accepted it (a
+    paused one holds back only its own)."""
+    return {rule.id: indexes for rule, indexes in _matches(session_factory, event_type, match)}
+
+
+def _matches(
+    session_factory: SessionFactory, event_type: str | Collection[str], match: TriggerTest
+) -> list[tuple[Rule, tuple[int, ...]]]:
+    types = {event_type} if isinstance(event_type, str) else set(event_type)
     with session_factory() as session:
-        candidates = rule_triggers.rules_with_trigger(session, event_type)
-    found: dict[str, tuple[int, ...]] = {}
+        candidates = rule_triggers.rules_with_trigger(session, types)
+    found = []
     for rule in candidates:
         indexes = tuple(
-            index
-            for index, t in enumerate(rule.triggers)
-            if t.type == event_type and match(rule, t)
+            index for index, t in enumerate(rule.triggers) if t.type in types and match(rule, t)
         )
         if indexes:
-            found[rule.id] = indexes
+            found.append((rule, indexes))
     return found
 
 
@@ -50,23 +57,26 @@ def emit(
     match: TriggerTest,
     *,
     automations_disabled: bool = False,
+    types: Collection[str] = (),
 ) -> list[tuple[str, DispatchResult | AdeError]]:
     """Dispatch `event` to every matching rule: (rule id, its run or why it was refused).
     One rule refusing the event never blocks the others; `automations_disabled` as for
-    `dispatch`."""
+    `dispatch`. `types`: the trigger types the event starts (default: its own type only); a
+    rule's run records the type of the first of its triggers that matched."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
-    matched = matching_rules(session_factory, str(event.type), match)
-    rule_ids = list(matched)
+    matched = _matches(session_factory, types or (str(event.type),), match)
+    rule_ids = [rule.id for rule, _ in matched]
     requests = [
         (
-            rule_id,
+            rule.id,
             replace(
                 event,
-                idempotency_key=f"{event.idempotency_key}:{rule_id}",
+                type=rule.triggers[indexes[0]].type,
+                idempotency_key=f"{event.idempotency_key}:{rule.id}",
                 trigger_indexes=indexes,
             ),
         )
-        for rule_id, indexes in matched.items()
+        for rule, indexes in matched
     ]
     results = dispatch_many(
         session_factory, sender, requests, automations_disabled=automations_disabled

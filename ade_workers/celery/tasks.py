@@ -89,6 +89,7 @@ def register_tasks(
                     runtime.sender,
                     event_id,
                     automations_disabled=settings.disable_automations,
+                    own_logins=settings.github.bot_logins,
                 )
             except EventDeferredError as exc:
                 log.warning("%s", exc.message)

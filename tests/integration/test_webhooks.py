@@ -333,3 +333,45 @@ def test_unknown_hooks_are_not_found(api: httpx.Client, cluster: Cluster, tmp_pa
 
     assert response.status_code == 404
     assert "ADE_HOOKS__" in response.json()["detail"]
+
+
+def test_a_label_starts_one_run_any_event_starts_github_event_and_own_pushes_start_nothing(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    """Issue 36, findings 1 and 3 over the signed endpoint and a real worker: `github.pr_labeled`
+    runs once for the label and not for the pushes that follow (the engine's own push included),
+    `github.event` starts on a check suite that matched nothing before, and a redelivery
+    starts nothing twice."""
+    rules_for(
+        cluster,
+        {
+            "fix": f"{{type: github.pr_labeled, repo: {HELLO}, label: agent-fix}}",
+            "suite": "{type: github.event, event: check_suite, actions: [completed]}",
+            "pushes": "{type: github.pr_updated, actions: [synchronize]}",
+        },
+    )
+    cluster.worker(env={"ADE_GITHUB__BOT_LOGINS": '["ade-bot[bot]"]'})
+    labeled = json.loads((GITHUB_FIXTURES / "pull_request/labeled.payload.json").read_bytes())
+    labeled["label"]["name"] = "agent-fix"
+    pushed = json.loads((GITHUB_FIXTURES / "pull_request/synchronize.payload.json").read_bytes())
+    pushed["sender"]["login"] = "ade-bot[bot]"
+    suite = (GITHUB_FIXTURES / "check_suite/completed.payload.json").read_bytes()
+
+    answers = [
+        deliver(api, "pull_request", json.dumps(labeled).encode(), delivery="label"),
+        deliver(api, "pull_request", json.dumps(pushed).encode(), delivery="own-push"),
+        deliver(api, "check_suite", suite, delivery="suite"),
+        deliver(api, "check_suite", suite, delivery="suite"),  # GitHub's "Redeliver"
+    ]
+
+    assert [a.status_code for a in answers] == [202, 202, 202, 200]
+    wait_until(
+        lambda: (
+            len(events(cluster)) == 3 and all(e.status == "dispatched" for e in events(cluster))
+        ),
+        30,
+        "the three events to be dispatched",
+    )
+    assert sorted(runs_of(cluster)) == [("fix", "label"), ("suite", "suite")]
+    own = next(e for e in events(cluster) if e.delivery_id == "own-push")
+    assert own.runs == [] and own.trigger_type == "github.pr_updated"

@@ -49,7 +49,9 @@ def test_type_must_equal_the_events_trigger_type() -> None:
     trigger = rule_trigger(type="github.pr_opened")
     assert trigger_matches(trigger, opened) is True
     assert trigger_matches(trigger, synced) is False
-    assert why_not(trigger, synced) == "wants github.pr_opened, event is github.pr_updated"
+    assert why_not(trigger, synced) == (
+        "wants github.pr_opened, event is github.pr_updated (pull_request.synchronize)"
+    )
 
 
 @pytest.mark.parametrize("alias", ["git.pr_opened", "github.pr_opened"])

@@ -183,6 +183,48 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         None,
         {"repo": "Octocoders/Hello-World", "author": "Codertocat", "number": None},
     ),
+    # Events without a trigger type of their own: only github.event starts on them.
+    "check_suite/completed.payload.json": (
+        "check_suite",
+        "check_suite.completed",
+        None,
+        {
+            "repo": REPO_NAME,
+            "event": "check_suite",
+            "action": "completed",
+            "sender": "Codertocat",
+            "number": 2,
+            "branch": "changes",
+            "head_sha": PR_HEAD_SHA,
+        },
+    ),
+    "deployment_status/payload.json": (
+        "deployment_status",
+        "deployment_status.created",
+        None,
+        {
+            "repo": REPO_NAME,
+            "action": "created",
+            "branch": "master",
+            "head_sha": "f95f852bd8fca8fcc58a9a2d6c842781e32a215e",
+            "number": None,
+        },
+    ),
+    "pull_request_review_comment/created.payload.json": (
+        "pull_request_review_comment",
+        "pull_request_review_comment.created",
+        None,
+        {
+            "repo": REPO_NAME,
+            "number": 2,
+            "branch": "changes",
+            "base": "master",
+            "title": PR_TITLE,
+            "body": "Maybe you should use more emoji on this line.",
+            "author": "Codertocat",
+            "url": "https://github.com/Codertocat/Hello-World/pull/2#discussion_r284312630",
+        },
+    ),
 }
 
 
@@ -407,6 +449,12 @@ def test_payload_round_trips_through_json() -> None:
         "labels",
         "draft",
         "merged",
+        "event",
+        "action",
+        "label",
+        "sender",
+        "by_engine",
+        "data",
         "head_sha",
         "url",
         "paths",

@@ -91,6 +91,21 @@ def test_a_poller_cannot_fire_event_types_polling_cannot_see() -> None:
     assert labeled.triggers[0].error is None
 
 
+def test_the_new_github_triggers_are_ready_by_webhook_and_github_event_not_by_polling() -> None:
+    polled = LiveState(NOW, heartbeats=(beat(kind=POLLER),))
+    signed = LiveState(NOW, github_secret=True)
+    suite = {"type": "github.event", "event": "check_suite", "repo": "acme/api"}
+    labeled = {"type": "github.pr_labeled", "label": "agent-fix", "repo": "acme/api"}
+
+    by_poller = rule_health(rule(suite, labeled), polled)
+    by_webhook = rule_health(rule(suite, labeled), signed)
+
+    error = by_poller.triggers[0].error
+    assert error is not None and "polling cannot see github.event (check_suite) events" in error
+    assert by_poller.triggers[1].path == "poller poller-1 (repositories of enabled rules)"
+    assert by_webhook.ready and by_webhook.triggers[0].path is not None
+
+
 def test_a_poller_of_other_repositories_does_not_fire_the_trigger() -> None:
     state = LiveState(NOW, heartbeats=(beat(kind=POLLER, repos=("acme/web",)),))
 

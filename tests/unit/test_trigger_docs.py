@@ -1,5 +1,5 @@
-"""Every YAML example of docs/triggers.md is a rule (or a rule's `triggers:`) that validates as
-written, and every cron its tables show as accepted is accepted."""
+"""Every YAML example of docs/triggers.md and docs/webhooks.md is a rule (or a rule's
+`triggers:`) that validates as written, and every cron its tables show as accepted is accepted."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import yaml
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "triggers.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOC = DOCS / "triggers.md"
 BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
+WEBHOOK_BLOCKS = re.findall(r"```yaml\n(.*?)```", (DOCS / "webhooks.md").read_text(), re.S)
 ACTIONS = {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]}
 
 
@@ -34,5 +36,15 @@ def test_each_yaml_example_validates(block: str) -> None:
         assert isinstance(parsed, Rule), [str(p) for p in parsed]
 
 
+@pytest.mark.parametrize(
+    "block", WEBHOOK_BLOCKS, ids=[f"webhooks{i}" for i in range(len(WEBHOOK_BLOCKS))]
+)
+def test_each_webhooks_yaml_example_validates(block: str) -> None:
+    for document in rules_of(yaml.safe_load(block)):
+        parsed = parse_rule(document, "docs/webhooks.md")
+        assert isinstance(parsed, Rule), [str(p) for p in parsed]
+
+
 def test_the_examples_are_found() -> None:
     assert len(BLOCKS) >= 6
+    assert len(WEBHOOK_BLOCKS) >= 6
