@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import String, cast, select
 from sqlalchemy.orm import Session
@@ -60,18 +60,46 @@ def rules_with_trigger(session: Session, trigger_type: str, *, prefix: bool = Fa
     rows = session.execute(
         select(_TABLE.c.id, _TABLE.c.content_hash).where(_TABLE.c.enabled).order_by(_TABLE.c.id)
     ).all()
+    _learn(session, rows)
+    return _validated(session, _having(rows, trigger_type, prefix))
+
+
+def trigger_candidates(session: Session, trigger_type: str) -> tuple[list[Rule], list[str]]:
+    """The enabled rules with a trigger of `trigger_type` (as `rules_with_trigger`), and the
+    ids of the disabled rules that have one (not validated: their verdict is `disabled`),
+    read in the same one statement."""
+    rows = session.execute(
+        select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.enabled).order_by(_TABLE.c.id)
+    ).all()
+    _learn(session, [(rule_id, content_hash) for rule_id, content_hash, _ in rows])
+    enabled = [(rule_id, content_hash) for rule_id, content_hash, on in rows if on]
+    disabled = [(rule_id, content_hash) for rule_id, content_hash, on in rows if not on]
+    off = _having(disabled, trigger_type, prefix=False)
+    return _validated(session, _having(enabled, trigger_type, prefix=False)), off
+
+
+def _learn(session: Session, rows: Sequence[tuple[str, str]]) -> None:
+    """Learn the trigger types of the content hashes of (id, content hash) `rows` not seen."""
     unseen = {rule_id for rule_id, content_hash in rows if content_hash not in _TYPES}
     if unseen:
         if len(_TYPES) + len(unseen) > _TYPES_MAX:
             _TYPES.clear()
         for content_hash, stored in stored_triggers(session, unseen).items():
             _TYPES[content_hash] = _types_of(stored)
-    wanted = [
+
+
+def _having(rows: Sequence[tuple[str, str]], trigger_type: str, prefix: bool) -> list[str]:
+    """The ids among (id, content hash) `rows` whose rule has a trigger of the type (or one
+    whose stored triggers cannot be read without validating it)."""
+    return [
         rule_id
         for rule_id, content_hash in rows
         if (types := _TYPES.get(content_hash, frozenset())) is None
         or (any(t.startswith(trigger_type) for t in types) if prefix else trigger_type in types)
     ]
+
+
+def _validated(session: Session, wanted: list[str]) -> list[Rule]:
     rules: list[Rule] = []
     for chunk in in_batches(wanted):
         query = select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.document).where(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -45,11 +46,12 @@ from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent
+from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED, DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.states import IngressStatus
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import emit
 from ade_tasks.triggers.registry import follow_on_events, trigger_test
+from ade_tasks.triggers.verdicts import MatchReport
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +82,15 @@ def dispatch_ingress_event(
     it stays `received` for the recovery sweep.
 
     While `automations_disabled` (the kill switch) is on, the event is held: left `received`
-    and unclaimed (None), so no delivery is lost; the recovery sweep hands it back, and once
-    the switch is off it is matched and run like any other (within the 7 days events are
-    kept)."""
+    and unclaimed (None), so no delivery is lost; its matching record says it is held and why
+    (`ingress_db.hold_event`), the recovery sweep hands it back, and once the switch is off it
+    is matched and run like any other (within the 7 days events are kept).
+
+    Every outcome also records the event's matching verdicts: what became of each rule with a
+    trigger of its type (`ade_tasks.triggers.verdicts`)."""
     if automations_disabled:
         log.info("ingress event %s held: automations are disabled on this cluster", event_id)
+        _hold(session_factory, event_id)
         return None
     with session_factory.begin() as session:
         claimed = ingress_db.claim_event(session, event_id, utcnow())
@@ -96,12 +102,19 @@ def dispatch_ingress_event(
             "none finished (each was killed or stopped while matching it), so it is not tried "
             "again; see the worker logs, then re-deliver it from its sender"
         )
-        _finish(session_factory, event_id, IngressStatus.FAILED, [], reason)
+        _finish(session_factory, event_id, IngressStatus.FAILED, [], reason, None)
         return IngressStatus.FAILED
     runs: list[str] = []
     refusals: list[str] = []
+    report = MatchReport(claimed.trigger_type or claimed.source)
+    matching: dict[str, Any] | None
     try:
-        if claimed.trigger_type is not None:
+        if claimed.trigger_type is None:
+            matching = report.to_json(
+                f"the {claimed.source} event is of no trigger type a rule can have, so no "
+                "rule was matched against it"
+            )
+        else:
             delivery = claimed.delivery_id or str(claimed.id)
             event = TriggerEvent(
                 claimed.trigger_type,
@@ -111,12 +124,15 @@ def dispatch_ingress_event(
             )
             test = trigger_test(claimed.source, claimed.trigger_type, claimed.payload)
             match = _bounded(test, deadline, clock)
-            for rule_id, result in emit(session_factory, sender, event, match):
+            for rule_id, result in emit(session_factory, sender, event, match, report=report):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
                 else:
                     refusals.append(f"rule {rule_id!r}: {result.message}")
-            runs += _follow_ons(session_factory, sender, claimed.trigger_type, claimed.payload)
+            runs += _follow_ons(
+                session_factory, sender, claimed.trigger_type, claimed.payload, report
+            )
+            matching = report.to_json()
         status, error = IngressStatus.DISPATCHED, "; ".join(refusals) or None
     except Exception as exc:  # recorded on the event; the next event is not held up
         if is_database_error(exc):
@@ -132,7 +148,8 @@ def dispatch_ingress_event(
             log.exception("ingress event %s could not be dispatched", event_id)
             detail = exc.message if isinstance(exc, AdeError) else repr(exc)
             status, error = IngressStatus.FAILED, f"matching or dispatching failed: {detail}"
-    _finish(session_factory, event_id, status, runs, error)
+        matching = None  # all or nothing, as the runs: the error says why
+    _finish(session_factory, event_id, status, runs, error, matching)
     return status
 
 
@@ -164,7 +181,7 @@ def _bounded(match: TriggerTest, deadline: float, clock: Callable[[], float]) ->
     started = clock()
     checked = 0
 
-    def bounded(rule: Rule, trigger: Trigger) -> bool:
+    def bounded(rule: Rule, trigger: Trigger) -> Refusal | None:
         nonlocal checked
         elapsed = clock() - started
         if elapsed > deadline:
@@ -186,14 +203,26 @@ def _finish(
     status: IngressStatus,
     runs: list[str],
     error: str | None,
+    matching: dict[str, Any] | None,
 ) -> None:
     # Safe to repeat: the same UPDATE of the same event. A connection that dies here leaves the
     # event received and claimed; its next claim matches it again and finds its runs by key.
     retrying(
         session_factory,
-        lambda session: ingress_db.finish_event(session, event_id, status, runs, error),
+        lambda session: ingress_db.finish_event(
+            session, event_id, status, runs, error, matching=matching
+        ),
         what=f"recording ingress event {event_id}",
     )
+
+
+def _hold(session_factory: SessionFactory, event_id: int) -> None:
+    """Say on a held event that it is held and why (it stays received and unclaimed)."""
+    try:
+        with session_factory.begin() as session:
+            ingress_db.hold_event(session, event_id, f"held: {AUTOMATIONS_DISABLED}", utcnow())
+    except Exception as exc:  # the event is held all the same; only the note is missing
+        log.warning("ingress event %s: its hold was not recorded: %s", event_id, _first_line(exc))
 
 
 def _release(session_factory: SessionFactory, event_id: int) -> None:
@@ -213,14 +242,18 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _follow_ons(
-    session_factory: SessionFactory, sender: TaskSender, kind: str, payload: dict[str, object]
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    kind: str,
+    payload: dict[str, object],
+    report: MatchReport,
 ) -> list[str]:  # only reached with the kill switch off (see dispatch_ingress_event)
     """Dispatch the further events this one stands for (a merged pull request from a lane's
-    branch is that lane's `lane.merged`); the runs they started."""
+    branch is that lane's `lane.merged`); the runs they started (their verdicts: `report`)."""
     runs = []
     for source, event in follow_on_events(session_factory, kind, payload):
         match = trigger_test(source, event.type, event.payload)
-        for _, result in emit(session_factory, sender, event, match):
+        for _, result in emit(session_factory, sender, event, match, report=report):
             if isinstance(result, DispatchResult):
                 runs.append(result.run.id)
     return runs

@@ -16,30 +16,51 @@ from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
 from ade_tasks.triggers.lane import lane_event
 from ade_tasks.triggers.registry import trigger_test
+from ade_tasks.triggers.verdicts import MatchReport
 
 log = logging.getLogger(__name__)
 
 
 def matching_rules(
-    session_factory: SessionFactory, event_type: str, match: TriggerTest
+    session_factory: SessionFactory,
+    event_type: str,
+    match: TriggerTest,
+    report: MatchReport | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Enabled rules with a trigger of `event_type` that `match(rule, trigger)` accepts: rule id
-    -> the indexes of the triggers that accepted it (a paused one holds back only its own)."""
+    -> the indexes of the triggers that accepted it (a paused one holds back only its own).
+    With a `report`, the refusals of the rules no trigger accepted go into it, and so do the
+    disabled rules with a trigger of the type."""
+    disabled: list[str] = []
     with session_factory() as session:
-        candidates = rule_triggers.rules_with_trigger(session, event_type)
+        if report is None:
+            candidates = rule_triggers.rules_with_trigger(session, event_type)
+        else:
+            candidates, disabled = rule_triggers.trigger_candidates(session, event_type)
     found: dict[str, tuple[int, ...]] = {}
     for rule in candidates:
-        indexes = tuple(
-            index
-            for index, t in enumerate(rule.triggers)
-            if t.type == event_type and match(rule, t)
-        )
+        indexes: list[int] = []
+        refused: list[tuple[int, Refusal]] = []
+        for index, trigger in enumerate(rule.triggers):
+            if trigger.type != event_type:
+                continue
+            refusal = match(rule, trigger)
+            if refusal is None:
+                indexes.append(index)
+            else:
+                refused.append((index, refusal))
         if indexes:
-            found[rule.id] = indexes
+            found[rule.id] = tuple(indexes)
+        elif report is not None:
+            for index, refusal in refused:
+                report.refused(event_type, rule.id, index, refusal)
+    if report is not None:
+        for rule_id in disabled:
+            report.disabled(event_type, rule_id)
     return found
 
 
@@ -50,12 +71,14 @@ def emit(
     match: TriggerTest,
     *,
     automations_disabled: bool = False,
+    report: MatchReport | None = None,
 ) -> list[tuple[str, DispatchResult | AdeError]]:
     """Dispatch `event` to every matching rule: (rule id, its run or why it was refused).
     One rule refusing the event never blocks the others; `automations_disabled` as for
-    `dispatch`."""
+    `dispatch`. With a `report`, every candidate rule's verdict goes into it."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
-    matched = matching_rules(session_factory, str(event.type), match)
+    kind = str(event.type)
+    matched = matching_rules(session_factory, kind, match, report)
     rule_ids = list(matched)
     requests = [
         (
@@ -74,6 +97,8 @@ def emit(
     for rule_id, result in zip(rule_ids, results, strict=True):
         if isinstance(result, AdeError):
             log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, result)
+        if report is not None:
+            report.dispatched(kind, rule_id, matched[rule_id], result)
     return list(zip(rule_ids, results, strict=True))
 
 
