@@ -18,6 +18,7 @@ from ade_api.cli.base import Api, json_option, main, url_option
 from ade_tasks.ingress.event import EVENT_SOURCES
 from ade_tasks.settings import Settings
 from ade_tasks.states import IngressStatus
+from ade_tasks.triggers import verdicts
 
 EVENTS_PATH = "/api/v1/ingress/events"
 _ROW = "{id:>7}  {received:<19}  {source:<16} {status:<10}  {type:<26} {runs:>4}  {verdicts}"
@@ -51,17 +52,6 @@ def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     return stamp.isoformat()
 
 
-def verdict_summary(event: dict[str, Any]) -> str:
-    """The verdicts of an event in a few words: `matched 1, refused 3`, `held`, `-`."""
-    matching = event.get("matching")
-    if not matching:
-        return "-"
-    if matching.get("held"):
-        return "held (kill switch)"
-    counts = matching.get("counts") or {}
-    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "no candidate rule"
-
-
 def event_row(event: dict[str, Any]) -> str:
     """One event as a row under HEADER."""
     return _ROW.format(
@@ -71,7 +61,7 @@ def event_row(event: dict[str, Any]) -> str:
         status=event["status"],
         type=(event["trigger_type"] or event["event_key"])[:26],
         runs=len(event["runs"] or []),
-        verdicts=verdict_summary(event),
+        verdicts=verdicts.summary(event.get("matching")),
     )
 
 

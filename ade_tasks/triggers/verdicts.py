@@ -18,6 +18,7 @@ not kept.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -121,3 +122,14 @@ class MatchReport:
             if value is not None:
                 entry[name] = value[:MAX_REASON] if isinstance(value, str) else value
         kept.append(entry)
+
+
+def summary(record: Mapping[str, Any] | None) -> str:
+    """A stored matching record in a few words, for lists: `matched 1, refused 3`, `held (kill
+    switch)`, `no candidate rule`, or `-` when none was recorded."""
+    if not record:
+        return "-"
+    if record.get("held"):
+        return "held (kill switch)"
+    counts = record.get("counts") or {}
+    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "no candidate rule"
