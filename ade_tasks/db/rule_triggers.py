@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import String, cast, select
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ SCAN_ABOVE = 20_000
 #: Content hash -> its rule's trigger types; None: the stored list could not be read, so the
 #: rule is validated (and its problem logged) like one that has the type.
 _TYPES: dict[str, frozenset[str] | None] = {}
+_NONE: frozenset[str] = frozenset()
 _TYPES_MAX = 200_000  # above the rule count of a large cluster; past it, read again on demand
 
 
@@ -71,16 +73,20 @@ def trigger_candidates(session: Session, trigger_type: str) -> tuple[list[Rule],
     rows = session.execute(
         select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.enabled).order_by(_TABLE.c.id)
     ).all()
-    _learn(session, [(rule_id, content_hash) for rule_id, content_hash, _ in rows])
-    enabled = [(rule_id, content_hash) for rule_id, content_hash, on in rows if on]
-    disabled = [(rule_id, content_hash) for rule_id, content_hash, on in rows if not on]
-    off = _having(disabled, trigger_type, prefix=False)
-    return _validated(session, _having(enabled, trigger_type, prefix=False)), off
+    _learn(session, rows)
+    having = [  # one comprehension over every rule: this runs for every event
+        (rule_id, enabled)
+        for rule_id, content_hash, enabled in rows
+        if (types := _TYPES.get(content_hash, _NONE)) is None or trigger_type in types
+    ]
+    wanted = [rule_id for rule_id, enabled in having if enabled]
+    return _validated(session, wanted), [rule_id for rule_id, enabled in having if not enabled]
 
 
-def _learn(session: Session, rows: Sequence[tuple[str, str]]) -> None:
-    """Learn the trigger types of the content hashes of (id, content hash) `rows` not seen."""
-    unseen = {rule_id for rule_id, content_hash in rows if content_hash not in _TYPES}
+def _learn(session: Session, rows: Sequence[Sequence[Any]]) -> None:
+    """Learn the trigger types of the content hashes of (id, content hash, ...) `rows` that
+    were not seen yet."""
+    unseen = {row[0] for row in rows if row[1] not in _TYPES}
     if unseen:
         if len(_TYPES) + len(unseen) > _TYPES_MAX:
             _TYPES.clear()

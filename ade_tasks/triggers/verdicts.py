@@ -21,12 +21,14 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ade_tasks.errors import AdeError, AdmissionError
-from ade_tasks.runs.dispatch import DispatchResult
 from ade_tasks.states import RunStatus
-from ade_tasks.triggers.base import Refusal
+
+if TYPE_CHECKING:  # the CLI reads `summary` without loading the database layer
+    from ade_tasks.runs.dispatch import DispatchResult
+    from ade_tasks.triggers.base import Refusal
 
 MAX_SHOWN = 50
 MAX_REASON = 300
