@@ -31,6 +31,12 @@ class InvalidInputError(AdeError):
 class AdmissionError(AdeError):
     """The trigger was not admitted: the rule may not run now."""
 
+    def __init__(self, message: str | None = None, *, kind: str = "not-admitted") -> None:
+        super().__init__(message)
+        #: Why, as an event's matching verdict records it (`paused`, `disabled`, `untrusted`,
+        #: `kill-switch`, or `not-admitted`: `ade_tasks.triggers.verdicts.Verdict`).
+        self.kind = kind
+
 
 class ConflictError(AdeError):
     """The object is not in a state that allows this change."""

@@ -46,6 +46,7 @@ from ade_api.http.routes import (
 )
 from ade_api.http.schemas.problem import Problem
 from ade_api.http.web import controls as web_controls
+from ade_api.http.web import events as web_events
 from ade_api.http.web import pages as web_pages
 from ade_api.http.web import routes as web_routes
 from ade_api.http.web import rules as web_rules
@@ -180,6 +181,7 @@ def create_app(
     app.include_router(web_rules.router)
     app.include_router(web_run_form.router)
     app.include_router(web_controls.router)
+    app.include_router(web_events.router)
     # Innermost (added first): marks a request that got past every middleware
     # (ade_api.http.db_faults).
     app.add_middleware(RoutesReached)

@@ -208,12 +208,29 @@ def finish_event(
     status: IngressStatus,
     runs: list[str] | None,
     error: str | None,
+    *,
+    matching: dict[str, Any] | None = None,
 ) -> None:
-    """Record what matching and dispatching made of an event."""
+    """Record what matching and dispatching made of an event, with its matching verdicts
+    (`ade_tasks.triggers.verdicts.MatchReport.to_json`)."""
     session.execute(
         update(IngressEventRow)
         .where(IngressEventRow.id == event_id)
-        .values(status=status, runs=runs, error=error, processed_at=utcnow())
+        .values(status=status, runs=runs, error=error, matching=matching, processed_at=utcnow())
+    )
+
+
+def hold_event(session: Session, event_id: int, reason: str, now: datetime) -> None:
+    """Say on a `received` event that the kill switch holds it, and since when (the first
+    hold): it stays received and unclaimed, so the recovery sweep hands it back later."""
+    session.execute(
+        update(EVENTS)
+        .where(
+            EVENTS.c.id == event_id,
+            EVENTS.c.status == IngressStatus.RECEIVED,
+            EVENTS.c.matching.is_(None),
+        )
+        .values(matching={"held": reason, "held_at": now.isoformat()})
     )
 
 
@@ -222,15 +239,18 @@ def list_events(
     *,
     source: str | None = None,
     status: str | None = None,
+    since: datetime | None = None,
     before: int | None = None,
     limit: int = 100,
 ) -> Sequence[IngressEventRow]:
-    """Events, newest first; `before` pages by id."""
+    """Events, newest first; `since`: received at or after; `before` pages by id."""
     stmt = select(IngressEventRow).order_by(IngressEventRow.id.desc()).limit(limit)
     if source:
         stmt = stmt.where(IngressEventRow.source == source)
     if status:
         stmt = stmt.where(IngressEventRow.status == status)
+    if since is not None:
+        stmt = stmt.where(IngressEventRow.received_at >= since)
     if before is not None:
         stmt = stmt.where(IngressEventRow.id < before)
     return session.scalars(stmt).all()

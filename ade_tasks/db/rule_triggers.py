@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import String, cast, select
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ SCAN_ABOVE = 20_000
 #: Content hash -> its rule's trigger types; None: the stored list could not be read, so the
 #: rule is validated (and its problem logged) like one that has the type.
 _TYPES: dict[str, frozenset[str] | None] = {}
+_NONE: frozenset[str] = frozenset()
 _TYPES_MAX = 200_000  # above the rule count of a large cluster; past it, read again on demand
 
 
@@ -60,17 +62,54 @@ def rules_with_trigger(
     types; `prefix`: of a type that starts with it, as "github." for the poller), by id. A
     stored rule this version cannot read is logged and left out; the others are not held back
     by it."""
-    wanted_types = {trigger_type} if isinstance(trigger_type, str) else set(trigger_type)
     rows = session.execute(
         select(_TABLE.c.id, _TABLE.c.content_hash).where(_TABLE.c.enabled).order_by(_TABLE.c.id)
     ).all()
-    unseen = {rule_id for rule_id, content_hash in rows if content_hash not in _TYPES}
+    _learn(session, rows)
+    return _validated(session, _having(rows, _type_set(trigger_type), prefix))
+
+
+def trigger_candidates(
+    session: Session, trigger_type: str | Collection[str]
+) -> tuple[list[Rule], list[str]]:
+    """The enabled rules with a trigger of `trigger_type` (or of one of several types; as
+    `rules_with_trigger`), and the ids of the disabled rules that have one (not validated:
+    their verdict is `disabled`), read in the same one statement."""
+    wanted_types = _type_set(trigger_type)
+    rows = session.execute(
+        select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.enabled).order_by(_TABLE.c.id)
+    ).all()
+    _learn(session, rows)
+    having = [  # one comprehension over every rule: this runs for every event
+        (rule_id, enabled)
+        for rule_id, content_hash, enabled in rows
+        if (types := _TYPES.get(content_hash, _NONE)) is None or not wanted_types.isdisjoint(types)
+    ]
+    wanted = [rule_id for rule_id, enabled in having if enabled]
+    return _validated(session, wanted), [rule_id for rule_id, enabled in having if not enabled]
+
+
+def _learn(session: Session, rows: Sequence[Sequence[Any]]) -> None:
+    """Learn the trigger types of the content hashes of (id, content hash, ...) `rows` that
+    were not seen yet."""
+    unseen = {row[0] for row in rows if row[1] not in _TYPES}
     if unseen:
         if len(_TYPES) + len(unseen) > _TYPES_MAX:
             _TYPES.clear()
         for content_hash, stored in stored_triggers(session, unseen).items():
             _TYPES[content_hash] = _types_of(stored)
-    wanted = [
+
+
+def _type_set(trigger_type: str | Collection[str]) -> frozenset[str]:
+    return frozenset({trigger_type} if isinstance(trigger_type, str) else trigger_type)
+
+
+def _having(
+    rows: Sequence[tuple[str, str]], wanted_types: frozenset[str], prefix: bool
+) -> list[str]:
+    """The ids among (id, content hash) `rows` whose rule has a trigger of one of the types
+    (or one whose stored triggers cannot be read without validating it)."""
+    return [
         rule_id
         for rule_id, content_hash in rows
         if (types := _TYPES.get(content_hash, frozenset())) is None
@@ -80,6 +119,9 @@ def rules_with_trigger(
             else not wanted_types.isdisjoint(types)
         )
     ]
+
+
+def _validated(session: Session, wanted: list[str]) -> list[Rule]:
     rules: list[Rule] = []
     for chunk in in_batches(wanted):
         query = select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.document).where(

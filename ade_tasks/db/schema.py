@@ -343,6 +343,9 @@ class IngressEventRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     runs: Mapped[list[str] | None] = mapped_column(JsonDocument)
     error: Mapped[str | None] = mapped_column(Text)
+    # What matching made of each candidate rule, bounded (`ade_tasks.triggers.verdicts`), or
+    # that the event is held by the kill switch; None before matching (and for older events).
+    matching: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
     # Claims by workers before matching (`ingress.dispatcher`): one that kills each is failed.

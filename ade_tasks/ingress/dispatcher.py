@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -47,11 +48,12 @@ from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import GITHUB_SOURCES, own_identity, trigger_types
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent
+from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED, DispatchResult, TaskSender, TriggerEvent
 from ade_tasks.states import IngressStatus
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import emit
 from ade_tasks.triggers.registry import follow_on_events, trigger_test
+from ade_tasks.triggers.verdicts import MatchReport
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +85,20 @@ def dispatch_ingress_event(
     it stays `received` for the recovery sweep.
 
     While `automations_disabled` (the kill switch) is on, the event is held: left `received`
-    and unclaimed (None), so no delivery is lost; the recovery sweep hands it back, and once
-    the switch is off it is matched and run like any other (within the 7 days events are
-    kept).
+    and unclaimed (None), so no delivery is lost; its matching record says it is held and why
+    (`ingress_db.hold_event`), the recovery sweep hands it back, and once the switch is off it
+    is matched and run like any other (within the 7 days events are kept).
 
     A GitHub event starts every trigger type it stands for (`ingress.github.trigger_types`:
     its own, `github.pr_labeled` for a label, `github.event`), and is marked `by_engine` when
     its sender is one of `own_logins` (the engine's own GitHub identities,
-    `ADE_GITHUB__BOT_LOGINS`), which only triggers with `include_own: true` accept."""
+    `ADE_GITHUB__BOT_LOGINS`), which only triggers with `include_own: true` accept.
+
+    Every outcome also records the event's matching verdicts: what became of each rule with a
+    trigger of a type it starts (`ade_tasks.triggers.verdicts`)."""
     if automations_disabled:
         log.info("ingress event %s held: automations are disabled on this cluster", event_id)
+        _hold(session_factory, event_id)
         return None
     with session_factory.begin() as session:
         claimed = ingress_db.claim_event(session, event_id, utcnow())
@@ -104,13 +110,20 @@ def dispatch_ingress_event(
             "none finished (each was killed or stopped while matching it), so it is not tried "
             "again; see the worker logs, then re-deliver it from its sender"
         )
-        _finish(session_factory, event_id, IngressStatus.FAILED, [], reason)
+        _finish(session_factory, event_id, IngressStatus.FAILED, [], reason, None)
         return IngressStatus.FAILED
     runs: list[str] = []
     refusals: list[str] = []
+    types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
+    report = MatchReport(types[0] if types else claimed.trigger_type or claimed.source)
+    matching: dict[str, Any] | None
     try:
-        types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
-        if types:
+        if not types:
+            matching = report.to_json(
+                f"the {claimed.source} event is of no trigger type a rule can have, so no "
+                "rule was matched against it"
+            )
+        else:
             payload = claimed.payload
             if claimed.source in GITHUB_SOURCES:
                 payload = own_identity(payload, own_logins)
@@ -118,13 +131,16 @@ def dispatch_ingress_event(
             event = TriggerEvent(types[0], claimed.summary, payload, f"{claimed.source}:{delivery}")
             tests = {kind: trigger_test(claimed.source, kind, payload) for kind in types}
             match = _bounded(lambda rule, t: tests[t.type](rule, t), deadline, clock)
-            for rule_id, result in emit(session_factory, sender, event, match, types=types):
+            for rule_id, result in emit(
+                session_factory, sender, event, match, types=types, report=report
+            ):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
                 else:
                     refusals.append(f"rule {rule_id!r}: {result.message}")
             if claimed.trigger_type is not None:
-                runs += _follow_ons(session_factory, sender, claimed.trigger_type, payload)
+                runs += _follow_ons(session_factory, sender, claimed.trigger_type, payload, report)
+            matching = report.to_json()
         status, error = IngressStatus.DISPATCHED, "; ".join(refusals) or None
     except Exception as exc:  # recorded on the event; the next event is not held up
         if is_database_error(exc):
@@ -140,7 +156,8 @@ def dispatch_ingress_event(
             log.exception("ingress event %s could not be dispatched", event_id)
             detail = exc.message if isinstance(exc, AdeError) else repr(exc)
             status, error = IngressStatus.FAILED, f"matching or dispatching failed: {detail}"
-    _finish(session_factory, event_id, status, runs, error)
+        matching = None  # all or nothing, as the runs: the error says why
+    _finish(session_factory, event_id, status, runs, error, matching)
     return status
 
 
@@ -185,7 +202,7 @@ def _bounded(match: TriggerTest, deadline: float, clock: Callable[[], float]) ->
     started = clock()
     checked = 0
 
-    def bounded(rule: Rule, trigger: Trigger) -> bool:
+    def bounded(rule: Rule, trigger: Trigger) -> Refusal | None:
         nonlocal checked
         elapsed = clock() - started
         if elapsed > deadline:
@@ -207,14 +224,26 @@ def _finish(
     status: IngressStatus,
     runs: list[str],
     error: str | None,
+    matching: dict[str, Any] | None,
 ) -> None:
     # Safe to repeat: the same UPDATE of the same event. A connection that dies here leaves the
     # event received and claimed; its next claim matches it again and finds its runs by key.
     retrying(
         session_factory,
-        lambda session: ingress_db.finish_event(session, event_id, status, runs, error),
+        lambda session: ingress_db.finish_event(
+            session, event_id, status, runs, error, matching=matching
+        ),
         what=f"recording ingress event {event_id}",
     )
+
+
+def _hold(session_factory: SessionFactory, event_id: int) -> None:
+    """Say on a held event that it is held and why (it stays received and unclaimed)."""
+    try:
+        with session_factory.begin() as session:
+            ingress_db.hold_event(session, event_id, f"held: {AUTOMATIONS_DISABLED}", utcnow())
+    except Exception as exc:  # the event is held all the same; only the note is missing
+        log.warning("ingress event %s: its hold was not recorded: %s", event_id, _first_line(exc))
 
 
 def _release(session_factory: SessionFactory, event_id: int) -> None:
@@ -234,14 +263,18 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _follow_ons(
-    session_factory: SessionFactory, sender: TaskSender, kind: str, payload: dict[str, object]
+    session_factory: SessionFactory,
+    sender: TaskSender,
+    kind: str,
+    payload: dict[str, object],
+    report: MatchReport,
 ) -> list[str]:  # only reached with the kill switch off (see dispatch_ingress_event)
     """Dispatch the further events this one stands for (a merged pull request from a lane's
-    branch is that lane's `lane.merged`); the runs they started."""
+    branch is that lane's `lane.merged`); the runs they started (their verdicts: `report`)."""
     runs = []
     for source, event in follow_on_events(session_factory, kind, payload):
         match = trigger_test(source, event.type, event.payload)
-        for _, result in emit(session_factory, sender, event, match):
+        for _, result in emit(session_factory, sender, event, match, report=report):
             if isinstance(result, DispatchResult):
                 runs.append(result.run.id)
     return runs

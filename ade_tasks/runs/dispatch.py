@@ -119,10 +119,12 @@ def _admit(
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
     payload = dict(trigger.payload)
     if automations_disabled and not (kind == TriggerType.MANUAL and payload.get("forced_by")):
-        raise AdmissionError(f"rule {snapshot.id!r} not run: {AUTOMATIONS_DISABLED}")
+        raise AdmissionError(
+            f"rule {snapshot.id!r} not run: {AUTOMATIONS_DISABLED}", kind="kill-switch"
+        )
     untrusted = snapshot.untrusted_reason()
     if untrusted:
-        raise AdmissionError(untrusted)
+        raise AdmissionError(untrusted, kind="untrusted")
     if kind == TriggerType.SCHEDULE:
         _check_schedule_unchanged(snapshot, payload)
     if kind == TriggerType.MANUAL:
@@ -131,14 +133,15 @@ def _admit(
     if not snapshot.enabled:
         raise AdmissionError(
             f"rule {snapshot.id!r} is disabled, so {kind} triggers do not run it; "
-            "enable it in its rule file (enabled: true) or run it manually"
+            "enable it in its rule file (enabled: true) or run it manually",
+            kind="disabled",
         )
     indexes = trigger.trigger_indexes
     if kind == TriggerType.SCHEDULE:
         indexes = (payload["trigger_index"],)
     held = pauses_db.holding(pauses, indexes)
     if held is not None:
-        raise AdmissionError(held.reason)
+        raise AdmissionError(held.reason, kind="paused")
     return payload
 
 

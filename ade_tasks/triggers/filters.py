@@ -1,5 +1,7 @@
 """Trigger filters: whether a rule's trigger (GitHub, git or file) starts on a normalized event;
-`filter_matcher` is the `Matcher` of those three families, which share every filter.
+`filter_matcher` is the `Matcher` of those three families, which share every filter. When it
+does not, `refusal` names the first filter that refused it and what that filter saw (an
+event's matching verdicts show it); `why_not` is that reason alone.
 
 The trigger's canonical type must be one the event starts (its own trigger type; for a GitHub
 delivery also `github.event` and the types its action stands for, `ade_tasks.ingress.github.
@@ -42,7 +44,7 @@ from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import trigger_types
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
 from ade_tasks.rules.triggers import Trigger, canonical_trigger_type
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 
 TriggerSpec = Trigger | Mapping[str, object]
 """A trigger model, or (a hand-written or stored trigger) its mapping of fields."""
@@ -52,37 +54,44 @@ def filter_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTes
     """GitHub, git and file triggers: their filters over the event normalized from `payload`
     (the payload carries its own source)."""
     event = NormalizedEvent.from_payload(payload)
-    return lambda _rule, trigger: trigger_matches(trigger, event)
+    return lambda _rule, trigger: refusal(trigger, event)
 
 
 def trigger_matches(trigger: TriggerSpec, event: NormalizedEvent) -> bool:
     """Whether `trigger` (a trigger model or its dict) starts on `event`."""
-    return why_not(trigger, event) is None
+    return refusal(trigger, event) is None
 
 
 def why_not(trigger: TriggerSpec, event: NormalizedEvent) -> str | None:
     """The first reason `trigger` does not start on `event`, in a few words; None if it does."""
+    refused = refusal(trigger, event)
+    return None if refused is None else refused.reason
+
+
+def refusal(trigger: TriggerSpec, event: NormalizedEvent) -> Refusal | None:
+    """The first filter of `trigger` that refuses `event`, with its reason; None if it starts."""
     spec = _fields(trigger)
     kind = spec.pop("type", None)
     if not isinstance(kind, str):
-        return "the trigger has no type"
+        return Refusal("type", "the trigger has no type")
     kind = canonical_trigger_type(kind)
     if kind not in trigger_types(event):
         got = event.trigger_type or f"{event.event_key} (no trigger type)"
         if event.trigger_type and event.action:
             got = f"{got} ({event.event_key})"
-        return f"wants {kind}, event is {got}"
+        return Refusal("type", f"wants {kind}, event is {got}")
     if event.by_engine and spec.pop("include_own", None) is not True:
-        return (
+        return Refusal(
+            "include_own",
             f"sender {event.sender} is the engine's own GitHub identity (ADE_GITHUB__BOT_LOGINS); "
-            "set include_own: true on the trigger to run on its events"
+            "set include_own: true on the trigger to run on its events",
         )
     spec.pop("include_own", None)
     exclude = _strings(spec.pop("exclude", None) or [])
     if exclude and event.paths:
         kept = tuple(path for path in event.paths if not path_matches(path, exclude))
         if not kept:
-            return f"every changed path matches exclude {_shown(exclude)}"
+            return Refusal("exclude", f"every changed path matches exclude {_shown(exclude)}")
         # The other filters (`paths`) must only see what the trigger did not exclude.
         event = dataclasses.replace(event, paths=kept)
     for name, wanted in spec.items():
@@ -90,10 +99,12 @@ def why_not(trigger: TriggerSpec, event: NormalizedEvent) -> str | None:
             continue
         check = _CHECKS.get(name)
         if check is None:
-            return f"filter {name!r} cannot be checked against a {event.source} event"
+            return Refusal(
+                name, f"filter {name!r} cannot be checked against a {event.source} event"
+            )
         reason = check(wanted, event)
         if reason is not None:
-            return reason
+            return Refusal(name, reason)
     return None
 
 

@@ -17,7 +17,7 @@ from ade_tasks.ingress.event import EventSource
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import LaneTrigger, Trigger, TriggerType
 from ade_tasks.runs.dispatch import TriggerEvent
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 
 SOURCE: EventSource = "lane"
 MERGED = TriggerType.LANE_MERGED.value
@@ -29,11 +29,13 @@ def lane_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTest:
     assert isinstance(lane, Mapping), "a lane event's payload holds its lane (LaneRef.to_dict)"
     name, project = str(lane["name"]), str(payload["project"])
 
-    def match(rule: Rule, trigger: Trigger) -> bool:
+    def match(rule: Rule, trigger: Trigger) -> Refusal | None:
         assert isinstance(trigger, LaneTrigger)
         if rule.project != project:
-            return False
-        return not trigger.lanes or any(fnmatchcase(name, glob) for glob in trigger.lanes)
+            return Refusal("project", f"the lane is in project {project}, not {rule.project}")
+        if not trigger.lanes or any(fnmatchcase(name, glob) for glob in trigger.lanes):
+            return None
+        return Refusal("lanes", f"lane {name} matches none of {', '.join(trigger.lanes)}")
 
     return match
 

@@ -17,36 +17,67 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
 from ade_tasks.triggers.lane import lane_event
 from ade_tasks.triggers.registry import trigger_test
+from ade_tasks.triggers.verdicts import MatchReport
 
 log = logging.getLogger(__name__)
 
 
 def matching_rules(
-    session_factory: SessionFactory, event_type: str | Collection[str], match: TriggerTest
+    session_factory: SessionFactory,
+    event_type: str | Collection[str],
+    match: TriggerTest,
+    report: MatchReport | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Enabled rules with a trigger of `event_type` (or of one of several types) that
     `match(rule, trigger)` accepts: rule id -> the indexes of the triggers that accepted it (a
-    paused one holds back only its own)."""
-    return {rule.id: indexes for rule, indexes in _matches(session_factory, event_type, match)}
+    paused one holds back only its own). With a `report`, the refusals of the rules no trigger
+    accepted go into it, and so do the disabled rules with a trigger of the type."""
+    return {
+        rule.id: indexes for rule, indexes in _matches(session_factory, event_type, match, report)
+    }
 
 
 def _matches(
-    session_factory: SessionFactory, event_type: str | Collection[str], match: TriggerTest
+    session_factory: SessionFactory,
+    event_type: str | Collection[str],
+    match: TriggerTest,
+    report: MatchReport | None = None,
+    kind: str | None = None,
 ) -> list[tuple[Rule, tuple[int, ...]]]:
+    """(rule, the indexes of its triggers that accepted the event) of every matching rule;
+    `kind`: the event's own type, which the report files the verdicts under."""
     types = {event_type} if isinstance(event_type, str) else set(event_type)
+    kind = kind or (event_type if isinstance(event_type, str) else min(types))
+    disabled: list[str] = []
     with session_factory() as session:
-        candidates = rule_triggers.rules_with_trigger(session, types)
-    found = []
+        if report is None:
+            candidates = rule_triggers.rules_with_trigger(session, types)
+        else:
+            candidates, disabled = rule_triggers.trigger_candidates(session, types)
+    found: list[tuple[Rule, tuple[int, ...]]] = []
     for rule in candidates:
-        indexes = tuple(
-            index for index, t in enumerate(rule.triggers) if t.type in types and match(rule, t)
-        )
+        indexes: list[int] = []
+        refused: list[tuple[int, Refusal]] = []
+        for index, trigger in enumerate(rule.triggers):
+            if trigger.type not in types:
+                continue
+            refusal = match(rule, trigger)
+            if refusal is None:
+                indexes.append(index)
+            else:
+                refused.append((index, refusal))
         if indexes:
-            found.append((rule, indexes))
+            found.append((rule, tuple(indexes)))
+        elif report is not None:
+            for index, refusal in refused:
+                report.refused(kind, rule.id, index, refusal)
+    if report is not None:
+        for rule_id in disabled:
+            report.disabled(kind, rule_id)
     return found
 
 
@@ -58,13 +89,16 @@ def emit(
     *,
     automations_disabled: bool = False,
     types: Collection[str] = (),
+    report: MatchReport | None = None,
 ) -> list[tuple[str, DispatchResult | AdeError]]:
     """Dispatch `event` to every matching rule: (rule id, its run or why it was refused).
     One rule refusing the event never blocks the others; `automations_disabled` as for
     `dispatch`. `types`: the trigger types the event starts (default: its own type only); a
-    rule's run records the type of the first of its triggers that matched."""
+    rule's run records the type of the first of its triggers that matched. With a `report`,
+    every candidate rule's verdict goes into it."""
     assert event.idempotency_key, "events carry a key so that re-emitting them starts nothing"
-    matched = _matches(session_factory, types or (str(event.type),), match)
+    kind = str(event.type)
+    matched = _matches(session_factory, types or (kind,), match, report, kind)
     rule_ids = [rule.id for rule, _ in matched]
     requests = [
         (
@@ -81,9 +115,13 @@ def emit(
     results = dispatch_many(
         session_factory, sender, requests, automations_disabled=automations_disabled
     )
-    for rule_id, result in zip(rule_ids, results, strict=True):
+    for (rule_id, indexes), result in zip(
+        [(rule.id, indexes) for rule, indexes in matched], results, strict=True
+    ):
         if isinstance(result, AdeError):
             log.warning("event %s not dispatched to rule %s: %s", event.type, rule_id, result)
+        if report is not None:
+            report.dispatched(kind, rule_id, indexes, result)
     return list(zip(rule_ids, results, strict=True))
 
 

@@ -42,7 +42,7 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, TriggerType
 from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.states import RunStatus
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 
 SOURCE = "run"
 RUN_FINISHED = TriggerType.RUN_FINISHED.value
@@ -57,11 +57,24 @@ RESULT_CHARS = 4000
 
 def starts_on(trigger: RunFinishedTrigger, run: Mapping[str, object]) -> bool:
     """Does `trigger` start on the finish of `run` (the payload's `run`)?"""
-    if not trigger.follows(str(run.get("rule"))):
-        return False
+    return refusal(trigger, run) is None
+
+
+def refusal(trigger: RunFinishedTrigger, run: Mapping[str, object]) -> Refusal | None:
+    """Which filter of `trigger` refuses the finish of `run`, with what it saw; None if it
+    starts."""
+    rule, status, queue_status = run.get("rule"), run.get("status"), run.get("queue_status")
+    if not trigger.follows(str(rule)):
+        return Refusal("rule", f"run of rule {rule} matches none of {', '.join(trigger.rule)}")
     if not trigger.status:
-        return run.get("status") != RunStatus.SKIPPED
-    return run.get("status") in trigger.status or run.get("queue_status") in trigger.status
+        if status == RunStatus.SKIPPED:
+            return Refusal("status", "the run was skipped (name skipped in status to follow it)")
+        return None
+    if status in trigger.status or queue_status in trigger.status:
+        return None
+    return Refusal(
+        "status", f"run {status} ({queue_status}) is none of {', '.join(trigger.status)}"
+    )
 
 
 def follow_key(run_id: str, rule_id: str) -> str:
@@ -74,9 +87,9 @@ def run_finished_matcher(_source: str, payload: Mapping[str, object], /) -> Trig
     run = payload["run"]
     assert isinstance(run, Mapping), "a run.finished payload holds the finished run"
 
-    def match(_rule: Rule, trigger: Trigger) -> bool:
+    def match(_rule: Rule, trigger: Trigger) -> Refusal | None:
         assert isinstance(trigger, RunFinishedTrigger)
-        return starts_on(trigger, run)
+        return refusal(trigger, run)
 
     return match
 

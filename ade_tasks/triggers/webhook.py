@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, WebhookTrigger
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.triggers.base import Refusal, TriggerTest
 
 SOURCE_PREFIX = "webhook:"
 
@@ -20,12 +20,17 @@ def webhook_matcher(source: str, payload: Mapping[str, object], /) -> TriggerTes
     hook = source.removeprefix(SOURCE_PREFIX) if source.startswith(SOURCE_PREFIX) else None
     body = payload.get("body")
 
-    def match(_rule: Rule, trigger: Trigger) -> bool:
+    def match(_rule: Rule, trigger: Trigger) -> Refusal | None:
         assert isinstance(trigger, WebhookTrigger)
+        if hook is None:
+            return Refusal("hook", f"the event came from {source}, not from a custom hook")
+        if trigger.hook != hook:
+            return Refusal("hook", f"the delivery came to hook {hook}, not {trigger.hook}")
         filters = [
             JsonFilter(path=path, op="equals", value=value)
             for path, value in trigger.filters.items()
         ]
-        return hook is not None and trigger.hook == hook and filters_match(filters, body)[0]
+        admitted, why = filters_match(filters, body)
+        return None if admitted else Refusal("filters", str(why))
 
     return match

@@ -25,10 +25,10 @@ import pytest
 
 from ade_tasks.clock import utcnow
 from ade_tasks.roles import Role
-from tests.conftest import REPO
+from tests.conftest import REPO, write_rule
 from tests.integration.conftest import Cluster, own_redis_db, require
 from tests.integration.test_web_pages import SECRET, add_run, token, write_web_rules
-from tests.support import redis_db_url
+from tests.support import redis_db_url, wait_until
 
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
@@ -267,8 +267,36 @@ def test_an_operator_runs_a_rule_watches_it_finish_and_accepts_a_waiting_run(
     expect(listed).to_have_text("succeeded", timeout=RUN_MS)
     shot(viewer, "runs-live")
 
+    # Why did nothing run? A push to a branch no rule wants: the event's page says which
+    # rule's filter refused it and what it saw (issue 36, finding 5).
+    write_rule(cluster.tmp / "rules", "pushes.yaml", PUSHES_RULE)
+    cluster.sync_rules(cluster.tmp / "rules")
+    pushed = page.request.post(
+        f"{base_url}/api/v1/ingress/events", data={"type": "git.push", "branch": "dev"}
+    )
+    event_id = pushed.json()["event_id"]
+    event_api = f"{base_url}/api/v1/ingress/events/{event_id}"
+    wait_until(
+        lambda: page.request.get(event_api).json()["status"] == "dispatched",
+        RUN_MS / 1000,
+        "the push event to be matched",
+    )
+    viewer.goto("/ui/events")
+    viewer.click(f'tr[data-event="{event_id}"] a')
+    verdict = viewer.locator('#verdicts tr[data-rule="pushes"]')
+    expect(verdict.locator(".verdict")).to_have_text("refused")
+    expect(verdict).to_contain_text("branch dev matches none of main")
+    shot(viewer, "event-verdicts")
+
     for content in shot.pages:
         assert SECRET not in content
+
+
+PUSHES_RULE = """
+    id: pushes
+    triggers: [{type: git.push, branches: [main]}]
+    execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}
+"""
 
 
 SUCCEEDED, FAILED, RUNNING = "#2e9e55", "#c8372d", "#2457c5"  # style.css: .bar-<status>

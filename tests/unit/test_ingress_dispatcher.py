@@ -170,7 +170,7 @@ def test_an_event_the_database_failed_under_stays_received_and_is_matched_later(
 ) -> None:
     add_rule(session_factory, rules_dir, "r.yaml", rule("r", OPENED))
     event_id = store_pr(session_factory, sender, "blip")
-    rules_with_trigger = rule_triggers.rules_with_trigger
+    trigger_candidates = rule_triggers.trigger_candidates
 
     def terminated(session: Any, trigger_type: str) -> Any:
         # what pg_terminate_backend does to the statement
@@ -178,11 +178,11 @@ def test_an_event_the_database_failed_under_stays_received_and_is_matched_later(
             "SELECT rules", {}, Exception("terminating connection due to administrator command")
         )
 
-    monkeypatch.setattr(rule_triggers, "rules_with_trigger", terminated)
+    monkeypatch.setattr(rule_triggers, "trigger_candidates", terminated)
     with pytest.raises(EventDeferredError, match="stays received"):
         dispatch_ingress_event(session_factory, sender, event_id)
     deferred = event_of(session_factory, event_id)
-    monkeypatch.setattr(rule_triggers, "rules_with_trigger", rules_with_trigger)
+    monkeypatch.setattr(rule_triggers, "trigger_candidates", trigger_candidates)
     report = recover(session_factory, sender, requeue_after=timedelta(0))
     status = dispatch_ingress_event(session_factory, sender, event_id)
 

@@ -113,7 +113,7 @@ def test_an_event_matched_by_a_paused_trigger_only_is_refused_with_its_note(
     pause(session_factory, 3, "the CI hook is noisy")
     event = TriggerEvent("webhook", "ci ping", {"hook": "ci"}, "webhook:ci:1")
 
-    ((rule_id, result),) = emit(session_factory, sender, event, lambda _r, _t: True)
+    ((rule_id, result),) = emit(session_factory, sender, event, lambda _r, _t: None)
 
     assert rule_id == "nightly" and isinstance(result, AdmissionError)
     assert "trigger #3 of rule 'nightly' is paused" in result.message

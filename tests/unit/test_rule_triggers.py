@@ -16,8 +16,10 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.ingress.poller import GithubPoller
+from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.triggers.base import TriggerTest
+from ade_tasks.rules.triggers import Trigger
+from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import matching_rules
 from tests.conftest import write_rule
 
@@ -57,7 +59,10 @@ def many_rules(session_factory: SessionFactory, rules_dir: Path) -> SessionFacto
 
 
 def hook_is(name: str) -> TriggerTest:
-    return lambda _rule, trigger: getattr(trigger, "hook", None) == name
+    def test(_rule: Rule, trigger: Trigger) -> Refusal | None:
+        return None if getattr(trigger, "hook", None) == name else Refusal("hook", "other hook")
+
+    return test
 
 
 def test_a_webhook_event_validates_only_the_rules_with_a_webhook_trigger(
@@ -101,7 +106,7 @@ def test_a_stored_rule_that_cannot_be_read_is_logged_and_the_others_still_match(
         )
 
     with caplog.at_level(logging.WARNING, logger="ade_tasks.db.rule_triggers"):
-        found = matching_rules(many_rules, "webhook", lambda _rule, _trigger: True)
+        found = matching_rules(many_rules, "webhook", lambda _rule, _trigger: None)
 
     assert found == {"on-ci": (1,)}
     warned = {record.getMessage().split(" is left out")[0] for record in caplog.records}

@@ -17,6 +17,7 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, TriggerType
 from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.states import IngressStatus
+from ade_tasks.triggers.base import Refusal
 from ade_tasks.triggers.lane import lane_event
 from ade_tasks.triggers.registry import MATCHERS, follow_on_events, matcher_for
 from tests.unit.test_ingress_dispatcher import event_of
@@ -60,21 +61,32 @@ def test_a_webhook_trigger_matches_only_its_own_hooks_deliveries_whose_body_fits
     )
     match = matcher_for("webhook")
 
-    assert match("webhook:deploy", {"body": {"env": "prod"}})(a_rule(), trigger) is True
-    assert match("webhook:deploy", {"body": {"env": "dev"}})(a_rule(), trigger) is False
-    assert match("webhook:other", {"body": {"env": "prod"}})(a_rule(), trigger) is False
+    assert match("webhook:deploy", {"body": {"env": "prod"}})(a_rule(), trigger) is None
+    assert match("webhook:deploy", {"body": {"env": "dev"}})(a_rule(), trigger) == Refusal(
+        "filters", "filter #1 (env equals 'prod') did not match: env is 'dev'"
+    )
+    assert match("webhook:other", {"body": {"env": "prod"}})(a_rule(), trigger) == Refusal(
+        "hook", "the delivery came to hook other, not deploy"
+    )
     # A source naming no hook is no custom hook's delivery
-    assert match("webhook", {"body": {"env": "prod"}})(a_rule(), trigger) is False
+    assert match("webhook", {"body": {"env": "prod"}})(a_rule(), trigger) == Refusal(
+        "hook", "the event came from webhook, not from a custom hook"
+    )
 
 
 def test_a_lane_trigger_matches_lanes_of_its_own_project_its_globs_accept() -> None:
     event = lane_event("lane.created", LANE, "default", "run-1")
     match = matcher_for("lane.created")("lane", event.payload)
 
-    assert match(a_rule(), TRIGGER.validate_python({"type": "lane.created"})) is True
-    assert match(a_rule(), TRIGGER.validate_python({"type": "lane.created", "lanes": ["fix-*"]}))
-    assert not match(a_rule(), TRIGGER.validate_python({"type": "lane.created", "lanes": ["x*"]}))
-    assert not match(a_rule("other"), TRIGGER.validate_python({"type": "lane.created"}))
+    assert match(a_rule(), TRIGGER.validate_python({"type": "lane.created"})) is None
+    assert match(
+        a_rule(), TRIGGER.validate_python({"type": "lane.created", "lanes": ["fix-*"]})
+    ) is None  # fmt: skip
+    globbed = TRIGGER.validate_python({"type": "lane.created", "lanes": ["x*"]})
+    assert match(a_rule(), globbed) == Refusal("lanes", f"lane {LANE['name']} matches none of x*")
+    assert match(a_rule("other"), TRIGGER.validate_python({"type": "lane.created"})) == Refusal(
+        "project", "the lane is in project default, not other"
+    )
 
 
 def test_only_a_merged_pull_request_stands_for_further_events(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -16,30 +17,58 @@ from ade_api.http.schemas.ingress import (
 )
 from ade_api.http.schemas.problem import Problem
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.errors import InvalidInputError
+from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.event import EventSource, NormalizedEvent
+from ade_tasks.ingress.event import EVENT_SOURCES, EventSource, NormalizedEvent
 from ade_tasks.rules.triggers import canonical_trigger_type
 from ade_tasks.states import IngressStatus
 
 router = APIRouter(prefix="/api/v1/ingress", tags=["ingress"])
 
 
-@router.get("/events")
+@router.get("/events", responses={422: {"model": Problem}})
 def list_events(
     session: SessionDep,
-    source: str | None = None,
+    source: Annotated[
+        str | None, Query(description="github, git, file, poll, lane or webhook:<hook>")
+    ] = None,
     status: IngressStatus | None = None,
+    since: Annotated[
+        datetime | None, Query(description="received at or after; ISO 8601 with a time zone")
+    ] = None,
     before: int | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> IngressPage:
-    """Events, newest first (the table keeps 7 days, at most 10,000)."""
+    """Events, newest first (the table keeps 7 days, at most 10,000), each with its matching
+    verdicts."""
+    if source is not None and source not in EVENT_SOURCES and not source.startswith("webhook:"):
+        raise InvalidInputError(
+            f"source {source!r} is no event source; use one of "
+            f"{', '.join(sorted(EVENT_SOURCES))} or webhook:<hook>"
+        )
+    if since is not None and since.tzinfo is None:
+        raise InvalidInputError(
+            f"since={since.isoformat()} has no time zone; add one, e.g. Z or +00:00"
+        )
     rows = ingress_db.list_events(
-        session, source=source, status=status.value if status else None, before=before,
-        limit=limit,
+        session, source=source, status=status.value if status else None, since=since,
+        before=before, limit=limit,
     )  # fmt: skip
     items = [IngressEventOut.model_validate(row) for row in rows]
     return IngressPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+
+
+@router.get("/events/{event_id}", responses={404: {"model": Problem}})
+def get_event(session: SessionDep, event_id: int) -> IngressEventOut:
+    """One event with its matching verdicts: why each rule with a trigger of its type ran or
+    did not."""
+    row = ingress_db.get_event(session, event_id)
+    if row is None:
+        raise NotFoundError(
+            f"no ingress event {event_id}; events are kept 7 days (at most 10,000): list them "
+            "with GET /api/v1/ingress/events or `ade-tasks events list`"
+        )
+    return IngressEventOut.model_validate(row)
 
 
 LOCAL_TYPES = ("git.commit", "git.push", "file.changed")

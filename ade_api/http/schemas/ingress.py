@@ -27,6 +27,36 @@ class HookDeliveryOut(BaseModel):
     )
 
 
+class MatchVerdictOut(BaseModel):
+    """What became of one rule with a trigger of the event's type (`triggers.verdicts`)."""
+
+    rule: str
+    verdict: str = Field(
+        description="matched | skipped | refused | paused | disabled | untrusted | kill-switch "
+        "| not-admitted"
+    )
+    trigger: int | None = Field(None, description="the trigger's index in the rule (from 0)")
+    filter: str | None = Field(None, description="refused: the trigger field that said no")
+    reason: str | None = Field(None, description="why, naming the value the filter saw")
+    run: str | None = Field(None, description="matched or skipped: the run it recorded")
+    event: str | None = Field(
+        None, description="a further event this one stood for (lane.merged), if not this one"
+    )
+
+
+class MatchingOut(BaseModel):
+    """What matching made of an event: each candidate rule's verdict, or that it is held."""
+
+    rules: list[MatchVerdictOut] = Field(
+        default_factory=list, description="at most 50: the rules that passed their filters first"
+    )
+    counts: dict[str, int] = Field(default_factory=dict, description="every verdict's total")
+    left_out: int = Field(0, description="verdicts counted but not kept")
+    note: str | None = Field(None, description="why no rule was a candidate")
+    held: str | None = Field(None, description="the kill switch holds the event: why")
+    held_at: datetime | None = None
+
+
 class IngressEventOut(BaseModel):
     """A received delivery or event and what came of it."""
 
@@ -43,6 +73,9 @@ class IngressEventOut(BaseModel):
     error: str | None
     received_at: datetime
     processed_at: datetime | None
+    matching: MatchingOut | None = Field(
+        None, description="each candidate rule's verdict; null before matching"
+    )
     payload: dict[str, Any]
 
 
