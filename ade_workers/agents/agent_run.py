@@ -139,6 +139,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 user=user,
                 sandbox=sandbox,
                 completed=completed_calls(history),
+                tool_ctx=tool_ctx,
             )
             outcome = _cli_session(action, setup, prompt.text, history, tool_ctx)
         else:
