@@ -71,8 +71,9 @@ def test_claude_code_with_the_github_palette_validates() -> None:
     Rule.model_validate(document)  # it reaches them through the engine's MCP relay
 
 
-def test_the_docs_pr_fixer_rule_validates() -> None:
+@pytest.mark.parametrize("name", ["pr-fixer", "pr-fixer-claude"])
+def test_the_docs_pr_fixer_rules_validate(name: str) -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
-    block = docs.split("# config/rules/pr-fixer.yaml\n", 1)[1].split("```", 1)[0]
+    block = docs.split(f"# config/rules/{name}.yaml\n", 1)[1].split("```", 1)[0]
     rule = Rule.model_validate(yaml.safe_load(block))
     assert "github" in rule.execution.actions[1].tool_palette  # type: ignore[union-attr]
