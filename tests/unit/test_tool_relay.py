@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,13 @@ import pytest
 from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
-from ade_tasks.rules.agent import ToolPolicy
+from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_workers.agents.cli import mcp_relay
 from ade_workers.agents.cli.claude_calls import CallJudge, engine_name
-from ade_workers.agents.cli.claude_session import _settings_checked
+from ade_workers.agents.cli.claude_session import _settings_checked, capabilities
 from ade_workers.agents.cli.tool_relay import ToolRelay
 from ade_workers.agents.tools.base import ToolContext
+from tests.unit.test_codex_rules import setup_for
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
 TOOLS = ("github_pr", "github_comment")
@@ -139,3 +141,17 @@ def test_the_capability_report_accepts_only_the_engines_own_mcp_server() -> None
     assert _settings_checked(ade, relayed=True).support == "enforced"
     assert _settings_checked(ade, relayed=False).support == "unsupported"
     assert _settings_checked([*ade, {"name": "evil"}], relayed=True).support == "unsupported"
+
+
+def test_the_report_lists_the_relayed_tools_and_says_when_their_token_is_within_reach(
+    tmp_path: Path,
+) -> None:
+    base = setup_for(tmp_path, "edit", ["read_file", "github_pr", "github_comment"])
+    execution = AgentSession(provider="claude-code", model="m", prompt="p")
+    without = {i.aspect: i for i in capabilities(base, execution, None).items}
+    assert "engine_tools" not in without  # no context to run them in: no MCP server
+    setup = replace(base, tool_ctx=ToolContext(worktree=base.worktree, env={}))
+    items = {i.aspect: i for i in capabilities(setup, execution, None).items}
+    assert "mcp__ade__github_pr, mcp__ade__github_comment" in items["engine_tools"].reason
+    # ADE_SANDBOX=off and no agent user: the CLI's commands run as the worker
+    assert items["engine_tools"].support == "best-effort"

@@ -241,15 +241,7 @@ def capabilities(
         *proxy_capabilities(setup, f"{hook}: only read-only tools run"),
     ]
     if relayed:
-        items.append(
-            Capability(
-                "engine_tools",
-                E,
-                f"{', '.join(relayed)}: run by the worker with the cluster's credentials, "
-                f"through the engine's MCP server {SERVER!r}; only a call {hook} allowed runs, "
-                "once",
-            )
-        )
+        items.append(_engine_tools(setup, relayed, hook))
     if init is None:
         items.append(
             Capability(
@@ -278,6 +270,22 @@ def capabilities(
     else:
         items.append(Capability("tools", E, f"offered exactly {reported} (init)"))
     return CapabilityReport(cli="claude-code", items=tuple(items))
+
+
+def _engine_tools(setup: CliSetup, relayed: list[str], hook: str) -> Capability:
+    """The engine_tools item: the relay's tools, and whether their token is out of reach."""
+    how = (
+        f"{', '.join(relayed)}: run by the worker with the cluster's credentials, through the "
+        f"engine's MCP server {SERVER!r}; only a call {hook} allowed runs, once"
+    )
+    if setup.sandbox is None and setup.user is None:
+        return Capability(
+            "engine_tools",
+            Support.BEST_EFFORT,
+            f"{how}; but with no sandbox and no agent user the CLI's commands run as the "
+            "worker and could read its environment, token included",
+        )
+    return Capability("engine_tools", Support.ENFORCED, how)
 
 
 def _settings_checked(servers: list[Any], relayed: bool) -> Capability:
