@@ -98,11 +98,13 @@ class Rule(Document):
             if step.type != "agent-session" or not palette & {"github", "notify"}:
                 continue
             provider = getattr(step, "provider", "")
-            if provider in ("claude-code", "codex"):
+            # Claude Code reaches them through the engine's MCP relay; codex has none yet.
+            if provider == "codex":
                 raise ValueError(
                     f"tool_palette github and notify are engine tools, which provider "
-                    f"{provider} cannot call yet (it uses its own tools): use provider openai "
-                    "or anthropic for them, or publish through outputs / an ade-action step"
+                    f"{provider} cannot call yet (it uses its own tools): use provider "
+                    "claude-code, openai or anthropic for them, or publish through outputs / "
+                    "an ade-action step"
                 )
             if "notify" in palette and not self.outputs.notify_url:
                 raise ValueError(

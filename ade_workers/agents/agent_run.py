@@ -144,6 +144,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
                 user=user,
                 sandbox=sandbox,
                 completed=completed_calls(history),
+                tool_ctx=tool_ctx,
             )
             earlier = as_text(thread.continuation) if thread else ""
             outcome = _cli_session(action, setup, earlier + prompt.text, history, tool_ctx)

@@ -32,6 +32,7 @@ from ade_workers.agents.cli.outcome import CliSessionOutcome
 from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
 from ade_workers.agents.session import SessionLimits
+from ade_workers.agents.tools.base import ToolContext
 from ade_workers.sandbox import scratch
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
@@ -92,13 +93,15 @@ def run_claude(
     masker: Masker | None = None,
     sandboxed: bool = True,
     settings: Settings | None = None,
+    palette: tuple[str, ...] = ("repo", "git"),
+    tool_ctx: ToolContext | None = None,
 ) -> Run:
     execution = AgentSession(
         provider="claude-code",
         model="claude-test",
         prompt="do the task",
         permission_mode=mode,  # type: ignore[arg-type]
-        tool_palette=["repo", "git"],
+        tool_palette=list(palette),  # type: ignore[arg-type]
         policy=policy or ToolPolicy(),
     )
     engine_policy = Policy.from_rule(execution.policy, execution.permission_mode)
@@ -125,6 +128,7 @@ def run_claude(
         sandbox=agent_sandbox(settings or Settings(), worktree, "the test session")
         if sandboxed
         else None,
+        tool_ctx=tool_ctx,
     )
     outcome = run_cli_session(
         execution,

@@ -17,12 +17,15 @@ Claude's own tools, and what the engine knows them as:
 | NotebookEdit | edit_file | notebook_path | yes |
 | Bash | bash | none: judged by tool rules | - |
 | Glob, Grep, LS (older CLIs) | glob, grep, list_dir | path (and an absolute pattern) | no |
+| mcp__ade__github_pr, ... | github_pr, ... (the engine's tools, `tool_relay`) | none | - |
 | mcp__server__tool | mcp:server:tool | none | - |
 
 Any other tool (WebFetch, Task, ...) keeps its own name: only `allowed_tools` can let it run.
 An `ask` verdict ends the session with the call pending (`on_ask`): the run parks as it does for
 HTTP providers. The call's id is derived from the tool and its input, so when the run resumes,
-a fresh session repeating the same call meets the operator's answer.
+a fresh session repeating the same call meets the operator's answer. An allowed call of the
+engine's own MCP server (`mcp__ade__*`) also gets a ticket, without which the worker's tool
+relay runs nothing (`tool_relay.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ade_tasks.agents.policy import (
     COMMAND_TOOLS,
     MODE_TOOLS,
     READ_ONLY_TOOLS,
+    SERVICE_TOOLS,
     WRITE_TOOLS,
     Decision,
     Policy,
@@ -54,9 +58,10 @@ from ade_workers.agents.cli.setup import (
     replayed,
     taint_refusal,
 )
+from ade_workers.agents.cli.tool_relay import BRIDGED_TOOLS, PREFIX, Tickets
 
 Record = Callable[[str, dict[str, Any]], None]
-ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS
+ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS | SERVICE_TOOLS
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,12 @@ def claude_tools_for(engine_tools: Sequence[str], policy: Policy) -> list[str]:
 
 
 def engine_name(claude_name: str) -> str:
-    """The engine's name for a Claude Code tool (`mcp__s__t` becomes `mcp:s:t`)."""
+    """The engine's name for a Claude Code tool (`mcp__s__t` becomes `mcp:s:t`, and a tool of
+    the engine's own server `mcp__ade__t` is the engine tool `t`)."""
     if claude_name in CLAUDE_TOOLS:
         return CLAUDE_TOOLS[claude_name].engine
+    if claude_name.startswith(PREFIX) and claude_name[len(PREFIX) :] in BRIDGED_TOOLS:
+        return claude_name[len(PREFIX) :]
     if claude_name.startswith("mcp__"):
         server, _, tool = claude_name[5:].partition("__")
         return f"mcp:{server}:{tool}"
@@ -162,6 +170,10 @@ class CallJudge:
     completed: dict[str, str] = field(default_factory=dict)
     """Calls an interrupted attempt finished: the first repeat of each gets its recorded
     result instead of running again."""
+    bridged: frozenset[str] = frozenset()
+    """The engine tools this session's `ade` MCP server offers (`tool_relay`)."""
+    tickets: Tickets = field(default_factory=Tickets)
+    """The allowed calls of those tools, which the relay runs once each."""
 
     def __call__(self, call: dict[str, Any]) -> tuple[str, str]:
         name = str(call.get("tool_name") or "")
@@ -196,6 +208,8 @@ class CallJudge:
                 "reason": decision.reason,
             },
         )
+        if decision.verdict == "allow" and name.startswith(PREFIX):
+            self.tickets.issue(str(call.get("tool_use_id") or ""), name, tool_input)
         if decision.verdict != "ask":
             return decision.verdict, decision.reason
         if self.asked is None:
@@ -224,6 +238,8 @@ class CallJudge:
         paths = call_paths(name, tool_input, cwd)
         if any(path.startswith("~") for path in paths):
             return Decision("deny", f"{name} names a path from ~; give one inside the worktree")
+        if name.startswith(PREFIX) and engine not in self.bridged:
+            return Decision("deny", f"{name} is not a tool of this session")
         tainted = taint_refusal(engine, self.tainted)
         if tainted is not None:
             return tainted

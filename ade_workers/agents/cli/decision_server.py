@@ -5,6 +5,9 @@ line back: `{"verdict": "allow" | "deny", "reason": ...}`. The `judge` callable 
 decision (the engine's policy); an exception in it is answered with a deny that names it, so a
 bug in the engine refuses a call rather than letting it through. The socket lives in the
 session's private directory (mode 0700) and is gone when the session ends.
+
+`LineServer` is the transport (one JSON line in, one out, a thread per connection); the engine's
+tool relay (`tool_relay.py`) serves the sandbox's MCP helper on one too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ade_workers.engine.agent_user import AgentUser
 
@@ -29,13 +32,24 @@ READ_TIMEOUT = 10.0
 MAX_CALL_BYTES = 4_000_000
 
 
-class DecisionServer:
-    """Serves decisions on `path` from a background thread while the context is open."""
+class LineServer:
+    """Serves `path` from a background thread while the context is open: each connection sends
+    one JSON object as a line and gets `handle`'s answer back as one line (`failed` builds the
+    answer to an unreadable request or a handler that raised). Only the socket's owner may
+    connect: the worker, or the agent user it is handed to (`owner`)."""
 
-    def __init__(self, path: Path, judge: Judge, *, owner: AgentUser | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        handle: Callable[[dict[str, Any]], dict[str, Any]],
+        failed: Callable[[str], dict[str, Any]],
+        *,
+        owner: AgentUser | None = None,
+        name: str = "ade-decisions",
+    ) -> None:
         self.path = path
-        self._judge = judge
-        self._judging = threading.Lock()
+        self._handle = handle
+        self._failed = failed
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.bind(str(path))
@@ -46,10 +60,10 @@ class DecisionServer:
         except OSError:
             self._sock.close()
             raise
-        self._thread = threading.Thread(target=self._serve, name="ade-decisions", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._closed = threading.Event()
 
-    def __enter__(self) -> DecisionServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -85,21 +99,38 @@ class DecisionServer:
                 if not chunk:
                     break
                 raw += chunk
-            call = json.loads(raw)
-            if not isinstance(call, dict):
-                raise ValueError("a tool call must be a JSON object")
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("a request must be a JSON object")
         except (OSError, ValueError) as exc:
-            self._reply(conn, "deny", f"unreadable tool call: {exc}")
+            self._reply(conn, self._failed(f"unreadable request: {exc}"))
             return
         try:
-            with self._judging:  # one decision at a time: the judge keeps the session's state
-                verdict, reason = self._judge(call)
+            answer = self._handle(request)
         except Exception as exc:  # a bug in the engine refuses the call, never lets it pass
-            log.exception("deciding a tool call failed")
-            verdict, reason = "deny", f"the engine failed to decide this call ({exc})"
-        self._reply(conn, verdict, reason)
+            log.exception("answering %s failed", self.path.name)
+            answer = self._failed(f"the engine failed to decide or run this call ({exc})")
+        self._reply(conn, answer)
 
     @staticmethod
-    def _reply(conn: socket.socket, verdict: str, reason: str) -> None:
+    def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"verdict": verdict, "reason": reason}).encode() + b"\n")
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+
+
+class DecisionServer(LineServer):
+    """Serves the judge's decisions on `path` while the context is open."""
+
+    def __init__(self, path: Path, judge: Judge, *, owner: AgentUser | None = None) -> None:
+        judging = threading.Lock()  # one decision at a time: the judge keeps the session's state
+
+        def decide(call: dict[str, Any]) -> dict[str, Any]:
+            with judging:
+                verdict, reason = judge(call)
+            return {"verdict": verdict, "reason": reason}
+
+        super().__init__(path, decide, _deny, owner=owner)
+
+
+def _deny(reason: str) -> dict[str, Any]:
+    return {"verdict": "deny", "reason": reason}
