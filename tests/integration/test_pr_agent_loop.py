@@ -239,19 +239,21 @@ def loop(request: pytest.FixtureRequest, cluster: Cluster, project: Path) -> Ite
         ScriptedAnthropic() as model,
     ):
         head = seed_repository(github, project, cluster.tmp)
-        pull = github.seed_pull(REPO, "Greet with an exclamation mark", created_at="2024-01-01T00:00:00Z", head=BRANCH, user=HUMAN)  # fmt: skip
+        title, created = "Greet with an exclamation mark", "2024-01-01T00:00:00Z"
+        pull = github.seed_pull(REPO, title, created_at=created, head=BRANCH, user=HUMAN)
         for name, document in recipe_rules(agent).items():
             (cluster.tmp / "rules").mkdir(exist_ok=True)
             (cluster.tmp / "rules" / name).write_text(yaml.safe_dump(document))
         cluster.sync_rules(cluster.tmp / "rules")
+        provider = f"ADE_PROVIDERS__{agent.provider.upper().replace('-', '_')}"
         env = {
             "ADE_GITHUB__WEBHOOK_SECRET": SECRET,
             "ADE_GITHUB__API_URL": github.url,
             "ADE_GITHUB__GIT_URL": github.git_url,
             "ADE_GITHUB__TOKEN": TOKEN,
             "ADE_GITHUB__BOT_LOGINS": json.dumps([BOT]),
-            f"ADE_PROVIDERS__{agent.provider.upper().replace('-', '_')}__BASE_URL": model.url,
-            f"ADE_PROVIDERS__{agent.provider.upper().replace('-', '_')}__API_KEY": "sk-ant-t",
+            f"{provider}__BASE_URL": model.url,
+            f"{provider}__API_KEY": "sk-ant-t",
         }
         api = cluster.api(env=env)
         cluster.worker(queues="ade.builtin,ade.agent,ade.control", concurrency=3, env=env)
@@ -337,8 +339,11 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
     wait_until(lambda: run_row(cluster, working).status == "cancelled", 30, "the supersede")
     hold.set()
     assert finished(cluster, newer, 60).status == "succeeded", run_row(cluster, newer).error
-    cancelled = run_row(cluster, working)
-    assert cancelled.error == f"superseded by run {newer}"
+    assert run_row(cluster, working).error == f"superseded by run {newer}"
+    assert (
+        f"on {second[:12]} (PR #{number})"
+        in tool_results(cluster, newer)["github_checks"]["content"]
+    )
     kept = wait_until(
         lambda: (
             (found := agent_events(cluster, working))
