@@ -33,6 +33,9 @@ class Turn:
     input_tokens: int = 10
     output_tokens: int = 5
     delay: float = 0.0  # seconds the server waits before it answers (a hung model call)
+    #: An event the server waits for (at most 60 s) before it answers: a test holds the model's
+    #: reply until it has made something happen meanwhile, then sets it.
+    gate: threading.Event | None = field(default=None, compare=False)
 
     @classmethod
     def text(cls, text: str, **usage: int) -> Turn:
@@ -194,6 +197,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if turn is None:
                 turn = Turn.text("ok" if not seen.conversation else "(no more scripted turns)")
             time.sleep(turn.delay)
+            if turn.gate is not None:
+                turn.gate.wait(60)
             model = str(body.get("model", "claude-test"))
             if not body.get("stream"):
                 self._json(200, _message(turn, model))

@@ -18,7 +18,8 @@ pagination, the fault queue) with what the agent's `github` palette reads and wr
 - **Branches and git**: `git_repo(repo)` creates the bare repository served at
   `{git_url}/{owner}/{name}.git` (set `ADE_GITHUB__GIT_URL` to `server.git_url`) by the real
   `git http-backend` (CGI), which needs `Authorization: Basic x-access-token:<token>` when the
-  server has a token. `protect(repo, branch)` makes `GET .../branches/{b}` say `protected` and
+  server has a token (`public=True`: fetching needs none, as for a public repository; pushing
+  still does). `protect(repo, branch)` makes `GET .../branches/{b}` say `protected` and
   the repository's pre-receive hook refuse pushes to it with GitHub's GH006 message.
 - **Calls and faults**: `calls` is every request recorded (method, path, query, headers, json;
   git requests carry no body); `fail_next(status, headers=, message=, method=, path_prefix=)`
@@ -62,9 +63,12 @@ done
 class FakeGithub(ScriptedServer):
     """`ScriptedServer` plus pull-request files, review threads, checks and git over HTTP."""
 
-    def __init__(self, *, root: Path, token: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, root: Path, token: str | None = None, public: bool = False, **kwargs: Any
+    ) -> None:
         self.handler_class = _GitHandler
         super().__init__("github", token=token, **kwargs)
+        self.public = public
         self.git_root = root / "fake-github-git"
         self.git_root.mkdir(parents=True, exist_ok=True)
         self.files: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -325,9 +329,11 @@ class FakeGithub(ScriptedServer):
         node["comments"] = {"nodes": [dict(c) for c in thread["comments"]]}
         return node
 
-    def git_authorized(self, header: str | None) -> bool:
-        """Whether a git request's Authorization header carries the server's token."""
-        if self.token is None:
+    def git_authorized(self, header: str | None, service: str = "git-receive-pack") -> bool:
+        """Whether a git request for `service` may go on: its Authorization header carries the
+        server's token, or the server has none, or it fetches (`git-upload-pack`) and the
+        repositories are public."""
+        if self.token is None or (self.public and service == "git-upload-pack"):
             return True
         expected = base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
         return header == f"Basic {expected}"
@@ -362,7 +368,8 @@ class _GitHandler(_Handler):
         if fault is not None and fault.status is not None:
             self._answer(fault.status, {**fault.headers}, str(fault.body).encode())
             return
-        if not server.git_authorized(self.headers.get("Authorization")):
+        service = "git-receive-pack" if "receive-pack" in self.path else "git-upload-pack"
+        if not server.git_authorized(self.headers.get("Authorization"), service):
             self._answer(401, {"WWW-Authenticate": 'Basic realm="GitHub"'}, b"Bad credentials")
             return
         env = {

@@ -1,7 +1,7 @@
 """A scripted model server for provider tests: replays recorded answers on 127.0.0.1.
 
 Each POST gets the next scripted `Reply` (status, headers, a JSON body or raw text, an optional
-delay to simulate a hang) and is recorded (path, headers, JSON body, arrival time).
+delay to simulate a hang, or a gate the test opens) and is recorded (path, headers, JSON body, arrival time).
 
     with ScriptedModelServer() as server:
         server.script(Reply(status=500, body={}), Reply(body=load_fixture("openai", "...")))
@@ -45,6 +45,9 @@ class Reply:
     body: Any = None
     raw: str | None = None
     delay: float = 0.0
+    #: An event the server waits for (at most 60 s) before it answers: the test holds the
+    #: reply until it has made something happen meanwhile, then sets it.
+    gate: threading.Event | None = field(default=None, compare=False)
 
     @classmethod
     def recorded(cls, response: Mapping[str, Any], **headers: str) -> Reply:
@@ -143,6 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
         reply = scripted.next_reply(request)
         if reply.delay and scripted.closing.wait(reply.delay):
             return
+        if reply.gate is not None:
+            reply.gate.wait(60)
         data = (reply.raw if reply.raw is not None else json.dumps(reply.body)).encode()
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")

@@ -4,12 +4,14 @@ step of a chain and an agent rule share it)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -31,6 +33,18 @@ class ToolPolicy(Document):
     denied_tools: list[str] = Field(default_factory=list)
     fallback: Literal["allow", "deny", "ask"] = "deny"
     sandbox_root: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _unstated_fallback_stays_unstated(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        # Whether the rule stated a fallback decides what runs without an allowed_tools entry
+        # (edit's worktree writes, the github and notify palettes: `Policy.from_rule`), so the
+        # stored rule a worker reads back must not state the default the author left out.
+        data: dict[str, Any] = handler(self)
+        if "fallback" not in self.model_fields_set:
+            data.pop("fallback", None)
+        return data
 
 
 ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
@@ -116,8 +130,10 @@ def unenforceable_on_codex(session: AgentSession) -> str | None:
     denied = [t for t in writes if matching_pattern(t, policy.denied_tools)]
     allowed = all(matching_pattern(t, policy.allowed_tools) for t in writes)
     unset = "fallback" not in policy.model_fields_set  # edit's writes in the worktree allowed
-    if not denied and policy.sandbox_root is None and (
-        allowed or unset or policy.fallback == "allow"
+    if (
+        not denied
+        and policy.sandbox_root is None
+        and (allowed or unset or policy.fallback == "allow")
     ):
         return None
     why = (

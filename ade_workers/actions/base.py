@@ -52,6 +52,9 @@ class StepContext:
     #: not a missing value).
     lane: LaneRef | None = None
     masker: Masker = field(default_factory=Masker.none)
+    #: `should_stop`, asking the database now (one query) instead of going by the run
+    #: monitor's last look; None: `should_stop` is all there is (a test, a tool).
+    should_stop_now: Callable[[], bool] | None = None
 
     @property
     def root(self) -> Path:

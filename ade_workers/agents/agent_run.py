@@ -121,6 +121,7 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             masker=context.masker,
             kill_grace=context.kill_grace,
             should_stop=context.should_stop,
+            should_stop_now=context.should_stop_now,
             time_left=lambda: limits.deadline - time.monotonic(),
             user=user,
             sandbox=sandbox,

@@ -139,8 +139,11 @@ def run_session(
         }
         for name in tools
     ]
+    stop_now = tool_ctx.should_stop_now or tool_ctx.should_stop
     while True:
-        if tool_ctx.should_stop():  # cancelled or superseded: the turns so far stay recorded
+        # Cancelled or superseded: the turns so far stay recorded. Asked of the database, not
+        # the monitor's last look, so a turn that arrived after the cancel runs no tool.
+        if stop_now():
             return _outcome(state, limits, tool_ctx, "failed", "stopped: the run was cancelled")
         # Calls of the latest turn without a recorded result: new ones, or left by a crash or
         # an approval wait.

@@ -168,6 +168,13 @@ class Watch:
         went unconfirmed too long, or the worker is shutting down?"""
         return self.lost.is_set() or self.fenced() or SHUTDOWN.is_set()
 
+    def should_stop_now(self) -> bool:
+        """`should_stop`, reading the run's row now rather than going by the monitor's last
+        look (up to CANCEL_CHECK old): asked before an agent session acts on a model turn that
+        may have arrived after its run was cancelled or superseded. One query; a database that
+        does not answer leaves the decision to the monitor."""
+        return self.should_stop() or self._check_cancelled()
+
     def given_up(self) -> bool:
         """Must the run stop here without an outcome of its own? Yes when it was cancelled (its
         row says so already) or when its lease was lost (the recovery sweep decides what comes

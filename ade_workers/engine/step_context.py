@@ -41,6 +41,7 @@ def base_context(
         base_env=config.base_env,
         time_left=lambda: deadline.at - time.monotonic(),
         should_stop=monitor.should_stop,
+        should_stop_now=monitor.should_stop_now,
         kill_grace=config.settings.kill_grace_seconds,
         sessions=session_factory,
         settings=config.settings,

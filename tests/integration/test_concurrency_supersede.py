@@ -128,3 +128,39 @@ execution:
     turns = [data for kind, data in events if kind == "agent.model_turn"]
     assert [t["text"] for t in turns] == ["Reading the failing test first."]
     assert not any(kind == "agent.tool_result" for kind, _ in events)
+
+
+def test_a_turn_answered_right_after_the_supersede_runs_no_tool(
+    session_factory: SessionFactory,  # noqa: F811
+    rules_dir: Path,  # noqa: F811
+    config: RunnerConfig,  # noqa: F811
+    llm: ScriptedModelServer,  # noqa: F811
+) -> None:
+    """The run monitor looks for a cancel every half second; a model answer that arrives
+    sooner after the supersede must still not have its tool run (the session asks the
+    database before it acts on a turn)."""
+    add_rule(session_factory, rules_dir, "fix", KEYED + """
+execution:
+  kind: agent-session
+  provider: openai
+  model: gpt-4o-mini
+  permission_mode: plan
+  tool_palette: [repo]
+  prompt: "Fix PR {{trigger.number}}"
+""")  # fmt: skip
+    answer = threading.Event()
+    turn = model_turn("Reading the failing test first.", ("c1", "read_file", '{"path": "x"}'))
+    llm.script(Reply(body=turn, gate=answer))
+    sender = InMemorySender()
+    first = dispatch(session_factory, sender, "fix", pushed(7, "d1")).run.id
+    agent = threading.Thread(target=execute_run, args=(session_factory, config, first, "w1"))
+    agent.start()
+    wait_until(lambda: len(llm.requests) == 1, 20, "the session's first model call")
+
+    dispatch(session_factory, sender, "fix", pushed(7, "d2"))
+    answer.set()  # at once: the monitor has most likely not looked yet
+    agent.join(30)
+
+    with session_factory() as session:
+        events = run_events_db.events_of(session, first, "agent.")
+    assert [kind for kind, _ in events if kind.startswith("agent.")] == ["agent.model_turn"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ade_tasks.agents.policy import (
     PermissionMode,
@@ -17,6 +18,7 @@ from ade_tasks.agents.policy import (
 )
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.rules.agent import ToolPolicy
+from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 
 
@@ -450,3 +452,30 @@ def test_no_policy_lets_an_agent_change_the_engines_own_code() -> None:
         == "allow"
     )
     assert guard.refusal("README.md", writes=True) is None
+
+
+@pytest.mark.parametrize("policy", ["{allowed_tools: [bash]}", None], ids=["some", "none"])
+def test_a_stored_rule_keeps_its_unstated_fallback_unstated(worktree: Path, policy: str) -> None:
+    """A worker reads the stored document (`Rule.document()`), not the YAML: a fallback the
+    author left out must stay out, or an edit session loses its worktree writes and the
+    github palette ("no rule allows github_checks; the policy's fallback is deny")."""
+    document = yaml.safe_load(f"""
+id: fix
+triggers: [{{type: manual}}]
+execution:
+  kind: agent-session
+  provider: anthropic
+  model: m
+  permission_mode: edit
+  tool_palette: [repo, github]
+  prompt: go
+  {f"policy: {policy}" if policy else ""}
+""")
+    stored = Rule.model_validate(Rule.model_validate(document).document())
+
+    enforced = Policy.from_rule(stored.execution.policy, "edit")  # type: ignore[union-attr]
+
+    assert enforced.service_tools and enforced.worktree_writes
+    assert decide(enforced, "github_checks", worktree=worktree).verdict == "allow"
+    wrote = decide(enforced, "write_file", paths=["src/a.py"], writes=True, worktree=worktree)
+    assert wrote.verdict == "allow"

@@ -3,6 +3,7 @@ a webhook is refused when the rule is loaded, and pushes go to GitHub's web host
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,4 +77,29 @@ def test_the_docs_pr_fixer_rules_validate(name: str) -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
     block = docs.split(f"# config/rules/{name}.yaml\n", 1)[1].split("```", 1)[0]
     rule = Rule.model_validate(yaml.safe_load(block))
-    assert "github" in rule.execution.actions[1].tool_palette  # type: ignore[union-attr]
+    assert "github" in rule.execution.actions[2].tool_palette  # type: ignore[union-attr]
+
+
+def test_the_docs_label_rules_start_on_the_label_not_on_every_push() -> None:
+    """docs/agents.md's pr-fixer and durable-thread examples use `github.pr_labeled` with
+    `label:` (issue 36, finding 1), not `github.pr_updated` + `labels:`, which also fires on
+    every push to a labelled PR."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    for marker in ("# config/rules/pr-fixer.yaml\n", "# config/rules/pr-fix.yaml\n"):
+        block = docs.split(marker, 1)[1].split("---\n", 1)[0].split("```", 1)[0]
+        (trigger,) = Rule.model_validate(yaml.safe_load(block)).triggers
+        assert (trigger.type, trigger.label) == ("github.pr_labeled", ["agent-fix"]), marker
+
+
+def test_the_recipe_rules_validate_and_share_one_thread_per_pull_request() -> None:
+    """docs/recipes/pr-agent-loop.md's rule files (tests/integration/test_pr_agent_loop.py
+    runs them end to end): valid, one thread and one concurrency key per pull request."""
+    recipe = Path(__file__).resolve().parents[2] / "docs" / "recipes" / "pr-agent-loop.md"
+    blocks = re.findall(r"```yaml\n(.*?)```", recipe.read_text(), re.S)
+    rules = [Rule.model_validate(yaml.safe_load(block)) for block in blocks]
+    assert [rule.id for rule in rules] == ["pr-fixer", "pr-review-answer"]
+    key = "pr-{{trigger.repo}}#{{trigger.number}}"
+    for rule in rules:
+        session = rule.execution.actions[-1]  # type: ignore[union-attr]
+        assert session.thread == key and "github" in session.tool_palette
+        assert rule.concurrency is not None and rule.concurrency.key == key

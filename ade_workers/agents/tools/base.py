@@ -84,6 +84,9 @@ class ToolContext:
     masker: Masker = field(default_factory=Masker.none)
     kill_grace: float = 3.0
     should_stop: Callable[[], bool] = lambda: False
+    #: `should_stop` asking the run's row now (one query; the session asks it once a turn);
+    #: None: `should_stop`.
+    should_stop_now: Callable[[], bool] | None = None
     time_left: Callable[[], float] = lambda: math.inf
     todos: list[Todo] = field(default_factory=list)
     report: Report | None = None
