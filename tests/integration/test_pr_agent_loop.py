@@ -5,12 +5,14 @@ Everything is real but GitHub and the model: signed deliveries through a real `a
 a real `celery worker` (ingress and run queues) on PostgreSQL and Redis, a real git project whose
 pull request's branch lives in the scripted GitHub's bare repository (`tests.fake_github`: REST,
 GraphQL threads, `git http-backend`), and a scripted Anthropic Messages server
-(`tests.fake_anthropic`) answering the `anthropic` HTTP provider.
+(`tests.fake_anthropic`) answering the `anthropic` HTTP provider, and the real `claude` CLI
+(`tests.real_clis`: skipped locally without it, failed under CI).
 
-The model's turns are written once, provider-neutral (`Agent`), in the Anthropic shape the real
-`claude` CLI also reads from `tests.fake_anthropic`: a Claude Code variant is one more `Agent`
-(its tool names `mcp__ade__github_*`, `Write`, `Bash`) in `AGENTS` once the CLIs can call the
-engine's GitHub tools.
+The model's turns are written once, provider-neutral (`Agent`), in the Anthropic shape both
+read: the HTTP provider calls the engine's `github_*`, `write_file` and `bash`; Claude Code calls
+the same GitHub tools as `mcp__ade__github_*` (through the engine's MCP relay) and its own
+`Write` and `Bash` (in the session's sandbox). The recipe's rule files are the same for both: the
+test swaps only the provider and the model.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from tests.integration.conftest import Cluster
 from tests.integration.test_github_palette import _commit, _git
 from tests.integration.test_run_path import finished, run_row
 from tests.integration.test_webhooks import SECRET, deliver, events
-from tests.support import wait_until
+from tests.real_clis import real_cli
+from tests.support import Child, wait_until
 
 RECIPE = Path(__file__).resolve().parents[2] / "docs" / "recipes" / "pr-agent-loop.md"
 REPO = "acme/widgets"
@@ -59,28 +62,44 @@ QUESTION = "Is the exclamation mark intended?"
 @dataclass(frozen=True)
 class Agent:
     """A provider and how it names the tools the scripted turns call: the one place tool names
-    live. The engine's GitHub tools are `github_*` to an HTTP provider (and will be
-    `mcp__ade__github_*` to Claude Code); writing a file and running a command are the engine's
-    `write_file` / `bash` or the CLI's own `Write` / `Bash`."""
+    live. The engine's GitHub tools are `github_*` to an HTTP provider and `mcp__ade__github_*`
+    to Claude Code; writing a file and running a command are the engine's `write_file` / `bash`
+    or the CLI's own `Write` / `Bash`. `cli` names the real binary a CLI provider runs."""
 
     provider: str
     model: str
     github_prefix: str = ""
-    write_tool: tuple[str, str] = ("write_file", "path")  # name, path argument
+    read_tool: tuple[str, str] = ("read_file", "path")  # name, path argument
+    write_tool: tuple[str, str] = ("write_file", "path")
     shell_tool: str = "bash"
+    cli: str | None = None
 
     def github(self, tool: str, **args: Any) -> Turn:
         return Turn.tool(self.github_prefix + tool, **args)
 
-    def write(self, path: str, content: str) -> Turn:
-        name, path_arg = self.write_tool
-        return Turn.tool(name, **{path_arg: path, "content": content})
+    def rewrite(self, path: str, content: str) -> tuple[Turn, Turn]:
+        """Read a file, then write it whole (Claude Code's `Write` refuses a file not read)."""
+        (read, read_path), (write, write_path) = self.read_tool, self.write_tool
+        return Turn.tool(read, **{read_path: path}), Turn.tool(
+            write, **{write_path: path, "content": content}
+        )
 
     def shell(self, command: str) -> Turn:
         return Turn.tool(self.shell_tool, command=command)
 
 
-AGENTS = [Agent("anthropic", "claude-sonnet-4-5")]
+AGENTS = [
+    Agent("anthropic", "claude-sonnet-4-5"),
+    Agent(
+        "claude-code",
+        "claude-test",
+        github_prefix="mcp__ade__",
+        read_tool=("Read", "file_path"),
+        write_tool=("Write", "file_path"),
+        shell_tool="Bash",
+        cli="claude",
+    ),
+]
 
 
 def recipe_rules(agent: Agent) -> dict[str, dict[str, Any]]:
@@ -111,6 +130,7 @@ def seed_repository(server: FakeGithub, project: Path, tmp: Path) -> str:
         "        self.assertEqual(greet('Ada'), 'Hello, Ada')\n"
     )
     (seed / "test_greeting.py").write_text(test)
+    (seed / ".gitignore").write_text("__pycache__/\n")  # github_push commits all but ignored files
     _commit(seed, "greeting.py", 'def greet(name):\n    return f"Hello, {name}"\n')
     _git(seed, "push", "-q", str(bare), "main")
     _git(seed, "checkout", "-q", "-b", BRANCH)
@@ -200,9 +220,49 @@ def agent_events(cluster: Cluster, run_id: str) -> list[tuple[str, dict[str, Any
         return run_events_db.events_of(session, run_id, "agent.")
 
 
-def tool_results(cluster: Cluster, run_id: str) -> dict[str, dict[str, Any]]:
-    """The run's tool results by tool name (the last of each)."""
-    return {d["tool"]: d for k, d in agent_events(cluster, run_id) if k == "agent.tool_result"}
+def tool_results(loop: Loop, run_id: str) -> dict[str, dict[str, Any]]:
+    """The run's tool results by tool name (the last of each; the GitHub tools without the
+    agent's prefix), as `ok` and `content`: the HTTP loop's results name their tool, a CLI's
+    name the id of the call that asked for it."""
+    names: dict[str, str] = {}
+    found: dict[str, dict[str, Any]] = {}
+    for kind, data in agent_events(loop.cluster, run_id):
+        if kind == "agent.tool_call":
+            names[str(data["id"])] = str(data["name"])
+        elif kind == "agent.tool_result":
+            name = data.get("tool") or names[str(data["id"])]
+            content = data["content"] if "content" in data else data["output"]
+            found[name.removeprefix(loop.agent.github_prefix)] = {
+                "ok": not data["is_error"],
+                "content": content,
+            }
+    return found
+
+
+def cli_processes(worker: Child, cli: str | None) -> dict[int, str]:
+    """The agent CLI's processes below the worker (`cli` and everything it started: its MCP
+    relay, the tools it runs), by pid with their command line; none for an HTTP provider.
+    The sandbox's idle supervisor, which a worker keeps for a next command, is not the CLI's."""
+    parents: dict[int, int] = {}
+    argvs: dict[int, list[str]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone meanwhile
+        if state != "Z":  # a zombie has ended, only its parent has not reaped it yet
+            parents[int(entry.name)], argvs[int(entry.name)] = int(parent), argv
+    below, frontier = set(), {worker.pid}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
+        below |= frontier
+    tree = {pid for pid in below if cli and Path(argvs[pid][0]).name.startswith(cli)}
+    frontier = set(tree)
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
+        tree |= frontier
+    return {pid: " ".join(argvs[pid]).strip() for pid in tree}
 
 
 def dispatched(cluster: Cluster, count: int) -> None:
@@ -221,6 +281,7 @@ class Loop:
 
     cluster: Cluster
     api: httpx.Client
+    worker: Child
     github: FakeGithub
     model: ScriptedAnthropic
     agent: Agent
@@ -234,6 +295,7 @@ class Loop:
 @pytest.fixture(params=AGENTS, ids=lambda agent: agent.provider)
 def loop(request: pytest.FixtureRequest, cluster: Cluster, project: Path) -> Iterator[Loop]:
     agent: Agent = request.param
+    binary = real_cli(agent.cli) if agent.cli else None  # skips (fails under CI) without it
     with (
         FakeGithub(token=TOKEN, root=cluster.tmp, repos=[REPO], public=True) as github,
         ScriptedAnthropic() as model,
@@ -255,9 +317,11 @@ def loop(request: pytest.FixtureRequest, cluster: Cluster, project: Path) -> Ite
             f"{provider}__BASE_URL": model.url,
             f"{provider}__API_KEY": "sk-ant-t",
         }
+        if binary is not None:
+            env[f"{provider}__BINARY"] = str(binary)
         api = cluster.api(env=env)
-        cluster.worker(queues="ade.builtin,ade.agent,ade.control", concurrency=3, env=env)
-        yield Loop(cluster, api, github, model, agent, pull["number"], head)
+        worker = cluster.worker(queues="ade.builtin,ade.agent,ade.control", concurrency=3, env=env)
+        yield Loop(cluster, api, worker, github, model, agent, pull["number"], head)
         api.close()
 
 
@@ -272,7 +336,7 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
     # check, fixes the code, the tests pass, the fix is pushed to the PR's branch and commented.
     model.script(
         agent.github("github_checks"),
-        agent.write("greeting.py", FIXED),
+        *agent.rewrite("greeting.py", FIXED),
         agent.shell("python3 -m unittest -q"),
         agent.github("github_push", commit_message="Greet with an exclamation mark"),
         agent.github("github_comment", body="greet() now ends with '!', as the test expects."),
@@ -282,22 +346,33 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
     assert loop.deliver("pull_request", labeled, "label").status_code == 202
     fix = new_run(cluster, "pr-fixer", known)
     assert finished(cluster, fix, 60).status == "succeeded", run_row(cluster, fix).error
-    results = tool_results(cluster, fix)
+    results = tool_results(loop, fix)
     assert "AssertionError: 'Hello, Ada' != 'Hello, Ada!'" in results["github_checks"]["content"]
-    assert results["bash"]["ok"] and "OK" in results["bash"]["content"]
+    ran = results[agent.shell_tool]
+    assert ran["ok"] and "OK" in ran["content"], results
     pushed = github.head_of(REPO, BRANCH)
     assert pushed != loop.head and results["github_push"]["ok"]
     bare = github.git_repo(REPO)
     assert _git(bare, "show", f"{pushed}:greeting.py") + "\n" == FIXED
     assert _git(bare, "rev-parse", f"{pushed}^") == loop.head  # a fast-forward, never forced
+    assert _git(bare, "diff", "--name-only", loop.head, pushed) == "greeting.py"
     lane = lane_of(cluster, fix)
     assert lane.base_ref == f"origin/{BRANCH}" and lane.base_sha == loop.head
 
-    # 3. The agent's own push (sent by the engine's login) starts nothing.
+    # 3. The agent's own push (sent by the engine's login) starts nothing, and the API says
+    # which filter of pr-fixer refused it and why.
     own = pr_delivery("synchronize", number, pushed, BOT)
     assert loop.deliver("pull_request", own, "own-push").status_code == 202
     dispatched(cluster, 2)
-    assert next(e for e in events(cluster) if e.delivery_id == "own-push").runs == []
+    own_event = next(e for e in events(cluster) if e.delivery_id == "own-push")
+    assert own_event.runs == []
+    shown = loop.api.get(f"/api/v1/ingress/events/{own_event.id}")
+    assert shown.status_code == 200, shown.text
+    verdicts = {v["rule"]: v for v in shown.json()["matching"]["rules"]}
+    refused = verdicts["pr-fixer"]
+    assert (refused["verdict"], refused["filter"]) == ("refused", "include_own"), refused
+    assert f"sender {BOT} is the engine's own GitHub identity" in refused["reason"], refused
+    assert not any(v["verdict"] == "matched" for v in verdicts.values()), verdicts
 
     # 4. A review comment starts pr-review-answer, whose session continues the fix's thread,
     # answers in the review thread and resolves it.
@@ -332,28 +407,36 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
     assert loop.deliver("pull_request", sync, "human-push-1").status_code == 202
     working = new_run(cluster, "pr-fixer", known)
     wait_until(lambda: len(model.conversation) > before, 30, "the working run's model call")
+    session = cli_processes(loop.worker, agent.cli)  # waiting for the held reply
+    assert bool(session) == bool(agent.cli), session
     second = human_push(github, cluster.tmp, "another note\n")
     sync = pr_delivery("synchronize", number, second, HUMAN)
     assert loop.deliver("pull_request", sync, "human-push-2").status_code == 202
     newer = new_run(cluster, "pr-fixer", known)
     wait_until(lambda: run_row(cluster, working).status == "cancelled", 30, "the supersede")
+    # The superseded CLI's whole tree ends while its model call is still held.
+    wait_until(lambda: not set(session) & set(cli_processes(loop.worker, agent.cli)), 30, "end")
     hold.set()
     assert finished(cluster, newer, 60).status == "succeeded", run_row(cluster, newer).error
     assert run_row(cluster, working).error == f"superseded by run {newer}"
     assert (
-        f"on {second[:12]} (PR #{number})"
-        in tool_results(cluster, newer)["github_checks"]["content"]
+        f"on {second[:12]} (PR #{number})" in tool_results(loop, newer)["github_checks"]["content"]
     )
+    ended = "agent.cli_result" if agent.cli else "agent.model_turn"
     kept = wait_until(
         lambda: (
             (found := agent_events(cluster, working))
-            and any(k == "agent.model_turn" for k, _ in found)
+            and any(k == ended for k, _ in found)
             and found
         ),
         30,
-        "the superseded session's turn in flight to be recorded",
+        "the superseded session's end to be recorded",
     )
-    assert [k for k, _ in kept if k.startswith("agent.model_turn")] == ["agent.model_turn"]
+    if agent.cli:  # killed before the held reply reached it: its result says cancelled
+        (result,) = [data for kind, data in kept if kind == ended]
+        assert result["cancelled"] is True, result
+    else:  # the turn in flight is kept
+        assert [k for k, _ in kept if k.startswith("agent.model_turn")] == ["agent.model_turn"]
     assert not any(kind == "agent.tool_result" for kind, _ in kept)  # the turn's tool never ran
     assert lane_of(cluster, working).status == "active" and lane_of(cluster, working).path
 

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from ade_tasks.agents.policy import Policy, decide
+from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import GithubSettings
 
@@ -78,6 +80,21 @@ def test_the_docs_pr_fixer_rules_validate(name: str) -> None:
     block = docs.split(f"# config/rules/{name}.yaml\n", 1)[1].split("```", 1)[0]
     rule = Rule.model_validate(yaml.safe_load(block))
     assert "github" in rule.execution.actions[2].tool_palette  # type: ignore[union-attr]
+    _reads_edits_and_tests(rule.execution.actions[2], name)  # type: ignore[arg-type]
+
+
+def _reads_edits_and_tests(session: AgentSession, where: str) -> None:
+    """A fixing session's policy lets it read and rewrite a file of its worktree and run the
+    tests without an approval. A stated `allowed_tools` replaces the default read-only list:
+    the recipe once said `allowed_tools: [bash]`, which denied `read_file`, so Claude Code,
+    whose `Write` refuses a file it has not read, could change no file."""
+    policy = Policy.from_rule(session.policy, session.permission_mode)
+    worktree = Path("/nonexistent-worktree")
+    verdicts = {
+        tool: decide(policy, tool, paths=paths, worktree=worktree).verdict
+        for tool, paths in [("read_file", ["a.py"]), ("write_file", ["a.py"]), ("bash", [])]
+    }
+    assert verdicts == dict.fromkeys(verdicts, "allow"), (where, verdicts)
 
 
 def test_the_docs_label_rules_start_on_the_label_not_on_every_push() -> None:
@@ -102,4 +119,5 @@ def test_the_recipe_rules_validate_and_share_one_thread_per_pull_request() -> No
     for rule in rules:
         session = rule.execution.actions[-1]  # type: ignore[union-attr]
         assert session.thread == key and "github" in session.tool_palette
+        _reads_edits_and_tests(session, rule.id)
         assert rule.concurrency is not None and rule.concurrency.key == key
