@@ -12,7 +12,9 @@ A supervisor may itself run somewhere else, given a `Launcher` (inside a sandbox
 `ade_workers.engine.process.SandboxedSupervisor`): the launcher's command line starts it there,
 with no environment of the worker's, and its commands run there too. Idle supervisors are
 reused only for the same launcher, and one idle longer than `MAX_IDLE_SECONDS` is closed rather
-than reused, so a sandbox never outlives by much the directories it was made from.
+than reused, so a sandbox never outlives by much the directories it was made from. A command in
+a sandbox made for it alone (an agent CLI's session) asks for no reuse (`reuse=False`): its
+supervisor, and so its sandbox, ends with it instead of waiting for an equal launcher.
 """
 
 from __future__ import annotations
@@ -65,7 +67,11 @@ class ContainedProcess:
         separate_stderr: bool = False,
         user: tuple[int, int] | None = None,
         launcher: Launcher | None = None,
+        reuse: bool = True,
     ) -> None:
+        # False: the supervisor ends with the command rather than wait idle for an equal
+        # launcher's next one (a sandbox made for one session: nothing will ask for it again).
+        self._reuse = reuse
         request = {
             "argv": [os.fspath(arg) for arg in argv],
             "cwd": cwd,
@@ -143,7 +149,7 @@ class ContainedProcess:
             outcome = link.receive()
         except OSError:
             outcome = None
-        if outcome is None or outcome.get("retire"):
+        if outcome is None or outcome.get("retire") or not self._reuse:
             _links.discard(link)
         else:
             _links.give_back(link)

@@ -107,6 +107,7 @@ def run_process(
     user: tuple[int, int] | None = None,
     sandbox: Sandbox | None = None,
     on_output: Callable[[str], None] | None = None,
+    reuse: bool = True,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
     `user` is the (uid, gid) to run it as; the worker's own by default. With a `sandbox` it
@@ -114,7 +115,9 @@ def run_process(
     command in an equal one (a `true` costs a round trip, not a sandbox), or, with a `user`,
     in a sandbox of its own under a supervisor outside (that one's container holds the
     sandbox's processes). `on_output` gets the output as it arrives (decoded and masked,
-    before the cap), for a caller that follows it.
+    before the cap), for a caller that follows it. `reuse=False` ends the supervisor (and its
+    sandbox) with the command: for a sandbox made for this command alone (an agent CLI's, with
+    the session's private directories), which no later command asks for.
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were
@@ -126,7 +129,13 @@ def run_process(
     elif sandbox is not None:  # the supervisor stays outside, the worker's, to run it as `user`
         argv = sandbox.command(argv, str(cwd))
     with ContainedProcess(
-        argv, cwd=str(cwd), env=env, kill_grace=kill_grace, user=user, launcher=launcher
+        argv,
+        cwd=str(cwd),
+        env=env,
+        kill_grace=kill_grace,
+        user=user,
+        launcher=launcher,
+        reuse=reuse,
     ) as process:
         output = _Drain(
             process.output,

@@ -239,10 +239,8 @@ def tool_results(loop: Loop, run_id: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def cli_processes(worker: Child, cli: str | None) -> dict[int, str]:
-    """The agent CLI's processes below the worker (`cli` and everything it started: its MCP
-    relay, the tools it runs), by pid with their command line; none for an HTTP provider.
-    The sandbox's idle supervisor, which a worker keeps for a next command, is not the CLI's."""
+def processes_below(worker: Child) -> tuple[dict[int, list[str]], dict[int, int]]:
+    """The live processes below the worker's (its pool's and theirs): argv and parent by pid."""
     parents: dict[int, int] = {}
     argvs: dict[int, list[str]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
@@ -257,12 +255,25 @@ def cli_processes(worker: Child, cli: str | None) -> dict[int, str]:
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
         below |= frontier
-    tree = {pid for pid in below if cli and Path(argvs[pid][0]).name.startswith(cli)}
+    return {pid: argvs[pid] for pid in below}, parents
+
+
+def cli_processes(worker: Child, cli: str | None) -> dict[int, str]:
+    """The agent CLI's processes below the worker (`cli` and everything it started: its MCP
+    relay, the tools it runs), by pid with their command line; none for an HTTP provider."""
+    argvs, parents = processes_below(worker)
+    tree = {pid for pid, argv in argvs.items() if cli and Path(argv[0]).name.startswith(cli)}
     frontier = set(tree)
     while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
+        frontier = {pid for pid in argvs if parents[pid] in frontier} - tree
         tree |= frontier
     return {pid: " ".join(argvs[pid]).strip() for pid in tree}
+
+
+def session_sandboxes(worker: Child) -> list[int]:
+    """Agent CLI sandboxes below the worker: the ones whose model proxy is forwarded in."""
+    argvs, _ = processes_below(worker)
+    return [pid for pid, argv in argvs.items() if any(a.endswith("/forward.py") for a in argv)]
 
 
 def dispatched(cluster: Cluster, count: int) -> None:
@@ -393,8 +404,9 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
     assert given.index("Fixed greet()") < given.index(QUESTION)
     assert github.threads[thread]["isResolved"] is True
 
-    # 5. A person pushes while a fix of the PR works: the next push supersedes that run, whose
-    # turn in flight is kept, and the new run runs.
+    # 5. A person pushes while a fix of the PR works: the next push supersedes that run while
+    # its model call is held (an HTTP session keeps the turn in flight and runs none of its
+    # tools; a CLI and all it started are killed at once), its lane stays, the new run runs.
     hold = threading.Event()
     model.script(
         dataclasses.replace(agent.github("github_checks"), gate=hold),
@@ -439,6 +451,9 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
         assert [k for k, _ in kept if k.startswith("agent.model_turn")] == ["agent.model_turn"]
     assert not any(kind == "agent.tool_result" for kind, _ in kept)  # the turn's tool never ran
     assert lane_of(cluster, working).status == "active" and lane_of(cluster, working).path
+    # Each CLI session's sandbox ended with it (none is kept idle for a command that never
+    # comes: it bound the session's own directories).
+    wait_until(lambda: not session_sandboxes(loop.worker), 10, "no session sandbox left")
 
     # 6. Redeliveries start nothing, and nothing was posted twice.
     again = [
@@ -456,6 +471,7 @@ def test_label_fix_push_answer_review_supersede_and_nothing_posted_twice(loop: L
         "resolve": [c for c in calls if "resolveReviewThread" in json.dumps(c.json)],
     }
     assert {what: len(found) for what, found in posted.items()} == dict.fromkeys(posted, 1)
-    assert len(github.comment_bodies(REPO, number)) == 1
+    (posted_comment,) = github.comment_bodies(REPO, number)
+    assert f"<!-- ade:run={fix} call=" in posted_comment  # what a resumed run looks for first
     assert len(github.threads[thread]["comments"]) == 2
     assert TOKEN not in json.dumps([s.body for s in model.requests])

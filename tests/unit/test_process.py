@@ -400,6 +400,18 @@ def test_a_supervisor_that_died_while_idle_is_replaced(tmp_path: Path) -> None:
     assert second.exit_code == 0 and int(second.output) != supervisor
 
 
+def test_a_supervisor_not_kept_for_reuse_ends_with_its_command(tmp_path: Path) -> None:
+    probe = ["/bin/sh", "-c", "echo $PPID"]
+    kept = int(run_process(probe, cwd=tmp_path, env=ENV, timeout=5).output)
+
+    single = int(run_process(probe, cwd=tmp_path, env=ENV, timeout=5, reuse=False).output)
+
+    assert single == kept  # the idle one served it, and ended with it
+    assert wait_dead([single]) == []
+    again = int(run_process(probe, cwd=tmp_path, env=ENV, timeout=5).output)
+    assert again != single and alive(again)
+
+
 def test_sigterm_to_the_supervisor_ends_everything_it_holds(tmp_path: Path) -> None:
     argv, pids = escaping_command(tmp_path, then="sleep 300")
 

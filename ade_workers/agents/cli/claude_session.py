@@ -398,6 +398,7 @@ def run_claude(
                     user=setup.user.ids if setup.user else None,
                     sandbox=sandbox,
                     on_output=on_output,
+                    reuse=False,  # the sandbox binds the session's directories, removed below
                 )
             spend = proxy.spend
             return ClaudeRun(result, stop, spend.input_tokens, spend.output_tokens)
