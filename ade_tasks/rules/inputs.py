@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.outputs import InputSpec
+from ade_tasks.rules.outputs import FALSE_WORDS, TRUE_WORDS, InputSpec
 from ade_tasks.rules.rule import Rule
-
-_TRUE = {"true", "yes", "1", "on"}
-_FALSE = {"false", "no", "0", "off"}
 
 
 def _coerce(name: str, spec: InputSpec, value: Any) -> Any:
@@ -17,8 +14,8 @@ def _coerce(name: str, spec: InputSpec, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
+        if text in TRUE_WORDS | FALSE_WORDS:
+            return text in TRUE_WORDS
         raise InvalidInputError(f"input {name!r} must be a boolean (true/false), got {value!r}")
     if spec.type == "number":
         if isinstance(value, int | float) and not isinstance(value, bool):

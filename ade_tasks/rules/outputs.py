@@ -80,4 +80,39 @@ class InputSpec(Document):
     def _choice_has_options(self) -> InputSpec:
         if self.type == "choice" and not self.options:
             raise ValueError("a choice input needs a non-empty `options` list")
+        problem = self._default_problem()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def _default_problem(self) -> str | None:
+        """Why `default` is not a value of the input's type (a run would fail on it), or None:
+        checked at validation so a bad default never waits for the first manual run."""
+        default = self.default
+        if default is None:
+            return None
+        if self.type == "boolean" and not isinstance(default, bool):
+            if str(default).strip().lower() not in TRUE_WORDS | FALSE_WORDS:
+                return f"default {default!r} is not a boolean: write true or false"
+        if self.type == "number":
+            if isinstance(default, bool) or not _is_number(default):
+                return f"default {default!r} is not a number: write one, e.g. 2 or 0.5"
+        if self.type == "choice" and str(default) not in self.options:
+            return (
+                f"default {default!r} is not one of the options ({', '.join(self.options)}): "
+                "name one of them or drop the default"
+            )
+        return None
+
+
+TRUE_WORDS = frozenset({"true", "yes", "1", "on"})
+FALSE_WORDS = frozenset({"false", "no", "0", "off"})
+"""The words a boolean input takes for true and false (`ade_tasks.rules.inputs`), in lower case."""
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True

@@ -98,6 +98,18 @@ def test_structural_template_and_condition_problems_come_in_one_pass(tmp_path: P
             "inputs: {who: {default: [1]}}",
             "inputs.who.default: must be a string, true or false, or a number, not a list",
         ),
+        (  # issue 37, finding 8: a default the run would refuse is refused at validation
+            "inputs: {count: {type: number, default: two}}",
+            "inputs.count: default 'two' is not a number: write one, e.g. 2 or 0.5",
+        ),
+        (
+            "inputs: {env: {type: choice, options: [staging, prod], default: dev}}",
+            "inputs.env: default 'dev' is not one of the options (staging, prod): name one",
+        ),
+        (
+            "inputs: {dry: {type: boolean, default: maybe}}",
+            "inputs.dry: default 'maybe' is not a boolean: write true or false",
+        ),
         (
             "execution: {kind: agent-session, provider: openai, model: m, prompt: ''}",
             "execution.prompt: must not be empty",
