@@ -8,13 +8,17 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import httpx
 
 from ade_tasks.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from ade_tasks.rules.loader import LoadedRule
 
 #: Exit codes: USAGE when the command line or the CLI's set-up must change (an argument, an
 #: ambiguous run id prefix, a missing or invalid token); FAILURE when what was asked failed or
@@ -92,6 +96,7 @@ def rules_validate(settings: Settings, directory: str | None) -> None:
     result = load_rules_dir(_rules_dir(settings, directory))
     for problem in result.problems:
         click.echo(str(problem), err=True)
+    _warn_unconfigured_projects(settings, result.rules)
     click.echo(
         f"{counted(len(result.rules), 'valid rule')} in {counted(result.files, 'file')}, "
         f"{counted(len(result.problems), 'problem')}"
@@ -111,6 +116,7 @@ def rules_sync(settings: Settings, directory: str | None) -> None:
     loaded, report = sync_rules_dir(factory, _rules_dir(settings, directory))
     for problem in loaded.problems:
         click.echo(str(problem), err=True)
+    _warn_unconfigured_projects(settings, loaded.rules)
     click.echo(
         f"synced {len(loaded.rules)} rules: {len(report.added)} added, {len(report.updated)} "
         f"updated, {len(report.unchanged)} unchanged, {len(report.removed)} removed"
@@ -118,6 +124,22 @@ def rules_sync(settings: Settings, directory: str | None) -> None:
     if loaded.problems and not report.removed:
         click.echo("(rules missing from the files were kept because some files have problems)")
     sys.exit(1 if loaded.problems else 0)
+
+
+def _warn_unconfigured_projects(settings: Settings, rules: Iterable[LoadedRule]) -> None:
+    """A warning per rule whose `project` these settings do not configure: the rule is valid
+    (another host's settings may name the project), but here its runs would fail and rule
+    health calls it not ready, so say so now rather than at the first run."""
+    known = {"default", *settings.projects}
+    for loaded in rules:
+        project = str(loaded.stored()[0].get("project", "default"))  # no model needed
+        if project not in known:
+            click.echo(
+                f"warning: rule {loaded.rule_id!r}: project {project!r} is not configured in "
+                f"these settings (known: {', '.join(sorted(known))}); its runs fail until "
+                f"ADE_PROJECTS__{project.upper()}=/path/to/repository is set where they run",
+                err=True,
+            )
 
 
 # --- the API client -----------------------------------------------------------------------

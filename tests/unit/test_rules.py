@@ -250,3 +250,23 @@ def test_a_stored_rule_whose_steps_no_longer_check_out_is_refused_whole() -> Non
         Rule.model_validate(document)
     document["execution"]["actions"][0]["command"] = "echo fine"
     assert Rule.model_validate(document).execution.actions[0].id == "a"
+
+
+def test_cli_validate_warns_of_a_project_these_settings_do_not_configure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37, finding 8: a rule naming an unconfigured project is valid (another host may
+    configure it), but validate says so instead of leaving it to the first run."""
+    monkeypatch.setenv("ADE_PROJECTS__API", str(tmp_path))
+    write_rule(tmp_path, "good.yaml", GOOD)
+    write_rule(tmp_path, "api.yaml", GOOD.replace("id: good", "id: on-api\n    project: api"))
+    write_rule(tmp_path, "web.yaml", GOOD.replace("id: good", "id: on-web\n    project: web"))
+
+    result = CliRunner().invoke(main, ["rules", "validate", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: rule 'on-web': project 'web' is not configured in these settings (known: api, "
+        "default); its runs fail until ADE_PROJECTS__WEB=/path/to/repository is set"
+    ) in result.output
+    assert "on-api" not in result.output and "'good'" not in result.output
