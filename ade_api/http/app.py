@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -90,10 +91,38 @@ async def _ade_error(_request: Request, exc: Exception) -> JSONResponse:
     return problem(*known, exc.message)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own errors (a body that is not JSON, a method not allowed) as problems."""
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (a body that is not JSON, a method not allowed) as problems,
+    keeping the headers they carry. A 405 says which methods the path takes (`Allow`, which
+    RFC 9110 requires of a 405): every method of every route of the path, since Starlette's
+    own header names only the first route it matched (`GET /api/v1/rules` but not `POST`)."""
     assert isinstance(exc, StarletteHTTPException)
-    return problem(exc.status_code, HTTPStatus(exc.status_code).phrase, str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        methods = _methods_of(request.app, request.url.path)
+        if methods:
+            headers["Allow"] = ", ".join(sorted(methods))
+    return problems.problem(
+        exc.status_code, HTTPStatus(exc.status_code).phrase, str(exc.detail), headers
+    )
+
+
+def _methods_of(app: FastAPI, path: str) -> set[str]:
+    """The methods the API's documented operations take on `path` (its OpenAPI schema, the
+    routes as the server declares them), read once per app."""
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(app.state, "methods_of", None)
+    if table is None:
+        table = [
+            (_template_pattern(template), {method.upper() for method in operations})
+            for template, operations in app.openapi()["paths"].items()
+        ]
+        app.state.methods_of = table
+    return {method for pattern, methods in table if pattern.match(path) for method in methods}
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """`/api/v1/runs/{run_id}` as a pattern of the paths it serves (a parameter: one segment)."""
+    return re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$")
 
 
 async def _unstorable(_request: Request, exc: Exception) -> JSONResponse:

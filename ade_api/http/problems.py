@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi.responses import JSONResponse
 
 from ade_tasks.errors import (
@@ -46,7 +48,15 @@ def retry_after(status: int) -> dict[str, str]:
     return {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else {}
 
 
-def problem(status: int, title: str, detail: str) -> JSONResponse:
-    """An error response as problem+json (RFC 9457), with `Retry-After` on a 503."""
+def problem(
+    status: int, title: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """An error response as problem+json (RFC 9457), with `Retry-After` on a 503 and any
+    `headers` the error carries (`Allow` on a 405)."""
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=retry_after(status))
+    return JSONResponse(
+        body,
+        status_code=status,
+        media_type=PROBLEM,
+        headers={**retry_after(status), **(headers or {})},
+    )

@@ -11,7 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ade_api.http.app import OPENAPI_ASSETS, create_app
+from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import create_celery_app
@@ -71,3 +73,29 @@ def test_swagger_ui_bundle_is_the_real_script(client: TestClient) -> None:
     # When the Swagger UI bundle and ReDoc are fetched, then they define what the pages call
     assert "SwaggerUIBundle" in client.get(f"{OPENAPI_ASSETS}/swagger-ui-bundle.js").text
     assert "Redoc" in client.get(f"{OPENAPI_ASSETS}/redoc.standalone.js").text
+
+
+def test_a_method_a_path_does_not_take_is_answered_405_with_allow(
+    client: TestClient, session_factory: SessionFactory
+) -> None:
+    """Issue 37, finding 11: every 405 says which methods the path takes (RFC 9110), on every
+    API path the OpenAPI schema lists, as problem+json."""
+    with session_factory.begin() as session:  # past the token check: the method is wrong
+        _, secret = tokens_db.create_token(session, "ops", Role.ADMIN, "test")
+    client.headers["Authorization"] = f"Bearer {secret}"
+    paths = client.get("/openapi.json").json()["paths"]
+    checked = 0
+    served = [  # a concrete path may be served by several templates (/rules/trust, /rules/{id})
+        (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), operations)
+        for template, operations in paths.items()
+    ]
+    for template in paths:
+        path = re.sub(r"\{[^}]+\}", "1", template)
+        taken = {m.upper() for pattern, ops in served if pattern.match(path) for m in ops}
+        method = next(m for m in ("DELETE", "PATCH", "PUT", "POST", "GET") if m not in taken)
+        answer = client.request(method, path)
+        assert answer.status_code == 405, (method, path, answer.status_code)
+        assert set(answer.headers["allow"].replace(" ", "").split(",")) >= taken, path
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        checked += 1
+    assert checked > 20
