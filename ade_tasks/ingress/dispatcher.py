@@ -114,10 +114,10 @@ def dispatch_ingress_event(
         return IngressStatus.FAILED
     runs: list[str] = []
     refusals: list[str] = []
-    types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
-    report = MatchReport(types[0] if types else claimed.trigger_type or claimed.source)
     matching: dict[str, Any] | None
-    try:
+    try:  # a payload that cannot be read fails the event below, never the worker's loop
+        types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
+        report = MatchReport(types[0] if types else claimed.trigger_type or claimed.source)
         if not types:
             matching = report.to_json(
                 f"the {claimed.source} event is of no trigger type a rule can have, so no "
