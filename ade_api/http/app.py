@@ -50,7 +50,9 @@ from ade_api.http.web import controls as web_controls
 from ade_api.http.web import events as web_events
 from ade_api.http.web import pages as web_pages
 from ade_api.http.web import routes as web_routes
+from ade_api.http.web import rule_source as web_rule_source
 from ade_api.http.web import rules as web_rules
+from ade_api.http.web import run_actions as web_run_actions
 from ade_api.http.web import run_form as web_run_form
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.errors import AdeError
@@ -211,6 +213,8 @@ def create_app(
     app.include_router(web_run_form.router)
     app.include_router(web_controls.router)
     app.include_router(web_events.router)
+    app.include_router(web_run_actions.router)
+    app.include_router(web_rule_source.router)
     # Innermost (added first): marks a request that got past every middleware
     # (ade_api.http.db_faults).
     app.add_middleware(RoutesReached)

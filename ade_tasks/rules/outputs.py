@@ -4,7 +4,7 @@ manual run takes."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -68,13 +68,19 @@ class Verification(Document):
 
 
 class InputSpec(Document):
-    """A typed input a manual run may supply (like GitHub's workflow_dispatch)."""
+    """A typed input a manual run may supply (like GitHub's workflow_dispatch).
+
+    `position` is the input's place on the Run-now form; a rule need not write it: it is set
+    from the order the inputs are declared in (`in_declared_order`), because the stored
+    document keeps no key order (PostgreSQL's JSONB, and the sorted JSON of a content hash).
+    """
 
     type: Literal["string", "boolean", "number", "choice"] = "string"
     description: str = ""
     required: bool = False
     default: str | bool | float | None = None
     options: list[str] = Field(default_factory=list)
+    position: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _choice_has_options(self) -> InputSpec:
@@ -103,6 +109,26 @@ class InputSpec(Document):
                 "name one of them or drop the default"
             )
         return None
+
+
+def in_declared_order(inputs: Any) -> Any:
+    """A rule's `inputs` (name -> spec, as written) in the order they are declared, or by the
+    `position` a stored document gave each, with each spec's place written into `position`,
+    so the order survives a stored document's sorted keys. Anything else (a spec that is no
+    mapping, a position that is no whole number) is left to validation to refuse."""
+    if not isinstance(inputs, dict) or not all(
+        isinstance(spec, dict) and _whole_or_none(spec.get("position")) for spec in inputs.values()
+    ):
+        return inputs
+    places = sorted(
+        (index if spec.get("position") is None else spec["position"], index, name)
+        for index, (name, spec) in enumerate(inputs.items())
+    )
+    return {name: {**inputs[name], "position": n} for n, (_, _, name) in enumerate(places)}
+
+
+def _whole_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
 TRUE_WORDS = frozenset({"true", "yes", "1", "on"})

@@ -14,7 +14,7 @@ from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.concurrency import Concurrency
 from ade_tasks.rules.guardrails import Guardrails
-from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
+from ade_tasks.rules.outputs import InputSpec, Outputs, Verification, in_declared_order
 from ade_tasks.rules.steps import Execution
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
 
@@ -58,6 +58,11 @@ class Rule(Document):
     @classmethod
     def _inherit_agent_defaults(cls, data: Any) -> Any:
         return with_agent_defaults(data)
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs_keep_their_order(cls, value: Any) -> Any:
+        return in_declared_order(value)
 
     @field_validator("execution", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from ade_api.http import run_control
 from ade_api.http.auth import actor
 from ade_api.http.deps import Services, ServicesDep, SessionDep
 from ade_api.http.follow import follow_run, hub_of
@@ -28,8 +29,6 @@ from ade_api.http.schemas.runs import (
     RunRetry,
 )
 from ade_tasks.db import approvals as approvals_db
-from ade_tasks.db import rules as rules_db
-from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import run_views as run_views_db
@@ -37,9 +36,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
-from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.approvals import decide_run
-from ade_tasks.runs.dispatch import TriggerEvent, release_buffered
 from ade_tasks.runs.review import QUEUE_ACTIONS
 from ade_tasks.states import QueueStatus, RunStatus
 
@@ -186,36 +183,7 @@ async def cancel_run(
     _check_id(run_id)
     body = body or RunCancel()
     by = actor(request, body.by)
-
-    def cancel() -> tuple[RunOut, str]:
-        with services.session_factory.begin() as session:
-            row, was = run_cancels_db.cancel_run(session, run_id, by, body.note)
-            return RunOut.of(row), was
-
-    run, was = await run_in_threadpool(cancel)
-    if was != RunStatus.RUNNING:  # a running run's worker releases its rule's buffer itself
-        await run_in_threadpool(_release_buffer, services, run.rule_id, run.id)
-    message = {
-        RunStatus.RUNNING: "cancelled; its worker stops the running step within a second",
-        RunStatus.WAITING: "cancelled; its pending approvals are cancelled too",
-    }.get(RunStatus(was), "cancelled before a worker started it")
-    return RunCancelled(run=run, was=was, message=message)
-
-
-def _release_buffer(services: Services, rule_id: str, run_id: str) -> None:
-    """Start runs the rule's overlap policy (or concurrency key) buffered, now that a slot (or
-    the cancelled run's key) is free (best effort: the recovery sweep releases them otherwise)."""
-    try:
-        with services.session_factory() as session:
-            rule = rules_db.rule_snapshot(session, rule_id).rule
-        guardrails = rule.guardrails
-        if rule.concurrency is not None:
-            concurrency_keys.release(services.session_factory, services.sender, rule, run_id)
-        elif guardrails.buffer_limit() is not None:
-            release_buffered(services.session_factory, services.sender, rule_id,
-                             guardrails.buffer_limit() or 1)  # fmt: skip
-    except Exception:  # the cancel stands; the sweep picks the buffer up
-        log.exception("releasing the buffer of rule %s after a cancel failed", rule_id)
+    return await run_in_threadpool(run_control.cancel_run, services, run_id, by, body.note)
 
 
 RETRY_ERRORS = problem_responses(
@@ -239,46 +207,17 @@ async def retry_run(
     `retry_of`), through the same admission and overlap checks as any trigger."""
     _check_id(run_id)
     by = actor(request, (body or RunRetry()).by)
-
-    def source() -> tuple[str, TriggerEvent]:
-        with services.session_factory() as session:
-            row = runs_db.retry_source(session, run_id)
-            summary = f"retry of {run_id} by {by}: {row.trigger_summary}"
-            # the request's own id without a key, so a lost connection can be retried safely
-            key = f"retry:{run_id}:{idempotency_key or 'request:' + uuid.uuid4().hex}"
-            payload = {**row.trigger, "retry_of": run_id}
-            payload.pop("forced_by", None)  # forcing past the kill switch is not inherited
-            return row.rule_id, TriggerEvent(row.trigger_type, summary[:500], payload, key)
-
-    rule_id, trigger = await run_in_threadpool(source)
-    result = await run_in_threadpool(
-        services.dispatch, rule_id, trigger, own_key=idempotency_key is None
-    )
-    if result.created:
-
-        def note() -> None:
-            with services.session_factory.begin() as session:
-                data = {"retry": result.run.id, "by": by}
-                run_events_db.append_event(session, run_id, runs_db.RETRIED_EVENT, data)
-
-        await run_in_threadpool(note)
+    retried = await run_in_threadpool(run_control.retry_run, services, run_id, by, idempotency_key)
+    result = retried.result
     run_url = str(request.url_for("get_run", run_id=result.run.id))
     response.headers["Location"] = run_url
-    if not result.created:
-        message = "a retry with this Idempotency-Key already exists; returning it"
-    elif result.run.status == RunStatus.SKIPPED:
-        message = result.run.error or "skipped"
-    elif result.sent or result.run.buffered:
-        message = "queued" if result.sent else "buffered by the rule's overlap policy"
-    else:
-        message = f"recorded but not sent: {result.send_error}; the recovery sweep sends it"
     return RunRetried(
         run_id=result.run.id,
         retry_of=run_id,
         status=result.run.status,
         created=result.created,
         sent=result.sent,
-        message=message,
+        message=retried.message,
         run_url=run_url,
     )
 

@@ -102,7 +102,8 @@ T = TypeVar("T")
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _check_run_id(run_id: str) -> None:
+def check_run_id(run_id: str) -> None:
+    """NotFoundError unless `run_id` is a run id (a UUID)."""
     if not _is_uuid(run_id):
         raise NotFoundError(f"{run_id!r} is not a run id (run ids are UUIDs)")
 
@@ -328,7 +329,7 @@ def run_page(request: Request, run_id: str) -> Response:
             full = read(request, lambda session: _full_run_id(session, run_id))
             if full is not None:
                 return redirect(f"/ui/runs/{full}")
-        _check_run_id(run_id)
+        check_run_id(run_id)
         view = read(request, lambda session: _RunView(session, run_id))
     except AdeError as exc:
         return error_page(request, exc)
@@ -350,7 +351,8 @@ def run_page(request: Request, run_id: str) -> Response:
     return render(
         request, "run.html", f"Run {run.id[:8]} of {run.rule_id}", live=active,
         run=run, signature=run.status + "|" + ",".join(step.status for step in view.steps),
-        inputs=shown_inputs, duration=duration, actions=list(QUEUE_ACTIONS),
+        inputs=shown_inputs, duration=duration, actions=list(QUEUE_ACTIONS), active=active,
+        retry_of=_retry_of(run), retry_key=uuid.uuid4().hex,
         approvals=view.approvals, answers=ANSWERS,
         timeline=charts.timeline(spans, view.planned, now),
         steps=[_step_view(step, now) for step in view.steps],
@@ -359,9 +361,15 @@ def run_page(request: Request, run_id: str) -> Response:
     )  # fmt: skip
 
 
+def _retry_of(run: RunRow) -> str | None:
+    """The run this one retries, if it is a retry (`retry_of` in its trigger payload)."""
+    given = (run.trigger or {}).get("retry_of")
+    return given if isinstance(given, str) and _is_uuid(given) else None
+
+
 @router.post("/inputs/{input_id}/answer")
 async def answer_pending_input(request: Request, input_id: int) -> Response:
-    """An operator's answer to a pending input; back to its run."""
+    """An operator's answer to a pending input; back to its run (or the inbox it came from)."""
     form = await posted_form(request)
     services = services_of(request)
     try:
@@ -376,7 +384,7 @@ async def answer_pending_input(request: Request, input_id: int) -> Response:
         )  # fmt: skip
     except AdeError as exc:
         return error_page(request, exc)
-    return redirect(f"/ui/runs/{run.id}")
+    return redirect(back_to(form, f"/ui/runs/{run.id}"))
 
 
 @router.post("/runs/{run_id}/review")
@@ -386,7 +394,7 @@ async def move_run(request: Request, run_id: str) -> Response:
     action = form.get("action", "")
 
     def move() -> None:
-        _check_run_id(run_id)
+        check_run_id(run_id)
         target = QUEUE_ACTIONS.get(action)
         if target is None:
             known = ", ".join(QUEUE_ACTIONS)

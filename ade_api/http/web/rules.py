@@ -1,6 +1,7 @@
 """The rules pages: every rule with its state and health, and one rule's page (health per
 trigger, pauses with who, when and why, scheduled runs still to fire, charts of the last 30
-days, next fire times, recent occurrences and runs).
+days, next fire times, recent occurrences and runs, the rule's source and its versions:
+`ade_api.http.web.rule_source`).
 
 Health is `ade_api.http.health_state`'s, computed from the API process's live state as
 `GET /api/v1/rules` answers it: ready with the path that fires each trigger, or the setup
@@ -24,6 +25,7 @@ from ade_api.http.web import charts
 from ade_api.http.web.pages import error_page, is_admin, read, render, services_of
 from ade_api.http.web.routes import run_lines
 from ade_api.http.web.rule_rows import has_manual_trigger, stored_rule, trigger_types
+from ade_api.http.web.rule_source import rule_versions, source_text
 from ade_tasks.clock import utcnow
 from ade_tasks.db import history
 from ade_tasks.db import occurrences as occ_db
@@ -156,7 +158,7 @@ def _just_scheduled(session: Session, rule_id: str, scheduled_id: str) -> Schedu
 def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLResponse:
     """One rule: state, health per trigger, pauses, scheduled runs still to fire (cancellable),
     runs per day by outcome and p50/p95 durations over the last 30 days, next fire times,
-    recent occurrences with their runs' status, recent runs."""
+    recent occurrences with their runs' status, recent runs, its source and its versions."""
     now = utcnow()
     first_day = (now - history.WINDOW + timedelta(days=1)).date()
     since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
@@ -175,6 +177,7 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
             "lines": run_lines(session, runs),
             "days": history.daily_outcomes(session, rule_id, since),
             "stats": history.duration_stats(session, rule_id, since),
+            "versions": rule_versions(session, rule_id),
         }
 
     try:
@@ -185,7 +188,7 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
     rule = stored_rule(row)
     inputs = ""
     if rule is not None and rule.inputs:
-        inputs = ", ".join(f"{n} ({rule.inputs[n].type})" for n in sorted(rule.inputs))
+        inputs = ", ".join(f"{name} ({spec.type})" for name, spec in rule.inputs.items())
     return render(
         request, "rule.html", f"Rule {row.id}",
         row=row, rule=rule, inputs=inputs,
@@ -200,4 +203,5 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
         durations=charts.durations_chart(stats.days, first_day, now.date()),
         fires=next_fires(rule, NEXT_FIRES) if rule else [],
         occurrences=found["occurrences"], lines=found["lines"],
+        source=source_text(row.content_hash, row.document), versions=found["versions"],
     )  # fmt: skip

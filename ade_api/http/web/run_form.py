@@ -2,6 +2,10 @@
 run it: now, at a time (`run_at`, with Z or an offset) or after a delay (`delay_seconds`: `600`,
 `90s`, `10m`, `2h`, `1d`).
 
+The fields come in the order the rule declares its inputs; required ones are marked (and the
+browser refuses the form while one is empty), and a required choice without a default
+preselects nothing, so nobody starts a run with an option they never chose.
+
 The form is read into the API's own `ManualRunRequest`, so a time without a zone, a time in the
 past, or both a time and a delay are refused with the API's words and the field named; a run now
 goes through `dispatch_retrying` and a scheduled one through
@@ -42,6 +46,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import rules as rules_db
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.rules.outputs import InputSpec
+from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
 from ade_tasks.schedule.slots import parse_delay
@@ -60,6 +65,11 @@ class InputField:
     options: list[str]
     value: str
     checked: bool
+
+
+def form_fields(rule: Rule) -> list[tuple[str, InputField]]:
+    """The form's fields, one per typed input, in the order the rule declares them."""
+    return [(name, _input_field(spec)) for name, spec in rule.inputs.items()]
 
 
 def _input_field(spec: InputSpec) -> InputField:
@@ -94,7 +104,7 @@ def run_form(request: Request, rule_id: str) -> HTMLResponse:
         return render(
             request, "notice.html", f"Run {rule.id}", status_code=403, message=message, back=""
         )
-    fields = [(name, _input_field(rule.inputs[name])) for name in sorted(rule.inputs)]
+    fields = form_fields(rule)
     key = uuid.uuid4().hex  # a double submit of this form starts one run, not two
     return render(
         request, "run_form.html", f"Run {rule.id}", rule=rule, fields=fields, key=key,
