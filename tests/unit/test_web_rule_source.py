@@ -32,7 +32,7 @@ def test_the_source_reads_like_the_rule_file_in_the_order_it_was_written() -> No
     text = source_text(*_stored(WRITTEN))
     lines = [line for line in text.splitlines() if not line.startswith(" ")]
     assert [line.split(":")[0] for line in lines if line[0] != "-"] == [
-        "id", "name", "triggers", "execution", "guardrails", "billing_code", "inputs",
+        "id", "name", "triggers", "inputs", "execution", "guardrails", "billing_code",
     ]  # fmt: skip
     assert "- type: schedule" in text and "  cron: 0 3 * * *" in text
     assert "position" not in text  # the order it keeps is shown, not the field

@@ -6,9 +6,9 @@ The database keeps a rule as its validated document, not the file's text (no com
 key order: PostgreSQL's JSONB and the content hash's sorted JSON drop it), so the source shown
 is that document written back as YAML: without the fields left at their defaults (as a rule
 file would leave them out; a document this version can no longer read is shown whole), in a
-fixed order: the rule's fields as `Rule` declares them, `id`, `name`, `type` and `kind` first in
-every nested mapping, the rest alphabetical, the inputs in their declared order (their stored
-`position` left out).
+fixed order: the rule's fields as `Rule` declares them (its inputs after its triggers), `id`,
+`name`, `type` and `kind` first in every nested mapping, the rest alphabetical, the inputs in
+their declared order (their stored `position` left out).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def source_text(content_hash: str, document: dict[str, Any]) -> str:
     """A stored rule document as the YAML a person would write."""
     document = _written(content_hash, document)
     fields = list(Rule.model_fields)
+    fields.insert(fields.index("triggers") + 1, fields.pop(fields.index("inputs")))
     keys = sorted(document, key=lambda k: (fields.index(k) if k in fields else len(fields), k))
     ordered = {
         key: _inputs_in_order(document[key]) if key == "inputs" else _ordered(document[key])
