@@ -224,6 +224,7 @@ def test_run_now_form_starts_a_typed_run_and_every_page_escapes_data_and_hides_t
     assert "token=***" in page
     assert 'id="run-status" class="status status-succeeded"' in page
     assert "pending-review" in page and "Archive" in page
+    assert 'id="retry-run"' in page and 'id="cancel-run"' not in page
 
     for path in ("/ui/runs", "/ui/runs?rule=web-demo&status=succeeded", "/ui/review",
                  "/ui/rules/web-demo"):  # fmt: skip
@@ -240,6 +241,17 @@ def test_run_now_form_starts_a_typed_run_and_every_page_escapes_data_and_hides_t
     assert run_id[:8] not in check_page(operator.get("/ui/review"))
     assert run_id[:8] in check_page(operator.get("/ui/review?queue_status=archived"))
 
+    # Retry: a double submit of the page's form starts one retry; a finished run has no cancel.
+    retry_key = re.search(r'id="retry-form">\s*<input type="hidden" name="key" value="(\w+)"', page)
+    assert retry_key
+    retried = [
+        operator.post(f"/ui/runs/{run_id}/retry", data={"key": retry_key[1]}) for _ in range(2)
+    ]
+    assert [r.status_code for r in retried] == [303, 303]
+    assert retried[0].headers["location"] == retried[1].headers["location"] != run_url
+    late = operator.post(f"/ui/runs/{run_id}/cancel", data={"note": "too late"})
+    assert late.status_code == 409 and "already finished (succeeded)" in late.text
+
 
 def test_domain_errors_render_readable_pages(operator: httpx.Client) -> None:
     bad = operator.post("/ui/rules/web-demo/runs", data={"in.count": "many"})
@@ -255,6 +267,10 @@ def test_domain_errors_render_readable_pages(operator: httpx.Client) -> None:
     wrong = operator.post("/ui/inputs/1/answer", data={"answer": "maybe"})
     assert wrong.status_code == 422
     assert operator.get("/ui/review?queue_status=nope").status_code == 422
+    assert operator.post(f"/ui/runs/{uuid.uuid4()}/retry", data={}).status_code == 404
+    assert operator.post("/ui/runs/not-a-uuid/cancel", data={}).status_code == 404
+    unknown = operator.get("/ui/rules/web-demo/versions/99")
+    assert unknown.status_code == 404 and "has no version 99" in unknown.text
 
 
 def test_an_operator_accepts_a_gate_and_a_viewer_sees_read_only_pages(
