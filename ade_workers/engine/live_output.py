@@ -24,11 +24,10 @@ from typing import Any
 
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.run_events import STEP_OUTPUT
 
 log = logging.getLogger(__name__)
 
-#: The kind of the run events that carry a step's live output.
-STEP_OUTPUT = "step.output"
 #: How long text gathers before it is written (plus at most one reader tick of 0.25 s: a second).
 BATCH_SECONDS = 0.75
 
