@@ -101,6 +101,9 @@ class Masker:
         # Alternatives are tried in order, so at each position the longest form wins.
         self._pattern = re.compile("|".join(map(re.escape, forms))) if forms else None
         self.longest = len(forms[0]) if forms else 0
+        self._by_first: dict[str, list[str]] = {}
+        for form in forms:
+            self._by_first.setdefault(form[0], []).append(form)
 
     @classmethod
     def none(cls) -> Masker:
@@ -142,7 +145,7 @@ class Masker:
         """
         if self._pattern is None:
             return text, "", 0
-        limit = len(text) if final else max(0, len(text) - self.longest + 1)
+        limit = len(text) if final else self._undecided_from(text)
         out: list[str] = []
         end = covered
         match = self._pattern.search(text)
@@ -155,6 +158,18 @@ class Masker:
             out.append(text[end:limit])
             end = limit
         return "".join(out), text[limit:], end - limit
+
+    def _undecided_from(self, text: str) -> int:
+        """Where the part of `text` starts that more text could still turn into a secret: the
+        first of its last `longest - 1` positions from which the rest is the beginning of a
+        secret's form. Only that is held back, so output that pauses is shown up to its end
+        unless it ends in what may be the start of a secret."""
+        for start in range(max(0, len(text) - self.longest + 1), len(text)):
+            rest = text[start:]
+            forms = self._by_first.get(rest[0], ())
+            if any(len(form) > len(rest) and form.startswith(rest) for form in forms):
+                return start
+        return len(text)
 
 
 class StreamMasker:

@@ -1,7 +1,7 @@
 """The `ade-tasks` command line: an edge that wires settings, database, Celery and the API.
 
 `base` holds the root group and what every command shares; each other module attaches one
-group of commands to it (actions, rules, runs, history, events, ingress_events, operations,
+group of commands to it (actions, rules, runs, logs, history, events, ingress_events, operations,
 admin, backfill, cron, doctor, poll, providers, relay) and imports only `base` and the domain,
 never another command module. Importing this package registers every command on `main`.
 """
@@ -15,6 +15,7 @@ from ade_api.cli import (  # noqa: F401  (each registers its commands on `main`)
     events,
     history,
     ingress_events,
+    logs,
     operations,
     poll,
     providers,

@@ -20,7 +20,7 @@ import httpx
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
 from ade_api.cli.history import step_event_data
-from ade_api.cli.step_lines import step_line
+from ade_api.cli.step_lines import LiveLines, step_line
 from ade_tasks.settings import Settings
 
 #: The API sends a comment every 15 s; a silent connection this long is dead.
@@ -109,13 +109,15 @@ def _parse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
-    """Stream the run's progress (status changes, steps as they start and end) until it ends;
-    returns the run as `GET /api/v1/runs/{id}` shows it then. Exits 1 after `timeout` s."""
+    """Stream the run's progress (status changes, steps as they start and end, a running
+    step's output as it prints) until it ends; returns the run as `GET /api/v1/runs/{id}`
+    shows it then. Exits 1 after `timeout` s."""
     say: Callable[[str], None] = (lambda _msg: None) if quiet else click.echo
     started = time.monotonic()
     deadline = started + timeout if timeout else None
     seen: set[tuple[int, str]] = set()  # a reconnect may repeat step events
     said: list[str] = []
+    live = LiveLines()
     for kind, event in sse_events(api, run_id, deadline=deadline):
         data = event.get("data") or {}
         if kind == TIMED_OUT:
@@ -132,8 +134,12 @@ def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[st
             key = (int(data["index"]), kind)
             if key not in seen:
                 seen.add(key)
-                for line in step_line(kind, data):
+                lines = live.finished(data) if kind == "step.finished" else step_line(kind, data)
+                for line in lines:
                     say(line)
+        elif kind == "step.output" and event.get("step_index") is not None:
+            for line in live.feed(int(event["step_index"]), data):
+                say(line)
         elif kind == "end":
             break
     run = dict(api.call("GET", f"/api/v1/runs/{run_id}"))

@@ -27,3 +27,35 @@ def step_line(kind: str, data: dict[str, Any]) -> list[str]:
     lines = [f"  {_step_label(data)} {outcome}"]
     tail = (data.get("output_tail") or "").splitlines()
     return lines + [f"      | {line}" for line in tail]
+
+
+class LiveLines:
+    """A running step's `step.output` events as whole lines, for `run --wait`: text is held
+    until its line ends, and the step's end takes what is left."""
+
+    def __init__(self) -> None:
+        self._partial: dict[int, str] = {}
+        self._capped: dict[int, int] = {}
+
+    def feed(self, index: int, data: dict[str, Any]) -> list[str]:
+        """The lines the event completes, each shown as output."""
+        if data.get("capped"):
+            self._capped[index] = int(data["capped"])
+        *complete, self._partial[index] = (self._partial.get(index, "") + data["text"]).split("\n")
+        return [f"      | {line}" for line in complete]
+
+    def finished(self, data: dict[str, Any]) -> list[str]:
+        """The lines of a `step.finished` event: the step's last partial line if it streamed,
+        then its status line; its output tail only if it did not stream (or hit the cap)."""
+        index = int(data["index"])
+        if index not in self._partial:
+            return step_line("step.finished", data)
+        rest = self._partial.pop(index)
+        lines = [f"      | {rest}"] if rest else []
+        status, *tail = step_line("step.finished", data)
+        lines.append(status)
+        if index in self._capped:
+            cap = self._capped.pop(index)
+            lines.append(f"      | [... live output stops at {cap} characters; its last lines:]")
+            lines += tail
+        return lines

@@ -18,6 +18,9 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import RunEventRow
 
 EVENTS = cast(Table, RunEventRow.__table__)
+#: The kind of the events that carry a running command step's output as it is printed
+#: (`ade_workers.engine.live_output`): data `{"offset", "text"}`, the last `"capped"` if cut.
+STEP_OUTPUT = "step.output"
 
 
 def append_event(
@@ -72,3 +75,31 @@ def events_after(
         .limit(limit)
     )
     return event_lines(session.execute(stmt))
+
+
+@dataclass(frozen=True)
+class LiveOutput:
+    """The live output of a run's steps so far: text per step index, the steps whose output
+    reached the cap (and that cap), and the id of the last such event (0: none)."""
+
+    text: dict[int, str]
+    capped: dict[int, int]
+    last_id: int
+
+
+def live_output(session: Session, run_id: str) -> LiveOutput:
+    """The `step.output` events of the run so far, joined per step."""
+    stmt = (
+        select(EVENTS.c.id, EVENTS.c.step_index, EVENTS.c.data)
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.kind == STEP_OUTPUT)
+        .order_by(EVENTS.c.id)
+    )
+    text: dict[int, list[str]] = {}
+    capped: dict[int, int] = {}
+    last_id = 0
+    for event_id, index, data in session.execute(stmt):
+        text.setdefault(index, []).append(str(data.get("text") or ""))
+        if data.get("capped"):
+            capped[index] = int(data["capped"])
+        last_id = event_id
+    return LiveOutput({index: "".join(parts) for index, parts in text.items()}, capped, last_id)

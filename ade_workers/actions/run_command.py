@@ -13,7 +13,8 @@ from ade_tasks.paths import resolve_inside
 from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome
-from ade_workers.engine.process import ProcessResult, run_process
+from ade_workers.engine.live_output import LiveOutput, step_output_writer
+from ade_workers.engine.process import OUTPUT_CAP, ProcessResult, run_process
 from ade_workers.sandbox.engine import command_sandbox
 from ade_workers.sandbox.host import SandboxUnavailable
 from ade_workers.sandbox.layout import Network, Sandbox
@@ -133,6 +134,9 @@ def start_command(
         sandbox = step_sandbox(action, context, env)
     except SandboxUnavailable as exc:
         return StepOutcome(StepStatus.FAILED, error=exc.message)
+    live = LiveOutput(
+        step_output_writer(context.sessions, context.run_id, context.step_index), OUTPUT_CAP
+    )
     try:
         result = run_process(
             argv,
@@ -141,14 +145,19 @@ def start_command(
             timeout=budget,
             kill_grace=context.kill_grace,
             should_stop=context.should_stop,
+            cap=OUTPUT_CAP,
             masker=context.masker,
             sandbox=sandbox.layout,
+            on_output=live.feed,
+            on_tick=live.tick,
         )
     except ChildProcessError:  # it started; then its supervisor died under it
         error = SUPERVISOR_KILLED + (SANDBOX_ENDED if sandbox.layout else UNSANDBOXED)
         return StepOutcome(StepStatus.FAILED, result=sandbox.details, error=error)
     except OSError as exc:
         return StepOutcome(StepStatus.FAILED, error=f"could not start {argv[0]!r}: {exc.strerror}")
+    finally:
+        live.finish()
     return CommandRun(result, cwd, budget, sandbox)
 
 

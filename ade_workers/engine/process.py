@@ -107,6 +107,7 @@ def run_process(
     user: tuple[int, int] | None = None,
     sandbox: Sandbox | None = None,
     on_output: Callable[[str], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
     reuse: bool = True,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout` / `should_stop()`; stdout and stderr merged.
@@ -115,9 +116,11 @@ def run_process(
     command in an equal one (a `true` costs a round trip, not a sandbox), or, with a `user`,
     in a sandbox of its own under a supervisor outside (that one's container holds the
     sandbox's processes). `on_output` gets the output as it arrives (decoded and masked,
-    before the cap), for a caller that follows it. `reuse=False` ends the supervisor (and its
-    sandbox) with the command: for a sandbox made for this command alone (an agent CLI's, with
-    the session's private directories), which no later command asks for.
+    before the cap), for a caller that follows it; `on_tick` is called between reads, at least
+    every `STOP_CHECK_INTERVAL`, so such a caller can pass on what it gathered. `reuse=False`
+    ends the supervisor (and its sandbox) with the command: for a sandbox made for this command
+    alone (an agent CLI's, with the session's private directories), which no later command asks
+    for.
 
     The calling thread reads the output while it waits (one `select` on the output and the
     supervisor's socket), so a command costs no reader thread: a thread's start and join were
@@ -147,6 +150,8 @@ def run_process(
             deadline = started + timeout
             timed_out = cancelled = False
             while not _wait_reading(process, output, deadline - time.monotonic()):
+                if on_tick is not None:
+                    on_tick()
                 if time.monotonic() >= deadline:
                     timed_out = True
                     break
@@ -187,7 +192,8 @@ DRAIN_AFTER_END = 5.0
 
 def _wait_reading(process: ContainedProcess, output: _Drain, timeout: float) -> bool:
     """Has the command ended (within `timeout`, at most `STOP_CHECK_INTERVAL`)? Its output is
-    read meanwhile."""
+    read meanwhile; a command that never stops printing still returns after the interval, so
+    its deadline, its cancel and the caller's tick are seen."""
     until = time.monotonic() + max(min(timeout, STOP_CHECK_INTERVAL), 0)
     while True:
         watched = [process.ended_fd, output.fd] if output.open else [process.ended_fd]
@@ -196,7 +202,7 @@ def _wait_reading(process: ContainedProcess, output: _Drain, timeout: float) -> 
             output.read()
         if process.ended_fd in readable:
             return True
-        if not readable:
+        if not readable or time.monotonic() >= until:
             return False
 
 

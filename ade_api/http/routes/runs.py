@@ -249,6 +249,9 @@ async def run_events(
     event as JSON) - the events so far, then new ones as they are written, with `step.started` /
     `step.finished` and `run.status` as the run moves, ending with `event: end` once the run
     finished; a `: keep-alive` comment every 15 s. Reconnect with `Last-Event-ID` (or `after`).
+    A running command step's output arrives as `step.output` events (`offset`, `text`; batched
+    at most a second behind, masked, capped at 80,000 characters per step, the last then with
+    `capped`).
     """
     _check_id(run_id)
 

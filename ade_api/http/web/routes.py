@@ -311,7 +311,13 @@ class _RunView:
         self.run: RunRow = runs_db.get_run(session, run_id)
         self.steps: list[RunStepRow] = list(run_steps_db.list_steps(session, run_id))
         self.approvals: list[ApprovalRow] = list(approvals_db.approvals_of(session, run_id))
-        self.events = run_events_db.events_of(session, run_id)
+        # A running step's output shows in its box, not as transcript lines.
+        self.events = [
+            event
+            for event in run_events_db.events_of(session, run_id)
+            if event[0] != run_events_db.STEP_OUTPUT
+        ]
+        self.live = run_events_db.live_output(session, run_id)
         self.threads = threads_db.threads_of_run(session, run_id)
         try:
             rule_row: RuleRow | None = rules_db.get_rule(session, self.run.rule_id)
@@ -358,6 +364,7 @@ def run_page(request: Request, run_id: str) -> Response:
         steps=[_step_view(step, now) for step in view.steps],
         events=events, events_total=len(view.events),
         events_skipped=len(view.events) - len(events), threads=view.threads,
+        live_output=view.live,
     )  # fmt: skip
 
 

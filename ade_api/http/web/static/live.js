@@ -68,6 +68,43 @@
     if (svg.querySelector("rect.running")) { window.setTimeout(tick, 500); }
   }
 
+  // A running step's output, appended as the run's `step.output` events arrive (batched by the
+  // worker, at most a second behind). Offsets count code points, as the server does, so a
+  // reconnect that replays events appends nothing twice.
+  function followOutput(boxes) {
+    var byStep = {};
+    boxes.forEach(function (pre) {
+      byStep[pre.getAttribute("data-step")] = {
+        pre: pre,
+        shown: parseInt(pre.getAttribute("data-shown"), 10) || 0,
+        capped: pre.hasAttribute("data-capped")
+      };
+    });
+    var source = new EventSource(boxes[0].getAttribute("data-follow"), { withCredentials: true });
+    source.addEventListener("step.output", function (message) {
+      var event = JSON.parse(message.data);
+      var box = byStep[String(event.step_index)];
+      if (!box) { return; }
+      var text = Array.from(event.data.text || "");
+      var offset = event.data.offset || 0;
+      if (offset > box.shown || box.capped) { return; }
+      var fresh = text.slice(box.shown - offset).join("");
+      box.shown = Math.max(box.shown, offset + text.length);
+      if (event.data.capped) {
+        box.capped = true;
+        fresh += "\n[... live output stops at " + event.data.capped +
+          " characters; the whole output's head and tail show when the step ends]";
+      }
+      if (!fresh) { return; }
+      var atBottom = box.pre.scrollTop + box.pre.clientHeight >= box.pre.scrollHeight - 4;
+      box.pre.appendChild(document.createTextNode(fresh));
+      if (atBottom) { box.pre.scrollTop = box.pre.scrollHeight; }
+    });
+    source.addEventListener("end", function () { source.close(); });
+  }
+
+  var outputs = Array.prototype.slice.call(document.querySelectorAll("pre[data-live-output]"));
+  if (outputs.length) { followOutput(outputs); }
   document.querySelectorAll("[data-live-run]").forEach(followRun);
   if (document.querySelector("[data-live-run]")) {
     document.querySelectorAll("svg[data-scale]").forEach(growTimeline);
