@@ -21,6 +21,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import (
+    notification_tables,  # noqa: F401  (likewise)
     rollup_tables,  # noqa: F401  (its tables join Base.metadata here)
     thread_tables,  # noqa: F401  (likewise)
 )

@@ -14,6 +14,7 @@ from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.concurrency import Concurrency
 from ade_tasks.rules.guardrails import Guardrails
+from ade_tasks.rules.notify import NotifyPolicy
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification
 from ade_tasks.rules.steps import Execution
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
@@ -53,11 +54,22 @@ class Rule(Document):
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     concurrency: Concurrency | None = None
+    # Cluster notifications of this rule's events: None follows the routes in settings; a
+    # policy narrows routes and events or (`notify: off`) sends none (`rules.notify`).
+    notify: NotifyPolicy | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _inherit_agent_defaults(cls, data: Any) -> Any:
         return with_agent_defaults(data)
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _notify_switch(cls, value: Any) -> Any:
+        # YAML reads `notify: off` as false; `on` (true) is the default, written out.
+        if isinstance(value, bool):
+            return {"enabled": value}
+        return value
 
     @field_validator("execution", mode="before")
     @classmethod
