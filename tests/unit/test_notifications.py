@@ -328,3 +328,18 @@ def test_nothing_is_queued_without_routes(session_factory: SessionFactory, night
     finished_run(session_factory, nightly, "failed", "boom")
     assert queue_events(session_factory, Settings().notifications, utcnow()) == 0
     assert queued(session_factory) == []
+
+
+def test_what_apprise_says_of_a_failure_is_kept_without_the_routes_secrets() -> None:
+    from ade_workers.integrations.apprise_route import _scrubbed
+
+    url = "json://bot:s3cret-pw@hooks.example/services/T0/B0/tok3n"
+    said = (
+        f"Failed to reach {url}: HTTPSConnectionPool(host='hooks.example', port=443): Max "
+        "retries exceeded with url: /services/T0/B0/tok3n (Caused by timeout), as s3cret-pw"
+    )
+
+    assert _scrubbed(said, url) == (
+        "Failed to reach ***: HTTPSConnectionPool(host='hooks.example', port=443): Max retries "
+        "exceeded with url: *** (Caused by timeout), as ***"
+    )
