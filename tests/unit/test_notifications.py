@@ -343,3 +343,36 @@ def test_what_apprise_says_of_a_failure_is_kept_without_the_routes_secrets() -> 
         "Failed to reach ***: HTTPSConnectionPool(host='hooks.example', port=443): Max retries "
         "exceeded with url: *** (Caused by timeout), as ***"
     )
+
+
+def test_the_apis_health_job_notifies_when_a_schedule_rule_loses_its_beat(
+    session_factory: SessionFactory, rules_dir: Path
+) -> None:
+    from ade_api.http.health_watch import health_job
+    from ade_tasks.db import heartbeats as heartbeats_db
+
+    add_rule(
+        session_factory,
+        rules_dir,
+        "nightly",
+        "id: nightly\ntriggers: [{type: schedule, cron: '0 3 * * *'}]\n"
+        "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
+    )
+    settings = Settings(
+        notifications=settings_with(mail=[NotificationEvent.RULE_HEALTH_CHANGED])
+    )
+    job = health_job(session_factory, settings)
+    now = utcnow()
+    with session_factory.begin() as session:  # a beat is alive: the rule is ready
+        heartbeats_db.record(session, "beat-1", heartbeats_db.BEAT, every=5, now=now)
+
+    baseline = job.run(now)
+    later = now + timedelta(minutes=5)  # the beat has not been heard of since
+    changed = job.run(later)
+    again = job.run(later + timedelta(seconds=10))
+
+    assert (baseline, changed, again) == (0, 1, 0)
+    with session_factory() as session:
+        (row,) = outbox.list_notifications(session, "rule.health_changed:nightly:")
+    assert row.title == "ADE: rule nightly is not ready"
+    assert "was ready" in row.body and "no beat is running" in row.body
