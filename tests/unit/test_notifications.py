@@ -5,12 +5,14 @@ with backoff and logs, and a slow route that holds up only itself."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from sqlalchemy import update
 
@@ -376,3 +378,19 @@ def test_the_apis_health_job_notifies_when_a_schedule_rule_loses_its_beat(
         (row,) = outbox.list_notifications(session, "rule.health_changed:nightly:")
     assert row.title == "ADE: rule nightly is not ready"
     assert "was ready" in row.body and "no beat is running" in row.body
+
+
+DOC_BLOCKS = re.findall(
+    r"```yaml\n(.*?)```", (Path(__file__).resolve().parents[2] / "docs/notifications.md").read_text(), re.S
+)
+
+
+@pytest.mark.parametrize("block", DOC_BLOCKS, ids=[f"block{i}" for i in range(len(DOC_BLOCKS))])
+def test_each_yaml_example_of_the_notifications_page_is_a_valid_rule(block: str) -> None:
+    parsed = parse_rule(yaml.safe_load(block), "docs/notifications.md")
+    assert isinstance(parsed, Rule), [str(p) for p in parsed]
+    assert parsed.notify is not None
+
+
+def test_the_notifications_page_shows_its_examples() -> None:
+    assert len(DOC_BLOCKS) == 2
