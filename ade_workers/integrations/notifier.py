@@ -94,8 +94,11 @@ class Notifier:
 @register
 def notification_job(
     session_factory: SessionFactory, _sender: TaskSender, settings: Settings
-) -> Job:
-    """The `notifications` sweep as a housekeeping job (each slot runs once in the cluster)."""
+) -> Job | None:
+    """The `notifications` sweep as a housekeeping job (each slot runs once in the cluster);
+    none where no route is configured."""
+    if not settings.notifications.routes:
+        return None
     notifier = Notifier(session_factory, settings.notifications, link_base=settings.api_url)
     return Job("notifications", timedelta(seconds=settings.notifications.sweep_seconds),
                notifier.sweep)  # fmt: skip
@@ -105,7 +108,7 @@ def notification_job(
 def notification_prune_job(
     session_factory: SessionFactory, _sender: TaskSender, _settings: Settings
 ) -> Job:
-    """Drop settled notifications past `outbox.KEEP`, every hour."""
+    """Drop settled notifications past `outbox.KEEP`, every hour (also once routes are gone)."""
 
     def prune(now: datetime) -> int:
         with session_factory.begin() as session:

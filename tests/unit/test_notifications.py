@@ -394,3 +394,18 @@ def test_each_yaml_example_of_the_notifications_page_is_a_valid_rule(block: str)
 
 def test_the_notifications_page_shows_its_examples() -> None:
     assert len(DOC_BLOCKS) == 2
+
+
+def test_the_notifications_job_runs_only_where_routes_are_configured(
+    session_factory: SessionFactory,
+) -> None:
+    import ade_workers.integrations.notifier  # noqa: F401  (registers its jobs, as beats do)
+    from ade_tasks.housekeeping import standard_jobs
+
+    def names(settings: Settings) -> list[str]:
+        jobs = standard_jobs(session_factory, InMemorySender(), settings)
+        return [job.name for job in jobs if job.name.startswith("notifications")]
+
+    assert names(Settings()) == ["notifications-prune"]
+    routed = Settings(notifications=settings_with(mail=EVENTS))
+    assert names(routed) == ["notifications", "notifications-prune"]

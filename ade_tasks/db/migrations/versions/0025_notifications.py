@@ -1,5 +1,5 @@
 """notifications: the outbox of cluster notifications, one row per (event key, route)
-(`ade_tasks.db.notifications`)
+(`ade_tasks.db.notifications`), and an index of the schedule slots recorded missed
 
 Revision ID: 0025
 Revises: 0024
@@ -45,7 +45,16 @@ def upgrade() -> None:
     )
     op.create_index("ix_notifications_status_due_at", "notifications", ["status", "due_at"])
     op.create_index("ix_notifications_created_at", "notifications", ["created_at"])
+    missed = sa.text("outcome = 'missed'")
+    op.create_index(
+        "ix_schedule_occurrences_missed_claimed_at",
+        "schedule_occurrences",
+        ["claimed_at"],
+        postgresql_where=missed,
+        sqlite_where=missed,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_schedule_occurrences_missed_claimed_at", "schedule_occurrences")
     op.drop_table("notifications")
