@@ -50,7 +50,8 @@ class Job:
         return datetime.fromtimestamp(now.timestamp() // period * period, UTC)
 
 
-JobFactory = Callable[[SessionFactory, TaskSender, Settings], Job]
+#: Makes a registered job from a process's parts; None: nothing to do with these settings.
+JobFactory = Callable[[SessionFactory, TaskSender, Settings], Job | None]
 _REGISTERED: list[JobFactory] = []
 
 
@@ -108,7 +109,7 @@ def standard_jobs(
         Job("partitions", PARTITION_JOB_EVERY, partition),
         Job("rollup", timedelta(minutes=1), roll_up),
         Job("run-finished", timedelta(seconds=settings.recovery_interval_seconds), follow),
-        *(factory(session_factory, sender, settings) for factory in _REGISTERED),
+        *(job for factory in _REGISTERED if (job := factory(session_factory, sender, settings))),
     ]
 
 

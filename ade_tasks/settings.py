@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ade_tasks.errors import NotFoundError
 from ade_tasks.ingress.hooks import HookConfig
+from ade_tasks.rules.notify import NotificationEvent
 
 EMBEDDED_DATA_DIR = Path(".ade")
 EMBEDDED_BROKER_URL = "memory://localhost/"
@@ -137,6 +138,47 @@ class RelaySettings(BaseModel):
         return self.database_url or f"sqlite:///{(data_dir / 'relay.db').resolve()}"
 
 
+class NotificationRoute(BaseModel):
+    """Where cluster notifications go: one Apprise URL (`mailtos://`, `slack://`, `msteams://`,
+    `matrixs://`, `json://`, ...) and the events it takes (default: all). The URL is a
+    credential: it is never logged or shown."""
+
+    url: SecretStr
+    events: list[NotificationEvent] = Field(default_factory=lambda: list(NotificationEvent))
+
+    @field_validator("url")
+    @classmethod
+    def _real_url(cls, value: SecretStr) -> SecretStr:
+        url = value.get_secret_value()
+        if "CHANGE_ME" in url:
+            raise ValueError(
+                "the route's URL still holds the CHANGE_ME placeholder from config/.env.example"
+            )
+        if "://" not in url:
+            raise ValueError(
+                "a route's url is an Apprise URL such as mailtos://user:pass@host/?to=ops@x.org "
+                "or slack://T/B/C (https://github.com/caronc/apprise/wiki)"
+            )
+        return value
+
+
+class NotificationSettings(BaseModel):
+    """Cluster notifications (docs/notifications.md): named routes and how delivery retries.
+
+    `ADE_NOTIFICATIONS__ROUTES__OPS__URL=mailtos://...` names a route `ops`; a rule may narrow
+    or switch off its own (`notify:` in the rule). Delivery is off the run's path: events are
+    written to an outbox and delivered by the housekeeping job `notifications` every
+    `sweep_seconds`; a failed delivery is retried `attempts` times with exponential backoff
+    from `retry_seconds` up to `max_retry_seconds`, each failure logged.
+    """
+
+    routes: dict[str, NotificationRoute] = Field(default_factory=dict)
+    sweep_seconds: float = Field(default=10.0, gt=0)
+    attempts: int = Field(default=5, ge=0, le=5)
+    retry_seconds: float = Field(default=30.0, ge=0)
+    max_retry_seconds: float = Field(default=3600.0, ge=0)
+
+
 class ProviderSettings(BaseModel):
     """An LLM provider: an HTTP endpoint and key, or a CLI agent and the endpoint it calls.
 
@@ -197,6 +239,7 @@ class Settings(BaseSettings):
 
     github: GithubSettings = Field(default_factory=GithubSettings)
     relay: RelaySettings = Field(default_factory=RelaySettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
     # Custom webhooks `POST /api/v1/webhooks/{hook}`: ADE_HOOKS__<hook>='{"scheme": ...}'.
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # A webhook body must arrive within this many seconds (a slow-drip upload is cut off).

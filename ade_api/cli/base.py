@@ -97,6 +97,7 @@ def rules_validate(settings: Settings, directory: str | None) -> None:
     for problem in result.problems:
         click.echo(str(problem), err=True)
     _warn_unconfigured_projects(settings, result.rules)
+    _warn_unknown_routes(settings, result.rules)
     click.echo(
         f"{counted(len(result.rules), 'valid rule')} in {counted(result.files, 'file')}, "
         f"{counted(len(result.problems), 'problem')}"
@@ -117,6 +118,7 @@ def rules_sync(settings: Settings, directory: str | None) -> None:
     for problem in loaded.problems:
         click.echo(str(problem), err=True)
     _warn_unconfigured_projects(settings, loaded.rules)
+    _warn_unknown_routes(settings, loaded.rules)
     click.echo(
         f"synced {len(loaded.rules)} rules: {len(report.added)} added, {len(report.updated)} "
         f"updated, {len(report.unchanged)} unchanged, {len(report.removed)} removed"
@@ -138,6 +140,24 @@ def _warn_unconfigured_projects(settings: Settings, rules: Iterable[LoadedRule])
                 f"warning: rule {loaded.rule_id!r}: project {project!r} is not configured in "
                 f"these settings (known: {', '.join(sorted(known))}); its runs fail until "
                 f"ADE_PROJECTS__{project.upper()}=/path/to/repository is set where they run",
+                err=True,
+            )
+
+
+def _warn_unknown_routes(settings: Settings, rules: Iterable[LoadedRule]) -> None:
+    """A warning per rule whose `notify.routes` names a route these settings do not configure:
+    valid (the cluster's settings may name it), but here those notifications go nowhere."""
+    configured = settings.notifications.routes
+    for loaded in rules:
+        notify = loaded.stored()[0].get("notify")
+        names = notify.get("routes", []) if isinstance(notify, dict) else []
+        missing = [name for name in names if name not in configured]
+        if missing:
+            click.echo(
+                f"warning: rule {loaded.rule_id!r}: notify.routes names {', '.join(missing)}, "
+                f"which these settings do not configure (configured: "
+                f"{', '.join(sorted(configured)) or 'none'}); set "
+                "ADE_NOTIFICATIONS__ROUTES__<name>__URL where the cluster runs, or fix the rule",
                 err=True,
             )
 

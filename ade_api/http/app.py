@@ -25,6 +25,7 @@ from ade_api.http.body_limits import BodyLimitMiddleware
 from ade_api.http.db_faults import DatabaseFaultMiddleware, RoutesReached
 from ade_api.http.delivery_intake import EventIntake
 from ade_api.http.deps import Services
+from ade_api.http.health_watch import HealthWatch
 from ade_api.http.problems import status_of
 from ade_api.http.routes import (
     actions,
@@ -167,7 +168,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        watch = HealthWatch(session_factory, settings) if settings.notifications.routes else None
+        if watch is not None:  # notifications of rule health changes (health_watch)
+            watch.start()
         yield
+        if watch is not None:
+            watch.stop()
         await services.intake.close()  # publish the events still queued
 
     # /docs and /redoc load Swagger UI and ReDoc from the assets fastapi-offline ships, not a CDN,

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import (
+    notification_tables,  # noqa: F401  (likewise)
     rollup_tables,  # noqa: F401  (its tables join Base.metadata here)
     thread_tables,  # noqa: F401  (likewise)
 )
@@ -159,6 +160,13 @@ class ScheduleOccurrenceRow(Base):
             "rule_id", "trigger_index", "cron", "slot", name="uq_schedule_occurrences_key"
         ),
         Index("ix_schedule_occurrences_slot", "slot"),
+        # The notifications sweep reads the slots recorded missed lately (a small index).
+        Index(
+            "ix_schedule_occurrences_missed_claimed_at",
+            "claimed_at",
+            postgresql_where=text("outcome = 'missed'"),
+            sqlite_where=text("outcome = 'missed'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(AutoId, primary_key=True, autoincrement=True)

@@ -14,6 +14,7 @@ from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.concurrency import Concurrency
 from ade_tasks.rules.guardrails import Guardrails
+from ade_tasks.rules.notify import NotifyPolicy
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification, in_declared_order
 from ade_tasks.rules.steps import Execution
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
@@ -53,6 +54,9 @@ class Rule(Document):
     queue: str | None = Field(default=None, pattern=QUEUE_NAME)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     concurrency: Concurrency | None = None
+    # Cluster notifications of this rule's events: None follows the routes in settings; a
+    # policy narrows routes and events or (`notify: off`) sends none (`rules.notify`).
+    notify: NotifyPolicy | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -63,6 +67,14 @@ class Rule(Document):
     @classmethod
     def _inputs_keep_their_order(cls, value: Any) -> Any:
         return in_declared_order(value)
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _notify_switch(cls, value: Any) -> Any:
+        # YAML reads `notify: off` as false; `on` (true) is the default, written out.
+        if isinstance(value, bool):
+            return {"enabled": value}
+        return value
 
     @field_validator("execution", mode="before")
     @classmethod

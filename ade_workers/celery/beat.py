@@ -45,6 +45,7 @@ from ade_workers.celery import beat_poller
 from ade_workers.celery.app import CelerySender
 from ade_workers.celery.relay_drain import relay_jobs
 from ade_workers.engine import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+from ade_workers.integrations import notifier  # noqa: F401  (registers notification jobs)
 
 log = logging.getLogger(__name__)
 

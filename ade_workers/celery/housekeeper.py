@@ -26,6 +26,7 @@ from ade_tasks.housekeeping import Housekeeping, standard_jobs
 from ade_tasks.settings import Settings
 from ade_workers.celery.sender import CelerySender
 from ade_workers.engine import cleanups  # noqa: F401  (registers the lane-cleanup sweep)
+from ade_workers.integrations import notifier  # noqa: F401  (registers notification jobs)
 from ade_workers.sandbox import scratch
 
 log = logging.getLogger(__name__)
