@@ -36,6 +36,7 @@ from ade_api.http.routes import (
     operations,
     pauses,
     rule_enabling,
+    rule_push,
     rule_runs,
     rule_schedule,
     rule_versions,
@@ -192,6 +193,7 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(health.router)
     app.include_router(rules.router)
+    app.include_router(rule_push.router)
     app.include_router(rule_enabling.router)
     app.include_router(rule_versions.router)
     app.include_router(rule_schedule.router)
