@@ -79,7 +79,7 @@ def _changes(plan: dict[str, Any]) -> str:
 
 
 @rules.command("push")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.argument("directory")
 @click.option(
     "--dry-run", is_flag=True, help="Print what the push would change (a diff); change nothing."
 )
@@ -95,6 +95,8 @@ def rules_push(
     `*.yaml`/`*.yml` files are validated as `rules sync` validates them and applied as one
     versioned change, or, with a problem in any file, not at all (every problem is listed).
     File rules the directory does not hold are removed; rules created through the API stay."""
+    if not Path(directory).is_dir():
+        fail(f"{directory} is not a directory; give the rules directory of your checkout")
     files, unreadable = read_directory(Path(directory))
     api = Api(settings, url)
     body: dict[str, Any] = {"directory": _label(directory), "files": files, "by": by}
