@@ -30,6 +30,7 @@ from ade_api.http.routes import (
     actions,
     admin,
     backfill,
+    cluster_view,
     health,
     ingress,
     metrics,
@@ -192,6 +193,7 @@ def create_app(
     # Routes are matched in order: webhook deliveries, the busiest, are looked up first.
     app.include_router(webhooks.router)
     app.include_router(health.router)
+    app.include_router(cluster_view.router)
     app.include_router(rules.router)
     app.include_router(rule_push.router)
     app.include_router(rule_enabling.router)
