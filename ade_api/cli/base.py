@@ -184,15 +184,23 @@ class Api:
         self._sends_token = bool(token)
         self._token_file = settings.dev_token_file.absolute()
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The API's response, whatever its status; exits when the API cannot be reached."""
         try:
-            response = self.client.request(method, path, **kwargs)
+            return self.client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             fail(
                 f"cannot reach the ADE API at {self.base} ({exc}); start it with "
                 "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it",
                 code=FAILURE,
             )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The API's JSON answer; exits with the API's reason when it says no."""
+        return self.answer(self.send(method, path, **kwargs), method, path)
+
+    def answer(self, response: httpx.Response, method: str, path: str) -> Any:
+        """A response's JSON; exits with its reason (and what to do) when it is an error."""
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)

@@ -31,12 +31,14 @@ from ade_api.http.routes import (
     actions,
     admin,
     backfill,
+    cluster_view,
     health,
     ingress,
     metrics,
     operations,
     pauses,
     rule_enabling,
+    rule_push,
     rule_runs,
     rule_schedule,
     rule_versions,
@@ -199,7 +201,9 @@ def create_app(
     # Routes are matched in order: webhook deliveries, the busiest, are looked up first.
     app.include_router(webhooks.router)
     app.include_router(health.router)
+    app.include_router(cluster_view.router)
     app.include_router(rules.router)
+    app.include_router(rule_push.router)
     app.include_router(rule_enabling.router)
     app.include_router(rule_versions.router)
     app.include_router(rule_schedule.router)

@@ -3,6 +3,8 @@
 * A manual run (`POST /api/v1/rules/{id}/runs`, the web page's `POST /ui/rules/{id}/runs`)
   takes at most `MANUAL_RUN_BODY_BYTES` (64 KiB): its inputs are stored with the run and shown
   wherever the run is.
+* A rules push (`POST /api/v1/rules/push`) takes at most `RULES_PUSH_BODY_BYTES` (16 MiB): a
+  whole rules directory's files; a bigger directory is synced with `ade-tasks rules sync`.
 * Every other request takes at most `API_BODY_BYTES` (2 MiB; a rule's YAML text may be
   1,000,000 characters).
 * Webhook deliveries (`/api/v1/webhooks/...`) are read by their routes, under their own caps
@@ -27,6 +29,8 @@ from ade_tasks.limits import MAX_DEPTH, DocumentLimitError, loads_json
 
 MANUAL_RUN_BODY_BYTES = 64 * 1024
 API_BODY_BYTES = 2 * 1024 * 1024
+RULES_PUSH_BODY_BYTES = 16 * 1024 * 1024
+RULES_PUSH = "/api/v1/rules/push"
 MANUAL_RUN = re.compile(r"^/(?:api/v1|ui)/rules/[^/]+/runs/?$")
 WEBHOOKS = "/api/v1/webhooks/"
 PROBLEM = "application/problem+json"
@@ -43,6 +47,8 @@ def body_cap(path: str) -> tuple[int, str]:
     """The most bytes a request to `path` may send, and what takes that many."""
     if MANUAL_RUN.match(path):
         return MANUAL_RUN_BODY_BYTES, "a manual run's body (its inputs)"
+    if path.rstrip("/") == RULES_PUSH:
+        return RULES_PUSH_BODY_BYTES, "a rules push (sync a bigger directory with `rules sync`)"
     return API_BODY_BYTES, "an API request body"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -33,7 +34,7 @@ from ade_tasks.rule_health import (
     unreadable,
 )
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli.facts import providers_report
+from ade_workers.agents.cli.facts import ProviderStatus, providers_report
 
 PROVIDERS = ("openai", "anthropic", "claude-code", "codex")
 
@@ -59,6 +60,17 @@ def provider_readiness(
     settings: Settings, which: Callable[..., str | None] = shutil.which
 ) -> dict[str, ProviderReadiness]:
     """Each provider's readiness from `providers_report`, fed the settings a run uses."""
+    return {
+        status.name: ProviderReadiness(status.ready, status.fixes)
+        for status in provider_statuses(settings, which)
+    }
+
+
+def provider_statuses(
+    settings: Settings, which: Callable[..., str | None] = shutil.which
+) -> list[ProviderStatus]:
+    """`providers_report` fed the settings a run uses (its fixes name the engine's settings):
+    what `ade-tasks providers` prints as the cluster's view."""
     env = {"PATH": os.environ.get("PATH", os.defpath)}
     for name in PROVIDERS:
         configured = settings.provider(name)
@@ -70,10 +82,7 @@ def provider_readiness(
         if configured is not None and configured.binary:
             env[prefix + "BINARY"] = configured.binary
     report = providers_report(env, which=which, run_version=lambda _: None, home=Path.home())
-    return {
-        status.name: ProviderReadiness(status.ready, tuple(_fix(f) for f in status.fixes))
-        for status in report
-    }
+    return [replace(status, fixes=tuple(_fix(f) for f in status.fixes)) for status in report]
 
 
 def _fix(fix: str) -> str:

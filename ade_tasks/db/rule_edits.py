@@ -34,7 +34,8 @@ def _file_backed(row: RuleRow, what: str) -> ConflictError:
     return ConflictError(
         f"rule {row.id!r} comes from the rules file {row.source_file}, so the API does not "
         f"{what} it (the next `ade-tasks rules sync` would undo that); edit or remove the rule "
-        "in its file and run `ade-tasks rules sync`"
+        "in its file and run `ade-tasks rules sync`, or with an admin token "
+        "`ade-tasks rules push DIR`"
     )
 
 

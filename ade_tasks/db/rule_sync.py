@@ -4,6 +4,7 @@ rules directory holds, in bulk, with a history entry for every change.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -55,6 +56,32 @@ class SyncReport:
     removed: list[str] = field(default_factory=list)
 
 
+#: The PostgreSQL advisory lock that serializes writers of the file rules (syncs and pushes),
+#: so a push compares its base revision with what no one else is changing ("RULF").
+FILE_RULES_LOCK = 0x5255_4C46
+
+
+def lock_file_rules(session: Session) -> None:
+    """Hold the file rules' lock until the transaction ends (PostgreSQL; SQLite has one writer
+    at a time anyway)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": FILE_RULES_LOCK})
+
+
+def file_rules_revision(session: Session) -> str:
+    """A short fingerprint of every file rule (id, version, content, file): it changes with
+    every sync or push that changes a file rule, and with nothing else."""
+    digest = hashlib.sha256()
+    rows = session.execute(
+        select(RuleRow.id, RuleRow.version, RuleRow.content_hash, RuleRow.source_file)
+        .where(RuleRow.source == FILE)
+        .order_by(RuleRow.id)
+    )
+    for rule_id, version, content, source_file in rows:
+        digest.update(f"{rule_id}\0{version}\0{content}\0{source_file}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def known_files(session: Session) -> dict[str, list[KnownRule]]:
     """What the database holds of each rules file, for `load_rules_dir` to skip the files
     whose bytes did not change (read without locks: `sync_file_rules` compares again)."""
@@ -89,6 +116,7 @@ def sync_file_rules(
     per `BATCH` rows (an unchanged directory writes nothing).
     """
     report = SyncReport()
+    lock_file_rules(session)
     now = utcnow()
     # On PostgreSQL a new rule's first history entry is copied from its row by the server
     # (`_CREATED_FROM_ROWS`), not sent a second time.

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -347,10 +348,16 @@ def _load_dir(directory: Path, known: KnownFiles | None, pool_from: int) -> Load
             outcomes.append(None)
             to_parse.append((raw, source, shared, key))
     parsed = iter(_parse_all(to_parse, pool_from))
-    result.files = len(files)
+    return gather(outcome if outcome is not None else next(parsed) for outcome in outcomes)
+
+
+def gather(outcomes: Iterable[FileOutcome]) -> LoadResult:
+    """The files' outcomes (in path order) as one result: a rule id defined twice is refused
+    where it appears the second time."""
+    result = LoadResult()
     first_seen: dict[str, str] = {}
-    for outcome in outcomes:
-        rules, problems = outcome if outcome is not None else next(parsed)
+    for rules, problems in outcomes:
+        result.files += 1
         result.problems.extend(problems)
         kept: list[LoadedRule] = []
         for loaded in rules:

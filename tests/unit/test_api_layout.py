@@ -23,6 +23,7 @@ RULE_ENDPOINTS = [
     ("/api/v1/rules", ["get", "post"]),
     ("/api/v1/rules/trust", ["post"]),
     ("/api/v1/rules/{rule_id}", ["get", "put", "delete"]),
+    ("/api/v1/rules/push", ["post"]),
     ("/api/v1/rules/{rule_id}/enable", ["post"]),
     ("/api/v1/rules/{rule_id}/disable", ["post"]),
     ("/api/v1/rules/{rule_id}/versions", ["get"]),

@@ -216,10 +216,12 @@ def test_providers_command_prints_json(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("CLAUDE_CODE_OAUTH_TOKEN", raising=False)
 
-    result = CliRunner().invoke(main, ["providers", "--json"])
+    result = CliRunner().invoke(main, ["providers", "--json", "--local"])  # no API asked
 
     assert result.exit_code == 0, result.output
-    data = {item["name"]: item for item in json.loads(result.output)}
+    shown = json.loads(result.output)
+    assert (shown["cluster"], shown["cluster_error"]) == (None, "not asked (--local)")
+    data = {item["name"]: item for item in shown["local"]}
     assert data["openai"]["credentials"] == "OPENAI_API_KEY"
     assert data["codex"]["binary"] == str(fake_bin / "codex")
     assert data["codex"]["credentials"] is None  # the CLI's own variable is not the engine's
@@ -237,8 +239,9 @@ def test_providers_command_prints_a_table_with_fixes(
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
 
-    result = CliRunner().invoke(main, ["providers"])
+    result = CliRunner().invoke(main, ["providers", "--local"])
 
     assert result.exit_code == 0, result.output
+    assert result.output.startswith("this shell")
     assert "fix: npm install -g @openai/codex" in result.output
     assert "fix: export ADE_PROVIDERS__CLAUDE_CODE__API_KEY=..." in result.output
