@@ -25,7 +25,7 @@ class PauseRequest(BaseModel):
 
     note: str = Field(max_length=pauses_db.NOTE_MAX, description="why; recorded on every skip")
     trigger_index: int | None = Field(
-        default=None, description="one trigger (numbered from 0); none: the whole rule"
+        default=None, ge=0, description="one trigger (numbered from 0); none: the whole rule"
     )
     by: str = Field(default="", max_length=200, description="who, for a shared token")
 
@@ -35,7 +35,7 @@ class ResumeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trigger_index: int | None = None
+    trigger_index: int | None = Field(default=None, ge=0)
     by: str = Field(default="", max_length=200)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
@@ -12,6 +11,7 @@ from fastapi import APIRouter, Query
 from ade_api.http.deps import SessionDep
 from ade_api.http.health_state import pause_out
 from ade_api.http.routes.rules import NOT_FOUND
+from ade_api.http.schemas.params import Instant
 from ade_api.http.schemas.problem import problem_responses
 from ade_api.http.schemas.schedules import FireTime, OccurrenceOut, RuleSchedule, TriggerSchedule
 from ade_tasks.clock import utcnow
@@ -34,7 +34,7 @@ def schedule_preview(
     session: SessionDep,
     count: Annotated[int, Query(ge=1, le=100)] = 10,
     start: Annotated[
-        datetime | None,
+        Instant | None,
         Query(alias="from", description="list fire times after this time (Z or an offset)"),
     ] = None,
 ) -> RuleSchedule:
