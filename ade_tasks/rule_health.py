@@ -11,9 +11,11 @@ will fire it, or the setup error in words:
 - `github.*` (and `lane.merged`, a merged pull request): ready when ADE_GITHUB__WEBHOOK_SECRET
   is set (path `GitHub webhook`), or a relay drain's heartbeat is within its slot and its last
   drain succeeded (path `relay <url>`; every event type comes through a relay), or a live
-  poller polls the trigger's repository and polling can see the event type (path `poller <id>`;
-  never `github.event`, whose events polling does not infer).
-  A relay drain that is alive but failing is reported with its error.
+  poller polls the trigger's repository, its polls of it do not fail, and polling can see the
+  event type (path `poller <id>`; never `github.event`, whose events polling does not infer).
+  A relay drain that is alive but failing is reported with its error; so is a poller whose
+  latest poll of the repository failed and that has not polled it successfully within
+  `POLL_FAILING_AFTER` (never, for a poller without a token or that cannot reach GitHub).
 - `git.*`, `file.changed`: always ready: local events (`ade-tasks emit`, its git hooks,
   `ade-tasks watch`) need no set-up the engine could see.
 - `lane.created`, `lane.deleted`: always ready: the engine's own runs make these events.
@@ -26,16 +28,22 @@ Beside the triggers, problems of the whole rule stop every trigger: an untrusted
 an agent provider that is not set up (as `ade-tasks providers` decides, without a network call),
 a project that is not configured. A rule is `ready` when it has no such problem and every
 trigger is ready. Whether it is enabled is its own state, not part of its health.
+
+A pause (`ade_tasks.db.pauses`) holds triggers: a paused trigger, and every automatic trigger
+of a paused rule, is not ready, its error the pause's note with who paused it and since when
+(`paused` marks it; its `path` still says what fires it once resumed). A manual trigger is never
+paused, so a paused rule whose only trigger is manual stays ready.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ade_tasks.db.heartbeats import BEAT, POLLER, RELAY_DRAIN, Heartbeat
+from ade_tasks.db.pauses import Pause, holding
 from ade_tasks.ingress.poller import POLLED_TYPES
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
@@ -56,6 +64,10 @@ NO_BEAT = (
     "no beat is running (none has sent a heartbeat within its interval): schedules fire only "
     "from a beat; start `ade-tasks beat` (or `ade-tasks dev`, or a worker with -B)"
 )
+#: A poller whose latest poll of a repository failed still counts as a path for it while it
+#: polled it successfully this recently (one failed poll among good ones is a blip, not an
+#: outage); one that never polled it successfully does not count from its first failure.
+POLL_FAILING_AFTER = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class LiveState:
     heartbeats: tuple[Heartbeat, ...] = ()
     #: Stored rule id -> enabled, for run.finished triggers; None: not known.
     rules: Mapping[str, bool] | None = None
+    #: Rule id -> its pauses (`ade_tasks.db.pauses.pauses_of`).
+    pauses: Mapping[str, Sequence[Pause]] = field(default_factory=dict)
 
     def alive(self, kind: str) -> list[Heartbeat]:
         """The live processes of one kind, the most recently seen first."""
@@ -94,6 +108,8 @@ class TriggerStatus:
     ready: bool
     path: str | None = None
     error: str | None = None
+    #: The pause that holds it (then `error` is its reason).
+    paused: Pause | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
@@ -103,6 +119,7 @@ class TriggerStatus:
             "ready": self.ready,
             "path": self.path,
             "error": self.error,
+            "paused": self.paused is not None,
         }
 
 
@@ -154,6 +171,7 @@ def rule_health(rule: Rule, state: LiveState, untrusted: Untrusted | None = None
     schedule_problems = {
         found.index: found.problem for found in rule_schedules(rule, state.now, 1) if found.problem
     }
+    pauses = state.pauses.get(rule.id, ())
     statuses = []
     for index, trigger in enumerate(rule.triggers):
         path: str | None
@@ -162,7 +180,10 @@ def rule_health(rule: Rule, state: LiveState, untrusted: Untrusted | None = None
             path, error = None, schedule_problems[index]
         else:
             path, error = _CHECKS[type(trigger)](trigger, state)
-        statuses.append(TriggerStatus(index, trigger.type, error is None, path, error))
+        pause = None if trigger.type == "manual" else holding(pauses, [index])
+        if pause is not None:
+            error = pause.reason if error is None else f"{pause.reason}; besides, {error}"
+        statuses.append(TriggerStatus(index, trigger.type, error is None, path, error, pause))
     return RuleHealth(rule.id, tuple(statuses), tuple(_rule_problems(rule, state, untrusted)))
 
 
@@ -241,18 +262,49 @@ def _github(trigger: GithubTrigger, state: LiveState) -> tuple[str | None, str |
             f"{GITHUB_UNSIGNED}, and polling cannot see {what} events; set the "
             "secret and point a GitHub webhook at POST /api/v1/webhooks/github"
         )
-    for poller in pollers:
-        if poller.repos is None and trigger.repo is not None:
-            return f"poller {poller.process_id} (repositories of enabled rules)", None
-        if poller.repos is not None and (
-            trigger.repo is None or trigger.repo.lower() in {r.lower() for r in poller.repos}
-        ):
-            return f"poller {poller.process_id} ({', '.join(poller.repos)})", None
+    covering = [poller for poller in pollers if _polls(poller, trigger.repo)]
+    failures = [_poll_failure(poller, trigger.repo, state.now) for poller in covering]
+    for poller, failure in zip(covering, failures, strict=True):
+        if failure is None:
+            polled = ", ".join(poller.repos) if poller.repos else "repositories of enabled rules"
+            return f"poller {poller.process_id} ({polled})", None
     wanted = trigger.repo or "the repositories"
+    if failures:
+        return None, (
+            f"{GITHUB_UNSIGNED}, and the polls of {wanted} fail: {'; '.join(map(str, failures))}"
+        )
     return None, (
         f"{GITHUB_UNSIGNED}, and no running poller polls {wanted}; set the secret, set "
         f"`repo` on the trigger, or run `ade-tasks poll github --repos "
         f"{trigger.repo or 'OWNER/NAME'}`"
+    )
+
+
+def _polls(poller: Heartbeat, repo: str | None) -> bool:
+    """Does this poller poll `repo` (None: a trigger of any repository)?"""
+    if poller.repos is None:
+        return repo is not None  # it polls the `repo` filters of enabled triggers
+    return repo is None or repo.lower() in {r.lower() for r in poller.repos}
+
+
+def _poll_failure(poller: Heartbeat, repo: str | None, now: datetime) -> str | None:
+    """Why this poller's polls of `repo` (None: of every repository it polled) fail, or None
+    while one of them succeeds (or none was tried yet)."""
+    outcomes = [
+        (name, found)
+        for name, found in poller.polls.items()
+        if repo is None or name == repo.lower()
+    ]
+    if not outcomes or any(
+        not found.failing or (found.ok_at and now - found.ok_at <= POLL_FAILING_AFTER)
+        for _, found in outcomes
+    ):
+        return None
+    name, found = max(outcomes, key=lambda item: item[1].failed_at or now)
+    last = f"{found.ok_at:%Y-%m-%d %H:%M:%S} UTC" if found.ok_at else "never"
+    return (
+        f"poller {poller.process_id} last polled {name} at {found.failed_at:%H:%M:%S} UTC and "
+        f"failed ({found.error}); its last successful poll: {last}"
     )
 
 

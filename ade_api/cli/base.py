@@ -270,16 +270,15 @@ SHOWN_MATCHES = 5
 @click.pass_obj
 def rules_list(settings: Settings, url: str | None, as_json: bool) -> None:
     """List the rules the cluster knows, and why each that cannot fire cannot."""
-    from ade_api.cli.health import not_ready_lines
+    from ade_api.cli.health import not_ready_lines, state_word
 
     items = Api(settings, url).call("GET", "/api/v1/rules")
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
     for rule in items:
-        state = "enabled " if rule["enabled"] else "disabled"
         triggers = ",".join(t["type"] for t in rule["document"]["triggers"])
-        click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state} {triggers}")
+        click.echo(f"{rule['id']:<28} v{rule['version']:<3} {state_word(rule):<8} {triggers}")
         for line in not_ready_lines(rule):
             click.echo(f"{'':<28} {line}")
 
@@ -344,6 +343,10 @@ def rules_next(
         )
         if trigger.get("problem"):
             click.echo(f"  problem: {trigger['problem']}")
+        if trigger.get("paused"):
+            click.echo(
+                f"  paused: these times are skipped until it is resumed: {trigger['paused']}"
+            )
         for fire in trigger["next"]:
             line = f"  {fire['local'][:16].replace('T', ' ')} local   {fire['utc'][:16]}Z"
             click.echo(f"{line}  {fire['dst']}" if fire.get("dst") else line)

@@ -1,5 +1,6 @@
-"""How the CLI prints a rule's health (`rules list`, `rules show`): the API's `health` field
-in words. A rule from an API without health (an older cluster) prints its trust state alone."""
+"""How the CLI prints a rule's state and health (`rules list`, `rules show`): the API's
+`pauses` and `health` fields in words. A rule from an API without health (an older cluster)
+prints its trust state alone."""
 
 from __future__ import annotations
 
@@ -16,17 +17,35 @@ def trust_line(rule: dict[str, Any]) -> str | None:
     )
 
 
+def state_word(rule: dict[str, Any]) -> str:
+    """`disabled`, `paused` (enabled, every automatic trigger held) or `enabled`."""
+    if not rule["enabled"]:
+        return "disabled"
+    paused = any(p["trigger_index"] is None for p in rule.get("pauses") or ())
+    return "paused" if paused else "enabled"
+
+
+def pause_lines(rule: dict[str, Any]) -> list[str]:
+    """One line per pause: what it holds, who paused it, since when, the note, how to resume."""
+    return [f"paused: {pause['message']}" for pause in rule.get("pauses") or ()]
+
+
 def not_ready_lines(rule: dict[str, Any]) -> list[str]:
-    """One line per reason the rule cannot fire (none when it can), as `rules list` prints."""
+    """One line per pause and per reason the rule cannot fire (none when it can), as `rules
+    list` prints (a paused trigger is said once, by its pause's line)."""
     health = rule.get("health")
     if health is None:
         line = trust_line(rule)
-        return [line] if line else []
-    return [f"not ready: {problem}" for problem in health["problems"]] + [
-        f"not ready: trigger #{t['index']} {t['type']}: {t['error']}"
-        for t in health["triggers"]
-        if not t["ready"]
-    ]
+        return pause_lines(rule) + ([line] if line else [])
+    return (
+        pause_lines(rule)
+        + [f"not ready: {problem}" for problem in health["problems"]]
+        + [
+            f"not ready: trigger #{t['index']} {t['type']}: {t['error']}"
+            for t in health["triggers"]
+            if not t["ready"] and not t.get("paused")
+        ]
+    )
 
 
 def health_lines(rule: dict[str, Any]) -> list[str]:
@@ -35,10 +54,16 @@ def health_lines(rule: dict[str, Any]) -> list[str]:
     if health is None:
         line = trust_line(rule)
         return [line] if line else []
-    lines = ["ready: every trigger can fire" if health["ready"] else "not ready"]
+    lines = pause_lines(rule)
+    lines += ["ready: every trigger can fire" if health["ready"] else "not ready"]
     lines += [f"  problem: {problem}" for problem in health["problems"]]
     for trigger in health["triggers"]:
-        if trigger["ready"]:
+        if trigger.get("paused"):
+            lines.append(
+                f"  trigger #{trigger['index']} {trigger['type']}: not ready: {trigger['error']}"
+                + (f" (once resumed: {trigger['path']})" if trigger["path"] else "")
+            )
+        elif trigger["ready"]:
             lines.append(f"  trigger #{trigger['index']} {trigger['type']}: {trigger['path']}")
         else:
             lines.append(

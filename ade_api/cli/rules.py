@@ -17,7 +17,7 @@ import click
 import yaml
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, rules, url_option
-from ade_api.cli.health import health_lines
+from ade_api.cli.health import health_lines, state_word
 from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 
@@ -37,7 +37,7 @@ def _read(file: str) -> str:
 
 
 def _summary(rule: dict[str, Any]) -> str:
-    state = "enabled" if rule["enabled"] else "disabled"
+    state = state_word(rule)
     where = rule["source_file"] or rule["source"]
     return f"rule {rule['id']} v{rule['version']} ({state}, from {where})"
 

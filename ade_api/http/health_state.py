@@ -18,9 +18,10 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from ade_api.http.schemas.rules import RuleHealthOut, RuleOut
+from ade_api.http.schemas.rules import PauseOut, RuleHealthOut, RuleOut
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow
@@ -53,6 +54,7 @@ def live_state(
         providers=provider_readiness(settings, which),
         heartbeats=tuple(heartbeats_db.recent(session)),
         rules=rules_db.enabled_by_id(session),
+        pauses=pauses_db.every_pause(session),
     )
 
 
@@ -112,13 +114,29 @@ def health_out(row: RuleRow, state: LiveState) -> RuleHealthOut:
 
 
 def rule_out(row: RuleRow, state: LiveState) -> RuleOut:
-    """A stored rule as the API answers it, with its health."""
-    return RuleOut.model_validate(row).model_copy(update={"health": health_out(row, state)})
+    """A stored rule as the API answers it, with its pauses and its health."""
+    pauses = [pause_out(found) for found in state.pauses.get(row.id, ())]
+    return RuleOut.model_validate(row).model_copy(
+        update={"health": health_out(row, state), "pauses": pauses}
+    )
+
+
+def pause_out(found: pauses_db.Pause, message: str | None = None) -> PauseOut:
+    """A pause as the API answers it; `message` defaults to its reason (what a skip records)."""
+    return PauseOut(
+        rule_id=found.rule_id,
+        trigger_index=found.trigger_index,
+        note=found.note,
+        paused_by=found.paused_by,
+        paused_at=found.paused_at,
+        message=found.reason if message is None else message,
+    )
 
 
 def refuse_unready(row: RuleRow, state: LiveState, *, force: bool) -> None:
-    """Refuse to enable a rule that cannot fire (409, saying why), unless `force`."""
-    health = health_of(row, state)
+    """Refuse to enable a rule that cannot fire (409, saying why), unless `force`. A pause is
+    not a reason: enabling a paused rule keeps it paused, as the operator left it."""
+    health = health_of(row, replace(state, pauses={}))
     if health.ready or force:
         return
     raise ConflictError(

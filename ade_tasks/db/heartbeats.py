@@ -7,8 +7,8 @@ cluster whose beats come and go never grows the table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,13 +25,55 @@ BEAT, POLLER, RELAY_DRAIN = "beat", "poller", "relay-drain"
 
 
 @dataclass(frozen=True)
+class PollOutcome:
+    """A poller's latest polls of one repository: when one last succeeded, when one last failed
+    and why (a poll that GitHub answered counts as a success, whatever it listed)."""
+
+    ok_at: datetime | None = None
+    failed_at: datetime | None = None
+    error: str | None = None
+
+    @property
+    def failing(self) -> bool:
+        """Did the latest poll fail?"""
+        return self.failed_at is not None and (self.ok_at is None or self.failed_at > self.ok_at)
+
+    def succeeded(self, at: datetime) -> PollOutcome:
+        """This outcome after a poll that succeeded `at`."""
+        return PollOutcome(at, self.failed_at, self.error)
+
+    def failed(self, at: datetime, error: str) -> PollOutcome:
+        """This outcome after a poll that failed `at` with `error`."""
+        return PollOutcome(self.ok_at, at, error)
+
+    def as_detail(self) -> dict[str, str | None]:
+        """The JSON form a heartbeat's `detail` carries."""
+        return {
+            "ok_at": self.ok_at.isoformat() if self.ok_at else None,
+            "failed_at": self.failed_at.isoformat() if self.failed_at else None,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_detail(cls, detail: dict[str, Any]) -> PollOutcome:
+        """The outcome `as_detail` wrote."""
+        ok_at, failed_at = detail.get("ok_at"), detail.get("failed_at")
+        return cls(
+            datetime.fromisoformat(ok_at) if ok_at else None,
+            datetime.fromisoformat(failed_at) if failed_at else None,
+            detail.get("error"),
+        )
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """A process's newest sign of life: which process, of what kind, when, and how soon the
     next one is due. A poller's `repos` are those it polls; None: the `repo` filters of the
     enabled github.* triggers (read again every cycle). A relay drain's `relay` is the relay it
     drains and `error` why its last drain failed (None: it drained the relay to its end). A
     beat's `clock_offset` is how many seconds its machine's clock is ahead of the database's
-    (negative: behind; None: not read yet, `ade_tasks.db.clock`)."""
+    (negative: behind; None: not read yet, `ade_tasks.db.clock`). A poller's `polls` are its
+    latest polls per repository it polled (lower-cased `owner/name`)."""
 
     process_id: str
     kind: str
@@ -41,6 +83,7 @@ class Heartbeat:
     relay: str | None = None
     error: str | None = None
     clock_offset: float | None = None
+    polls: Mapping[str, PollOutcome] = field(default_factory=dict)
 
     def alive(self, now: datetime) -> bool:
         """Did the process write its heartbeat within its interval (and a grace) of `now`?"""
@@ -87,6 +130,10 @@ def recent(session: Session) -> Sequence[Heartbeat]:
             relay=row.detail.get("relay"),
             error=row.detail.get("error"),
             clock_offset=row.detail.get("clock_offset"),
+            polls={
+                repo: PollOutcome.from_detail(found)
+                for repo, found in (row.detail.get("polls") or {}).items()
+            },
         )
         for row in rows
     ]

@@ -139,6 +139,18 @@ def pauses_of(session: Session, rule_ids: Iterable[str]) -> dict[str, list[Pause
     return found
 
 
+def every_pause(session: Session) -> dict[str, list[Pause]]:
+    """Every pause the cluster holds, by rule (one SELECT; a row per paused rule or trigger,
+    so a small table), whole-rule pause first."""
+    found: dict[str, list[Pause]] = {}
+    rows = session.scalars(
+        select(RulePauseRow).order_by(RulePauseRow.rule_id, RulePauseRow.trigger_index)
+    )
+    for row in rows:
+        found.setdefault(row.rule_id, []).append(_pause(row))
+    return found
+
+
 def holding(pauses: Sequence[Pause], trigger_indexes: Sequence[int] | None) -> Pause | None:
     """The pause that refuses a trigger: the whole rule's, else, when every trigger the event
     matched (`trigger_indexes`; None: not known) is paused, the first of theirs."""

@@ -224,6 +224,9 @@ class GithubPoller:
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, datetime] = {}
         self._last_heartbeat: datetime | None = None
+        #: Per repository (lower-cased), its latest polls: rule health reads them from the
+        #: heartbeat, so a poller whose every poll fails is not a path that fires anything.
+        self.polls: dict[str, heartbeats_db.PollOutcome] = {}
         self._targets_slot: datetime | None = None
         self._targets_cache: tuple[list[str], str | None] = ([], None)
 
@@ -267,7 +270,10 @@ class GithubPoller:
                     heartbeats_db.POLLER,
                     every=max(HEARTBEAT_SECONDS, self.tick),
                     now=now,
-                    detail={"repos": self.repos or None},
+                    detail={
+                        "repos": self.repos or None,
+                        "polls": {repo: found.as_detail() for repo, found in self.polls.items()},
+                    },
                 )
             self._last_heartbeat = now
         except Exception as exc:  # the database may be away; the next cycle says so too
@@ -403,9 +409,14 @@ class GithubPoller:
             except Exception as hold_error:  # the next slot is then offered as usual
                 log.warning("could not hold %s's backoff: %s", repo, type(hold_error).__name__)
             log.warning("polling %s failed: %s; next try in %.0fs", repo, exc.message, wait)
+            self.polls[key] = self._outcome(key).failed(now, exc.message)
             return RepoReport(repo, error=exc.message)
         self._failures.pop(key, None)
+        self.polls[key] = self._outcome(key).succeeded(now)
         return report
+
+    def _outcome(self, key: str) -> heartbeats_db.PollOutcome:
+        return self.polls.get(key) or heartbeats_db.PollOutcome()
 
     # -- plumbing ---------------------------------------------------------------------------------
 

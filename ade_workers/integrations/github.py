@@ -22,12 +22,15 @@ from ade_tasks.errors import InvalidInputError
 from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.settings import GithubSettings
-from ade_workers.integrations.http import (
-    IntegrationClient,
-    IntegrationError,
-    excerpt,
-    retry_after_seconds,
+from ade_workers.integrations.github_answers import (
+    POLL_GIVES_UP,
+    STEP_GIVES_UP,
+    github_message,
+    rate_limited,
+    refusal_advice,
+    retry_after,
 )
+from ade_workers.integrations.http import IntegrationClient, IntegrationError
 
 T = TypeVar("T")
 
@@ -38,13 +41,6 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _MAX_PAGES = 100
 # A listing stops after this many items (100 full pages), so it never asks for page 101.
 _MAX_ITEMS = _MAX_PAGES * 100
-_GIVE_UP = "try again later or raise the step's retry attempts"
-_ADVICE = {
-    403: "give the token in ADE_GITHUB__TOKEN write access to this repository",
-    404: "check the repository and issue number, and that ADE_GITHUB__TOKEN can see the "
-    "repository (GitHub answers 404 for private repositories it hides)",
-    422: "fix the request (e.g. the branch must exist and differ from the base)",
-}
 
 
 @dataclass(frozen=True)
@@ -117,9 +113,9 @@ class GithubClient:
             # GitHub answers renamed repositories with 301/307; httpx drops Authorization when a
             # redirect leaves the origin.
             follow_redirects=True,
-            explain=_github_message,
-            retry_after=_retry_after,
-            rate_limited=_rate_limited,
+            explain=github_message,
+            retry_after=retry_after,
+            rate_limited=rate_limited,
             transport=transport,
             sleep=sleep,
         )
@@ -276,8 +272,14 @@ class GithubClient:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def _retrying(self, what: str, attempt: Callable[[], T], deadline: float | None) -> T:
-        return self._http.retrying(f"could not {what}", attempt, deadline=deadline, advice=_GIVE_UP)
+    def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[], T],
+        deadline: float | None,
+        advice: str = STEP_GIVES_UP,
+    ) -> T:
+        return self._http.retrying(f"could not {what}", attempt, deadline=deadline, advice=advice)
 
     def _listing(
         self,
@@ -312,7 +314,7 @@ class GithubClient:
                     break
             return found[:count]
 
-        return self._retrying(f"list the {noun} of {repo}", attempt, deadline)
+        return self._retrying(f"list the {noun} of {repo}", attempt, deadline, POLL_GIVES_UP)
 
     def _find_comment(self, path: str, line: str, deadline: float | None) -> int | None:
         for page in self._pages(path, deadline):
@@ -373,17 +375,13 @@ class GithubClient:
         params: Mapping[str, str | int] | None = None,
     ) -> httpx.Response:
         return self._http.send(
-            method, url, deadline=deadline, advice=self._advice, json=json, params=params
+            method,
+            url,
+            deadline=deadline,
+            advice=lambda status: refusal_advice(status, method, has_token=bool(self._token)),
+            json=json,
+            params=params,
         )
-
-    def _advice(self, status: int) -> str:
-        if status == 401:
-            return (
-                "check ADE_GITHUB__TOKEN: it is missing, expired or revoked"
-                if self._token
-                else "set ADE_GITHUB__TOKEN to a token with access to the repository"
-            )
-        return _ADVICE.get(status, "check the request and ADE_GITHUB__API_URL")
 
     def _json(self, response: httpx.Response, method: str, path: str) -> object:
         try:
@@ -438,54 +436,3 @@ def _since(when: datetime) -> str:
     if when.tzinfo is None or when.utcoffset() is None:
         raise InvalidInputError(f"`since` must be timezone-aware (UTC), got {when.isoformat()}")
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rate_limited(response: httpx.Response) -> bool:
-    """A 403 that is GitHub's (primary or secondary) rate limit, not a missing permission."""
-    headers = response.headers
-    return response.status_code == 403 and (
-        "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
-    )
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Retry-After, or else the wait until an exhausted rate limit resets."""
-    seconds = retry_after_seconds(headers.get("retry-after"))
-    if seconds is not None:
-        return seconds
-    if headers.get("x-ratelimit-remaining") == "0":
-        try:
-            return max(float(headers["x-ratelimit-reset"]) - time.time(), 0.0)
-        except (KeyError, ValueError):
-            return None
-    return None
-
-
-def _github_message(response: httpx.Response) -> str:
-    """GitHub's `message` (and its `errors`) from an error body, or the start of the text;
-    for a refusal that names the scopes it accepts, the token's scopes and those."""
-    return _body_message(response) + (
-        _scope_note(response.headers) if response.status_code == 403 else ""
-    )
-
-
-def _body_message(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return excerpt(response.text)
-    if isinstance(data, dict) and isinstance(data.get("message"), str):
-        message: str = data["message"]
-        errors = data.get("errors")
-        if isinstance(errors, list) and errors:
-            message += f": {errors!r}"
-        return excerpt(message)
-    return excerpt(response.text)
-
-
-def _scope_note(headers: httpx.Headers) -> str:
-    accepted = headers.get("x-accepted-oauth-scopes")
-    if not accepted:
-        return ""
-    held = headers.get("x-oauth-scopes") or "none"
-    return f"; the token's scopes: {held}; this call needs one of: {accepted}"

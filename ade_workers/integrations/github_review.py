@@ -14,6 +14,7 @@ from typing import Any
 
 from ade_tasks.json_document import JsonObject
 from ade_workers.integrations.github import GithubClient, has_marker, marker_line, with_marker
+from ade_workers.integrations.github_answers import refusal_advice
 from ade_workers.integrations.http import IntegrationError
 
 # A page of threads is 50 threads of their first 50 comments each (GitHub's maximum is 100).
@@ -254,7 +255,11 @@ class ReviewClient(GithubClient):
             kind = str(first.get("type") or "")
             status = {"NOT_FOUND": 404, "FORBIDDEN": 403, "INSUFFICIENT_SCOPES": 403}.get(kind)
             said = "; ".join(str(e.get("message")) for e in errors if isinstance(e, dict))
-            advice = self._advice(status) if status else "check the request"
+            advice = (
+                refusal_advice(status, "POST", has_token=bool(self._token))
+                if status
+                else "check the request"
+            )
             raise self._http.refused(
                 f"POST /graphql answered {kind or 'an error'} ({said[:300]}); {advice}",
                 status=status,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -185,6 +186,30 @@ def test_a_bad_token_is_not_retried_and_names_the_setting(github: ScriptedServer
     assert "ADE_GITHUB__TOKEN" in message and wrong not in message
     assert not isinstance(caught.value, IntegrationUnavailableError)
     assert len(github.requests) == 1
+
+
+def test_a_failing_poll_listing_advises_on_polling_not_on_a_steps_retries(
+    github: ScriptedServer, client: GithubClient
+) -> None:
+    # Given GitHub failing every listing of the issues (issue 37, finding 3: the poller's
+    # warning told the operator to raise a step's retry attempts, though no step is involved)
+    github.fail_next(status=502, times=10)
+    with pytest.raises(IntegrationUnavailableError) as caught:
+        client.list_issues(REPO, datetime(2024, 5, 1, tzinfo=UTC))
+    message = str(caught.value)
+    assert "could not list the issues of acme/widgets" in message
+    assert "polling tries again after its backoff" in message
+    assert "ADE_GITHUB__API_URL" in message and "step" not in message
+
+
+def test_a_listing_refused_403_asks_for_read_access_not_write(github: ScriptedServer) -> None:
+    github.fail_next(status=403, times=1)
+    with GithubClient(base_url=github.url, token=TOKEN, timeout=0.3, policy=FAST) as client:
+        with pytest.raises(IntegrationError) as caught:
+            client.list_issue_comments(REPO, datetime(2024, 5, 1, tzinfo=UTC))
+    message = str(caught.value)
+    assert caught.value.status == 403
+    assert "read access" in message and "write access" not in message
 
 
 def test_an_unknown_repository_is_a_404_error(github: ScriptedServer, client: GithubClient) -> None:

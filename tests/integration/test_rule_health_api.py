@@ -1,7 +1,9 @@
 """Rule health through the real `ade-tasks api` process (PostgreSQL, Redis), with real beat and
 poller processes as the live state (issue 16, finding 2): each rule answer carries its
 `health`, enabling a rule that cannot fire is refused with 409 unless forced, `ade_rule_ready`
-reports it, and `rules list` / `rules show` / `rules enable --force` print it."""
+reports it, and `rules list` / `rules show` / `rules enable --force` print it. A pause holds a
+rule's health and shows in every view; a poller whose every poll fails is no path (issue 37,
+findings 2 and 3)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from typing import Any
 
 import httpx
 
+from ade_tasks.clock import utcnow
+from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.rule_health import GITHUB_REFUSED, NO_BEAT
 from tests.conftest import write_rule
+from tests.fake_http import ScriptedServer
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.support import BIN, Child, wait_until
@@ -180,3 +185,83 @@ def test_rules_enable_force_enables_a_rule_that_cannot_fire(cluster: Cluster) ->
 
     assert forced.returncode == 0, forced.stderr
     assert api.get("/api/v1/rules/on-deploy").json()["enabled"]
+
+
+def test_a_github_rule_is_not_ready_while_its_pollers_every_poll_fails(cluster: Cluster) -> None:
+    # given an enabled github rule, no secret, and a real `ade-tasks poll github` without a
+    # token against a GitHub (on 127.0.0.1) that wants one (issue 37, finding 3)
+    api = cluster.api()
+    create(api, "pr-review", {"type": "github.pr_opened", "repo": "acme/widgets"})
+    assert api.post("/api/v1/rules/pr-review/enable", params={"force": "true"}).is_success
+    with ScriptedServer(repos=["acme/widgets"], token="ghp_the_right_token") as github:
+        argv = [str(BIN / "ade-tasks"), "poll", "github", "--interval", "10"]
+        env = {**cluster.env, "ADE_DATA_DIR": str(cluster.tmp / "data")}
+        env["ADE_GITHUB__API_URL"] = github.url
+        cluster.children.append(Child(argv, env, cluster.tmp / "poller.log", cluster.tmp))
+
+        # then once its failed poll is in its heartbeat, the rule is not ready, saying why
+        def failing() -> str | None:
+            trigger = api.get("/api/v1/rules/pr-review").json()["health"]["triggers"][0]
+            error: str | None = trigger["error"]
+            return error if error and "fail" in error else None
+
+        error = wait_until(failing, 30, "the poller's failed poll in its heartbeat")
+        assert "and the polls of acme/widgets fail: poller poller:" in error
+        assert "answered 401 (Bad credentials)" in error and "ADE_GITHUB__TOKEN" in error
+        assert error.endswith("its last successful poll: never")
+        assert rule_ready(api, "pr-review") == "0.0"
+        shown = cli(cluster, "rules", "show", "pr-review", "--url", str(api.base_url))
+        assert "answered 401 (Bad credentials)" in shown.stdout
+
+
+def test_a_paused_rule_says_so_in_the_api_every_cli_view_and_the_metrics(
+    cluster: Cluster,
+) -> None:
+    # given a schedule rule with a live beat, ready, then paused by an operator with a note
+    with cluster.session_factory.begin() as session:
+        heartbeats_db.record(session, "beat-t", heartbeats_db.BEAT, every=3600, now=utcnow())
+    api = cluster.api()
+    url = str(api.base_url)
+    create(api, "nightly", {"type": "schedule", "cron": "0 3 * * *"})
+    assert api.post("/api/v1/rules/nightly/enable").status_code == 200
+    assert rule_ready(api, "nightly") == "1.0"
+    paused = api.post("/api/v1/rules/nightly/pause", json={"note": "deploy freeze", "by": "ana"})
+    assert paused.status_code == 200, paused.text
+
+    # then GET /api/v1/rules/{id} carries the pause (who, since, note) and its health holds
+    rule = api.get("/api/v1/rules/nightly").json()
+    (pause,) = rule["pauses"]
+    assert (pause["trigger_index"], pause["note"]) == (None, "deploy freeze")
+    assert pause["paused_by"].endswith("(ana)") and pause["paused_at"]
+    assert rule["health"]["ready"] is False
+    trigger = rule["health"]["triggers"][0]
+    assert trigger["paused"] and "is paused by" in trigger["error"]
+    assert "deploy freeze" in trigger["error"]
+
+    # and `rules list`, `rules show` and `rules next` say it is paused, with the note
+    listed = cli(cluster, "rules", "list", "--url", url).stdout
+    (line,) = [line for line in listed.splitlines() if line.startswith("nightly")]
+    assert " paused " in line and " enabled " not in line
+    assert "paused: rule 'nightly' is paused by" in listed and "deploy freeze" in listed
+    shown = cli(cluster, "rules", "show", "nightly", "--url", url).stdout
+    assert "(paused, from api)" in shown and "deploy freeze" in shown
+    assert "ready: every trigger can fire" not in shown
+    assert "once resumed: beat beat-t" in shown
+    upcoming = cli(cluster, "rules", "next", "nightly", "-n", "2", "--url", url).stdout
+    assert "paused: these times are skipped until it is resumed: rule 'nightly'" in upcoming
+
+    # and the metrics: not ready, and when it was paused, by whom, why
+    assert rule_ready(api, "nightly") == "0.0"
+    metrics = api.get("/metrics").text
+    (sample,) = [m for m in metrics.splitlines() if m.startswith("ade_rule_paused_since_seconds{")]
+    assert 'rule="nightly"' in sample and 'trigger="all"' in sample
+    assert 'note="deploy freeze"' in sample and "(ana)" in sample
+
+    # and a pause is no reason to refuse enabling it again
+    assert api.post("/api/v1/rules/nightly/disable").status_code == 200
+    assert api.post("/api/v1/rules/nightly/enable").status_code == 200
+
+    # once resumed, every view is back to ready
+    assert api.post("/api/v1/rules/nightly/resume", json={}).status_code == 200
+    assert api.get("/api/v1/rules/nightly").json()["pauses"] == []
+    assert rule_ready(api, "nightly") == "1.0"

@@ -647,3 +647,34 @@ def test_a_cycle_validates_only_the_rules_with_github_triggers(
     assert {call[1] for call in github.calls} == {REPO}
     assert rules_db.cached_rule(hashes["watch"]) is not None
     assert rules_db.cached_rule(hashes["nightly"]) is None
+
+
+def test_the_heartbeat_carries_each_repositorys_last_successful_and_failed_poll(
+    session_factory: SessionFactory,
+    sender: InMemorySender,
+    rules_dir: Path,
+    github: FakeGithub,
+    cursor_file: Path,
+) -> None:
+    # given a poller of two repositories, one of which GitHub refuses (issue 37, finding 3)
+    from ade_tasks.db import heartbeats as heartbeats_db
+    from ade_tasks.errors import NotFoundError
+
+    add_rule(
+        session_factory, rules_dir, "r", rule("r", f"{{type: github.issue_opened, repo: {REPO}}}")
+    )
+    github.failures = [NotFoundError("GET /repos/acme/gone/issues answered 401")]
+    poller = make_poller(session_factory, sender, github, cursor_file, repos=["acme/gone", REPO])
+
+    # when it polls once and says it is alive
+    poller.cycle()
+    poller.heartbeat()
+
+    # then its heartbeat says which polls failed, why, and when one last succeeded
+    with session_factory() as session:
+        (found,) = heartbeats_db.recent(session)
+    now = datetime(2024, 5, 2, tzinfo=UTC)
+    gone, widgets = found.polls["acme/gone"], found.polls[REPO]
+    assert (gone.ok_at, gone.failed_at, gone.failing) == (None, now, True)
+    assert gone.error == "GET /repos/acme/gone/issues answered 401"
+    assert (widgets.ok_at, widgets.failing) == (now, False)

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from ade_api.http.health_state import provider_readiness
-from ade_tasks.db.heartbeats import BEAT, POLLER, Heartbeat
+from ade_tasks.db.heartbeats import BEAT, POLLER, Heartbeat, PollOutcome
+from ade_tasks.db.pauses import Pause
 from ade_tasks.rule_health import (
     GITHUB_REFUSED,
     NO_BEAT,
@@ -214,3 +215,106 @@ def test_provider_readiness_follows_the_settings_a_run_uses_not_the_vendor_varia
     )
     assert not readiness["claude-code"].ready
     assert any("npm install" in fix for fix in readiness["claude-code"].fixes)
+
+
+# --- pauses and failing pollers (issue 37, findings 2 and 3) ---------------------------------
+
+PAUSED_AT = NOW - timedelta(hours=2)
+
+
+def pause(trigger_index: int | None = None, note: str = "deploy freeze") -> Pause:
+    return Pause("r", trigger_index, note, "oncall (ana)", PAUSED_AT)
+
+
+def test_a_paused_rule_is_not_ready_and_each_automatic_trigger_names_the_pause() -> None:
+    # given a rule whose schedule has a live beat, paused as a whole
+    alive = (beat(timedelta(seconds=5)),)
+    state = LiveState(NOW, heartbeats=alive, pauses={"r": [pause()]})
+
+    health = rule_health(rule({"type": "schedule", "cron": "0 3 * * *"}, {"type": "manual"}), state)
+
+    # then it is not ready: its schedule is held (who, since when, the note), manual runs are not
+    assert not health.ready
+    schedule, manual = health.triggers
+    assert schedule.paused == pause() and not schedule.ready
+    assert schedule.error == (
+        "rule 'r' is paused by oncall (ana) since 2026-12-01 10:00 UTC: deploy freeze; "
+        "resume with `ade-tasks rules resume r`"
+    )
+    assert schedule.path == "beat beat-1"  # what fires it once resumed
+    assert manual.ready and manual.paused is None
+    assert schedule.as_dict()["paused"] is True
+
+
+def test_a_paused_trigger_holds_only_itself() -> None:
+    alive = (beat(timedelta(seconds=5)),)
+    state = LiveState(NOW, heartbeats=alive, pauses={"r": [pause(1, "flaky runner")]})
+    two = rule({"type": "schedule", "cron": "0 3 * * *"}, {"type": "schedule", "cron": "0 4 * * *"})
+
+    health = rule_health(two, state)
+
+    assert [t.ready for t in health.triggers] == [True, False]
+    error = health.triggers[1].error
+    assert error is not None and error.startswith("trigger #1 of rule 'r' is paused by oncall")
+    assert "flaky runner" in error and "rules resume r --trigger 1" in error
+
+
+def test_a_paused_rule_with_only_a_manual_trigger_stays_ready() -> None:
+    health = rule_health(rule({"type": "manual"}), LiveState(NOW, pauses={"r": [pause()]}))
+
+    assert health.ready
+
+
+def test_a_paused_trigger_that_also_cannot_fire_says_both() -> None:
+    state = LiveState(NOW, pauses={"r": [pause()]})
+
+    health = rule_health(rule({"type": "schedule", "cron": "0 3 * * *"}), state)
+
+    error = health.triggers[0].error
+    assert error is not None and error.endswith(f"; besides, {NO_BEAT}")
+
+
+def poller(**polls: PollOutcome) -> Heartbeat:
+    return beat(kind=POLLER, repos=("acme/api",), polls=polls)
+
+
+def test_a_github_rule_is_not_ready_through_a_poller_whose_every_poll_fails() -> None:
+    # given a poller of acme/api that has never polled it successfully (no token, GitHub away)
+    failed = PollOutcome(None, NOW - timedelta(seconds=20), "GitHub answered 401 (Bad credentials)")
+    state = LiveState(NOW, heartbeats=(poller(**{"acme/api": failed}),))
+
+    health = rule_health(rule({"type": "github.pr_opened", "repo": "acme/api"}), state)
+
+    # then the rule is not ready, and the message names the failure and the last success
+    assert not health.ready
+    assert health.triggers[0].error == (
+        "GitHub deliveries are refused: ADE_GITHUB__WEBHOOK_SECRET is not set, and the polls of "
+        "acme/api fail: poller poller-1 last polled acme/api at 11:59:40 UTC and failed (GitHub "
+        "answered 401 (Bad credentials)); its last successful poll: never"
+    )
+
+
+def test_one_failed_poll_after_a_recent_success_keeps_the_poller_a_path() -> None:
+    blip = PollOutcome(NOW - timedelta(minutes=1), NOW - timedelta(seconds=5), "timed out")
+    stale = PollOutcome(NOW - timedelta(minutes=30), NOW - timedelta(seconds=5), "timed out")
+    trigger = {"type": "github.pr_opened", "repo": "acme/api"}
+
+    recent = rule_health(rule(trigger), LiveState(NOW, heartbeats=(poller(**{"acme/api": blip}),)))
+    failing = rule_health(
+        rule(trigger), LiveState(NOW, heartbeats=(poller(**{"acme/api": stale}),))
+    )
+
+    assert recent.ready
+    error = failing.triggers[0].error
+    assert error is not None and "its last successful poll: 2026-12-01 11:30:00 UTC" in error
+
+
+def test_a_poller_that_polls_again_successfully_is_a_path_again() -> None:
+    healed = PollOutcome(NOW - timedelta(seconds=5), NOW - timedelta(minutes=40), "401")
+
+    health = rule_health(
+        rule({"type": "github.pr_opened", "repo": "acme/api"}),
+        LiveState(NOW, heartbeats=(poller(**{"acme/api": healed}),)),
+    )
+
+    assert health.ready and health.triggers[0].path == "poller poller-1 (acme/api)"

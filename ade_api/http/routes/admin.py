@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.http.auth import Principal
 from ade_api.http.deps import ServicesDep, SessionDep
+from ade_api.http.schemas.params import MAX_ID, Instant, RowId
 from ade_api.http.schemas.problem import problem_responses
 from ade_tasks.db import tokens as tokens_db
+from ade_tasks.errors import InvalidInputError
 from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED
 
@@ -110,7 +112,7 @@ def create_token(body: NewToken, request: Request, services: ServicesDep) -> Cre
 
 
 @router.delete("/tokens/{token_id}", responses=TOKEN_ERRORS)
-def revoke_token(token_id: int, services: ServicesDep) -> TokenOut:
+def revoke_token(token_id: RowId, services: ServicesDep) -> TokenOut:
     """Revoke a token; calls with it fail with 401 from now on (admin)."""
     with services.session_factory.begin() as session:
         return TokenOut.model_validate(tokens_db.revoke_token(session, token_id))
@@ -121,10 +123,14 @@ def audit(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     before: Annotated[
-        int | None, Query(ge=1, description="cursor: entries older than this id")
+        int | None, Query(ge=1, le=MAX_ID, description="cursor: entries older than this id")
     ] = None,
-    since: datetime | None = None,
+    since: Annotated[Instant | None, Query(description="ISO 8601 with a time zone")] = None,
 ) -> list[AuditOut]:
     """State-changing calls, newest first (admin)."""
+    if since is not None and since.tzinfo is None:
+        raise InvalidInputError(
+            f"since={since.isoformat()} has no time zone; add one, e.g. Z or +00:00"
+        )
     rows = tokens_db.audit_log(session, limit, before, since)
     return [AuditOut.model_validate(row) for row in rows]

@@ -14,6 +14,7 @@ from ade_api.http.auth import actor, forcing_admin
 from ade_api.http.deps import ServicesDep
 from ade_api.http.routes.rules import NOT_FOUND
 from ade_api.http.schemas.actor import By
+from ade_api.http.schemas.params import Instant
 from ade_api.http.schemas.problem import Problem, Responses
 from ade_tasks.schedule.backfill import (
     MAX_SLOTS,
@@ -52,10 +53,10 @@ class BackfillBody(BaseModel):
         },
     )
 
-    start: datetime = Field(
+    start: Instant = Field(
         alias="from", description="first instant, inclusive, with Z or an offset"
     )
-    end: datetime = Field(
+    end: Instant = Field(
         alias="to", description="last instant, exclusive, with Z or an offset; not in the future"
     )
     dry_run: bool = Field(default=False, description="only explain: claim and fire nothing")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -15,6 +14,7 @@ from ade_api.http.schemas.ingress import (
     LocalEvent,
     LocalEventAccepted,
 )
+from ade_api.http.schemas.params import EVENT_SOURCE, MAX_ID, Instant, RowId
 from ade_api.http.schemas.problem import Problem
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
@@ -30,13 +30,19 @@ router = APIRouter(prefix="/api/v1/ingress", tags=["ingress"])
 def list_events(
     session: SessionDep,
     source: Annotated[
-        str | None, Query(description="github, git, file, poll, lane or webhook:<hook>")
+        str | None,
+        Query(
+            json_schema_extra={"pattern": EVENT_SOURCE},
+            description="github, git, file, poll, lane or webhook:<hook>",
+        ),
     ] = None,
     status: IngressStatus | None = None,
     since: Annotated[
-        datetime | None, Query(description="received at or after; ISO 8601 with a time zone")
+        Instant | None, Query(description="received at or after; ISO 8601 with a time zone")
     ] = None,
-    before: int | None = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="events older than this id")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> IngressPage:
     """Events, newest first (the table keeps 7 days, at most 10,000), each with its matching
@@ -59,7 +65,7 @@ def list_events(
 
 
 @router.get("/events/{event_id}", responses={404: {"model": Problem}})
-def get_event(session: SessionDep, event_id: int) -> IngressEventOut:
+def get_event(session: SessionDep, event_id: RowId) -> IngressEventOut:
     """One event with its matching verdicts: why each rule with a trigger of its type ran or
     did not."""
     row = ingress_db.get_event(session, event_id)

@@ -107,6 +107,25 @@ class ClusterCollector(Collector):
             ["relay", "drainer"],
             drains,
         )
+        polls = {
+            (h.process_id, repo): found
+            for h in state.alive(heartbeats_db.POLLER)
+            for repo, found in h.polls.items()
+        }
+        yield _gauge(
+            "ade_github_poll_ok",
+            "Per live GitHub poller and repository it polled: 1 when its latest poll succeeded, "
+            "0 when it failed (no or a refused token, GitHub unreachable).",
+            ["poller", "repo"],
+            {key: int(not found.failing) for key, found in polls.items()},
+        )
+        yield _gauge(
+            "ade_github_poll_last_success_seconds",
+            "Per live GitHub poller and repository it polled: when a poll of it last succeeded "
+            "(Unix time; 0: never).",
+            ["poller", "repo"],
+            {key: found.ok_at.timestamp() if found.ok_at else 0 for key, found in polls.items()},
+        )
         offsets = {
             h.process_id: h.clock_offset
             for h in state.alive(heartbeats_db.BEAT)
@@ -122,9 +141,23 @@ class ClusterCollector(Collector):
         yield _gauge(
             "ade_rule_ready",
             "1 when the rule can fire (its health is ready: every trigger has a path that fires "
-            "it, nothing stops the rule), 0 when not; enabled or not.",
+            "it and no pause holds it, nothing stops the rule), 0 when not; enabled or not.",
             ["rule"],
             ready,
+        )
+        paused = {
+            (rule_id, "all" if p.trigger_index is None else p.trigger_index, p.paused_by, p.note): (
+                p.paused_at.timestamp()
+            )
+            for rule_id, found in state.pauses.items()
+            for p in found
+        }
+        yield _gauge(
+            "ade_rule_paused_since_seconds",
+            "Per pause: when it was set (Unix time), with who set it and its note; trigger "
+            "`all` holds every automatic trigger of the rule, a number only that trigger.",
+            ["rule", "trigger", "paused_by", "note"],
+            paused,
         )
 
     def _partitions(self) -> Iterator[Metric]:

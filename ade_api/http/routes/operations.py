@@ -9,6 +9,7 @@ from ade_api.http.auth import actor
 from ade_api.http.deps import ServicesDep, SessionDep
 from ade_api.http.schemas.inputs import AnsweredInput, InputAnswer
 from ade_api.http.schemas.lanes import CleanupOut, LaneOut
+from ade_api.http.schemas.params import RowId
 from ade_api.http.schemas.problem import problem_responses
 from ade_api.http.schemas.runs import ApprovalOut, RunOut
 from ade_tasks.db import approvals as approvals_db
@@ -41,7 +42,7 @@ INPUT_ERRORS = problem_responses(
 
 @router.post("/inputs/{input_id}/answer", responses=INPUT_ERRORS)
 async def answer(
-    input_id: int, body: InputAnswer, request: Request, services: ServicesDep
+    input_id: RowId, body: InputAnswer, request: Request, services: ServicesDep
 ) -> AnsweredInput:
     """Answer a pending input; an accepted or declined tool call re-queues the session."""
     row, run = await run_in_threadpool(
@@ -74,7 +75,7 @@ CLEANUP_ERRORS = problem_responses(
 
 
 @router.post("/cleanups/{cleanup_id}/cancel", responses=CLEANUP_ERRORS)
-def cancel_cleanup(cleanup_id: int, services: ServicesDep) -> CleanupOut:
+def cancel_cleanup(cleanup_id: RowId, services: ServicesDep) -> CleanupOut:
     """Cancel a scheduled cleanup; its lane stays."""
     with services.session_factory.begin() as session:
         return CleanupOut.model_validate(lanes_db.cancel_cleanup(session, cleanup_id))

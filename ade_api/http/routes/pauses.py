@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.http.auth import actor
 from ade_api.http.deps import ServicesDep, SessionDep
+from ade_api.http.health_state import pause_out
 from ade_api.http.routes.rules import NOT_FOUND
 from ade_api.http.schemas.problem import problem_responses
+from ade_api.http.schemas.rules import PauseOut
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
 
@@ -25,7 +25,7 @@ class PauseRequest(BaseModel):
 
     note: str = Field(max_length=pauses_db.NOTE_MAX, description="why; recorded on every skip")
     trigger_index: int | None = Field(
-        default=None, description="one trigger (numbered from 0); none: the whole rule"
+        default=None, ge=0, description="one trigger (numbered from 0); none: the whole rule"
     )
     by: str = Field(default="", max_length=200, description="who, for a shared token")
 
@@ -35,30 +35,8 @@ class ResumeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trigger_index: int | None = None
+    trigger_index: int | None = Field(default=None, ge=0)
     by: str = Field(default="", max_length=200)
-
-
-class PauseOut(BaseModel):
-    """A pause: the rule, the trigger (null: the whole rule), the note, who and when."""
-
-    rule_id: str
-    trigger_index: int | None
-    note: str
-    paused_by: str
-    paused_at: datetime
-    message: str = ""
-
-
-def _out(found: pauses_db.Pause, message: str) -> PauseOut:
-    return PauseOut(
-        rule_id=found.rule_id,
-        trigger_index=found.trigger_index,
-        note=found.note,
-        paused_by=found.paused_by,
-        paused_at=found.paused_at,
-        message=message,
-    )
 
 
 @router.post("/{rule_id}/pause", responses={**NOT_FOUND, **INVALID})
@@ -72,7 +50,7 @@ def pause_rule(
         found = pauses_db.pause(
             session, rule_id, body.trigger_index, body.note, actor(request, body.by)
         )
-    return _out(found, found.reason)
+    return pause_out(found)
 
 
 @router.post("/{rule_id}/resume", responses=NOT_FOUND)
@@ -86,7 +64,7 @@ def resume_rule(
         found = pauses_db.resume(session, rule_id, body.trigger_index)
     what = "rule" if found.trigger_index is None else f"trigger #{found.trigger_index}"
     by = actor(request, body.by)
-    return _out(found, f"{what} of {rule_id!r} resumed by {by}; its next slot fires again")
+    return pause_out(found, f"{what} of {rule_id!r} resumed by {by}; its next slot fires again")
 
 
 @router.get("/{rule_id}/pauses", responses=NOT_FOUND)
@@ -94,4 +72,4 @@ def list_pauses(rule_id: str, session: SessionDep) -> list[PauseOut]:
     """The rule's pauses (the whole rule's first); empty when nothing is paused."""
     rules_db.get_rule(session, rule_id)
     found = pauses_db.pauses_of(session, [rule_id]).get(rule_id, [])
-    return [_out(p, p.reason) for p in found]
+    return [pause_out(p) for p in found]

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from ade_api.http.deps import SessionDep
 from ade_api.http.routes.rules import NOT_FOUND
+from ade_api.http.schemas.params import VersionCursor
 from ade_api.http.schemas.rules import RuleVersionOut, RuleVersionPage
 from ade_tasks.db import rule_versions as rule_versions_db
 
@@ -19,7 +20,7 @@ def rule_versions(
     rule_id: str,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
+    cursor: VersionCursor = None,
 ) -> RuleVersionPage:
     """A rule's version history, newest first: every document it had, who changed it (token name,
     or `rules sync` for a file) and when; also of a deleted rule."""

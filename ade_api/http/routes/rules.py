@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from ade_api.http.auth import actor
 from ade_api.http.deps import ServicesDep, SessionDep
 from ade_api.http.health_state import live_state, rule_out
+from ade_api.http.schemas.params import Base64Cursor
 from ade_api.http.schemas.problem import Problem, Responses, problem_responses
 from ade_api.http.schemas.rules import (
     FieldProblem,
@@ -115,7 +116,7 @@ def list_rules(
     session: SessionDep,
     services: ServicesDep,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    cursor: str | None = None,
+    cursor: Base64Cursor = None,
 ) -> list[RuleOut]:
     """Rules, by id. Without `limit`, every rule; with it, a page of at most `limit` rules after
     `cursor`, and the next page's cursor in the `X-Next-Cursor` header (and a `Link` header).

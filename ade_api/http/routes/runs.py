@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
@@ -15,6 +14,7 @@ from ade_api.http import run_control
 from ade_api.http.auth import actor
 from ade_api.http.deps import Services, ServicesDep, SessionDep
 from ade_api.http.follow import follow_run, hub_of
+from ade_api.http.schemas.params import Base64Cursor, Instant, TriggerTypeFilter
 from ade_api.http.schemas.problem import Problem, Responses, problem_responses
 from ade_api.http.schemas.runs import (
     Decision,
@@ -52,13 +52,13 @@ def list_runs(
     session: SessionDep,
     rule: str | None = None,
     status: RunStatus | None = None,
-    trigger_type: str | None = None,
-    since: Annotated[datetime | None, Query(description="ISO 8601 with a time zone")] = None,
+    trigger_type: TriggerTypeFilter = None,
+    since: Annotated[Instant | None, Query(description="ISO 8601 with a time zone")] = None,
     queue_status: QueueStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=run_views_db.MAX_PAGE)] = run_views_db.DEFAULT_PAGE,
-    cursor: str | None = None,
+    cursor: Base64Cursor = None,
     until: Annotated[
-        datetime | None, Query(description="queued before this time; ISO 8601 with a time zone")
+        Instant | None, Query(description="queued before this time; ISO 8601 with a time zone")
     ] = None,
     id_prefix: Annotated[
         str | None,

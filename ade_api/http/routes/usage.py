@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.http.deps import SessionDep
+from ade_api.http.schemas.params import Base64Cursor
 from ade_api.http.schemas.problem import problem_responses
 from ade_tasks.db import usage as usage_db
 from ade_tasks.errors import InvalidInputError
@@ -55,7 +56,7 @@ def list_usage(
     since: Annotated[date | None, Query(description="first UTC day, inclusive")] = None,
     until: Annotated[date | None, Query(description="last UTC day, inclusive")] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
-    cursor: str | None = None,
+    cursor: Base64Cursor = None,
 ) -> UsagePage:
     """Usage per billing code and UTC day (run seconds, agent tokens, cost in USD), optionally of
     one billing code and days from `since` through `until`, with the totals of the whole range."""

@@ -20,16 +20,35 @@ class TriggerHealthOut(BaseModel):
     ready: bool
     path: str | None = Field(description="what will fire it, e.g. `GitHub webhook`, `beat <id>`")
     error: str | None = Field(description="why nothing can fire it, and what to do")
+    paused: bool = Field(
+        default=False,
+        description="a pause holds it (the rule's or its own): `error` is the pause's note, "
+        "who paused it and since when; `path` what fires it once resumed",
+    )
 
 
 class RuleHealthOut(BaseModel):
     """Can the rule fire: ready when no problem of the whole rule stops it (trust, provider,
-    project) and every trigger has a path that fires it. Computed from live state on every
-    answer; enabling a rule that is not ready is refused unless forced."""
+    project) and every trigger has a path that fires it and no pause holding it. Computed from
+    live state on every answer; enabling a rule that is not ready is refused unless forced (a
+    pause is no reason to refuse)."""
 
     ready: bool
     problems: list[str] = Field(description="what stops every trigger of it")
     triggers: list[TriggerHealthOut]
+
+
+class PauseOut(BaseModel):
+    """A pause: the rule, the trigger (null: the whole rule), the note, who and when."""
+
+    rule_id: str
+    trigger_index: int | None = Field(
+        description="the paused trigger (from 0); null: every automatic trigger of the rule"
+    )
+    note: str = Field(description="why; every slot or event it skips records it")
+    paused_by: str = Field(description="token name (and `by`)")
+    paused_at: datetime
+    message: str = Field(default="", description="the pause (or resume) in words")
 
 
 class RuleOut(BaseModel):
@@ -49,6 +68,11 @@ class RuleOut(BaseModel):
     document: dict[str, Any]
     health: RuleHealthOut | None = Field(
         default=None, description="can it fire, per trigger (`rules show` prints it)"
+    )
+    pauses: list[PauseOut] = Field(
+        default_factory=list,
+        description="what holds it: the whole rule's pause first, then paused triggers; empty "
+        "when nothing is paused",
     )
 
 

@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ade_api.http.schemas.rules import PauseOut
+
 
 class FireTime(BaseModel):
     """One upcoming fire of a schedule trigger."""
@@ -45,6 +47,11 @@ class TriggerSchedule(ScheduleTriggerPreview):
         description="why this trigger cannot fire (then `next` is empty), e.g. a cron that "
         "never fires, stored before validation refused it",
     )
+    paused: str | None = Field(
+        default=None,
+        description="the pause that holds it (the rule's or its own: who, since when, the "
+        "note): its `next` times are skipped until it is resumed; null when not paused",
+    )
 
 
 class RuleSchedule(SchedulePreview):
@@ -55,6 +62,9 @@ class RuleSchedule(SchedulePreview):
         default_factory=list,
         description="why some or all of its schedules cannot fire (each also named on its "
         "trigger); the beats leave those out and keep firing everything else",
+    )
+    pauses: list[PauseOut] = Field(
+        default_factory=list, description="the rule's pauses, as `GET /api/v1/rules/{id}`"
     )
 
 
