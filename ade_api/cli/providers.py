@@ -10,6 +10,7 @@ import os
 import click
 
 from ade_api.cli.base import json_option, main
+from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli.facts import ProviderStatus, providers_report
 
@@ -34,7 +35,7 @@ def _line(status: ProviderStatus) -> str:
 @click.option("--model", default=None, help="The model the CLI checks ask (claude-code and codex).")
 def providers(as_json: bool, check: bool, model: str | None) -> None:
     """Show provider credentials (by name, never values), base URLs and installed agent CLIs."""
-    report = providers_report(os.environ)
+    report = providers_report(environment_with_env_file(os.environ))
     if not check:
         if as_json:
             click.echo(json.dumps([status.as_dict() for status in report], indent=2))
