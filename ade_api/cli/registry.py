@@ -1,11 +1,12 @@
 """Where each `ade-tasks` command lives, so that a command's module is imported only when it runs.
 
 Importing every command module cost every command, `--version` included, the imports of all of
-them (httpx, pydantic, the domain: about 0.8 s of a 2-core machine's time). The root group and the
-groups other modules extend (`rules`, `runs`) are `LazyGroup`s: a command is looked up here and
-its module imported when it is invoked; help, which lists them all, imports them all. A command
-this map lacks is still found, by importing every module of its group, only slower (a test keeps
-the map complete). A new command is its module plus one line here.
+them (httpx, pydantic, the domain: about 1 s on the busy 2-core machine, bench/cli_startup.py).
+The root group and the groups other modules extend (`rules`, `runs`) are `LazyGroup`s: a command
+is looked up here and its module imported when it is invoked; help, which lists them all,
+imports them all. A command this map lacks is still found, by importing every module of its
+group, only slower (tests/unit/test_cli_imports.py keeps the map complete). A new command is its
+module plus one line here.
 """
 
 from __future__ import annotations
