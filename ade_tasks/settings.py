@@ -1,7 +1,8 @@
 """Settings of an ADE Tasks process, read once at the edges and passed in.
 
 Defaults give the embedded mode (SQLite under ./.ade/, Celery's in-memory broker);
-`ADE_DATABASE_URL` and `ADE_BROKER_URL` switch to PostgreSQL and Redis or RabbitMQ.
+`ADE_DATABASE_URL` and `ADE_BROKER_URL` switch to PostgreSQL and Redis or RabbitMQ. They come
+from the environment and from the env file (`.env` in the working directory; ade_tasks/env_file.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from ade_tasks.env_file import check_env_file, env_file_path
 from ade_tasks.errors import NotFoundError
 from ade_tasks.ingress.hooks import HookConfig
 from ade_tasks.rules.notify import NotificationEvent
@@ -210,12 +217,13 @@ class ModelPrice(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Every knob of an ADE Tasks deployment, from `ADE_*` environment variables."""
+    """Every knob of an ADE Tasks deployment, from `ADE_*` environment variables and the env
+    file."""
 
     model_config = SettingsConfigDict(
         env_prefix="ADE_",
         env_nested_delimiter="__",
-        env_file=None,
+        env_file=None,  # chosen per instance: settings_customise_sources
         extra="ignore",
         hide_input_in_errors=True,  # a bad hook config must not print its secrets
     )
@@ -303,6 +311,25 @@ class Settings(BaseSettings):
     # A worker serves its own Prometheus metrics on this port (None: no metrics server).
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003  (replaced below)
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Where settings come from, the first to set one winning: arguments, the environment,
+        the env file, secret files. The env file is chosen per instance (ADE_ENV_FILE or the
+        working directory's `.env`) and checked line by line before it is read."""
+        path = env_file_path(os.environ)
+        if path is None:
+            return init_settings, env_settings, file_secret_settings
+        check_env_file(path)
+        env_file = DotEnvSettingsSource(settings_cls, env_file=path)
+        return init_settings, env_settings, env_file, file_secret_settings
+
     @field_validator("database_url", "broker_url")
     @classmethod
     def _no_placeholder(cls, value: str, info: ValidationInfo) -> str:
@@ -373,5 +400,5 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings, read from the environment once."""
+    """The process's settings, read from the environment and the env file once."""
     return Settings()

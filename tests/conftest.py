@@ -1,4 +1,4 @@
-"""Root fixtures: a developer's ADE_* environment never leaks into a test."""
+"""Root fixtures: a developer's ADE_* environment and `.env` never leak into a test."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def _clean_ade_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("ADE_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("ADE_ENV_FILE", "")  # no env file, in this process or its children
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()

@@ -67,8 +67,10 @@ def free_port() -> int:
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """The test process's environment without ADE_* variables, plus `extra`."""
+    """The test process's environment without ADE_* variables and reading no env file (a
+    developer's `.env`), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADE_")}
+    env["ADE_ENV_FILE"] = ""
     env.update(extra)
     return env
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-import httpx
 
-from ade_tasks.settings import Settings, get_settings
+from ade_api.cli import registry
 
 if TYPE_CHECKING:
     from ade_tasks.rules.loader import LoadedRule
+    from ade_tasks.settings import Settings
 
 #: Exit codes: USAGE when the command line or the CLI's set-up must change (an argument, an
 #: ambiguous run id prefix, a missing or invalid token); FAILURE when what was asked failed or
@@ -37,12 +37,20 @@ def fail(message: str, code: int = USAGE) -> NoReturn:
     sys.exit(code)
 
 
-# `-h` everywhere: context settings are inherited by every subcommand's context.
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# `-h` everywhere: context settings are inherited by every subcommand's context. What a command
+# needs beyond click (settings, httpx, the domain) is imported when it runs, so `--version`
+# imports none of it (tests/unit/test_cli_imports.py, bench/cli_startup.py).
+@click.group(
+    cls=registry.LazyGroup,
+    lazy_commands=registry.ROOT,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="ade-tasks", prog_name="ade-tasks")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """ADE Tasks: automations and agent runs on Celery."""
+    from ade_tasks.settings import get_settings
+
     try:
         ctx.obj = get_settings()
     except ValueError as exc:  # pydantic's ValidationError, pydantic-settings' SettingsError
@@ -77,7 +85,7 @@ def db_upgrade(settings: Settings) -> None:
     click.echo(f"database at revision {current_revision(engine)}")
 
 
-@main.group()
+@main.group(cls=registry.LazyGroup, lazy_commands=registry.RULES)
 def rules() -> None:
     """Validate, sync and list rules."""
 
@@ -177,15 +185,22 @@ class Api:
     """A small client of the HTTP API with actionable errors."""
 
     def __init__(self, settings: Settings, url: str | None) -> None:
+        import httpx  # here, not at the top: commands that call no API never pay for it
+
         self.base = (url or settings.effective_api_url).rstrip("/")
         token = settings.effective_api_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers)
+        # Plain http:// has no certificate to verify, and building the TLS context httpx
+        # otherwise makes up front loads the CA bundle: a tenth of `runs list`'s start-up.
+        verify = not self.base.startswith("http://")
+        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers, verify=verify)
         self._sends_token = bool(token)
         self._token_file = settings.dev_token_file.absolute()
 
     def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The API's response, whatever its status; exits when the API cannot be reached."""
+        import httpx
+
         try:
             return self.client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -373,7 +388,7 @@ def rules_occurrences(
         click.echo(f"{item['slot'][:16]}Z  #{item['trigger_index']}  {item['outcome']:<8} {detail}")
 
 
-@main.group()
+@main.group(cls=registry.LazyGroup, lazy_commands=registry.RUNS)
 def runs() -> None:
     """Run history."""
 

@@ -12,6 +12,7 @@ import click
 import httpx
 
 from ade_api.cli.base import Api, json_option, main, url_option
+from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli.facts import ProviderStatus, providers_report
 
@@ -74,7 +75,7 @@ def providers(
 ) -> None:
     """Show provider credentials (by name, never values), base URLs and installed agent CLIs,
     as this shell sees them and as the cluster's API does (`--local`: this shell only)."""
-    report = providers_report(os.environ)
+    report = providers_report(environment_with_env_file(os.environ))
     if not check:
         view, why = (None, "not asked (--local)") if local else cluster_view(settings, url)
         if as_json:

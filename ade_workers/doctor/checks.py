@@ -36,6 +36,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.clock import read_clock
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import current_revision, schema_lag
+from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.settings import Settings
 from ade_workers.agents.cli.facts import providers_report
 from ade_workers.celery.app import (
@@ -233,7 +234,11 @@ def check_providers(probe: Probe) -> Finding:
     """The configured agent providers are usable from this machine."""
     settings = probe.loaded
     # A run reads only the engine's settings, never OPENAI_API_KEY and the like.
-    env = {k: v for k, v in os.environ.items() if k.startswith("ADE_") or k in ("PATH", "HOME")}
+    env = {
+        k: v
+        for k, v in environment_with_env_file(os.environ).items()
+        if k.startswith("ADE_") or k in ("PATH", "HOME")
+    }
     report = providers_report(env, run_version=lambda _path: None)
     configured = [s for s in report if settings.provider(s.name) is not None]
     if not configured:

@@ -159,7 +159,9 @@ def test_stored_and_rebuilt_events_are_merged_in_time_order() -> None:
 
 def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = [path]
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # not `.commands`: the groups import theirs lazily
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             found += commands(command, (*path, name))
         else:

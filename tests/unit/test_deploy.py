@@ -369,10 +369,11 @@ def resolve_cli(args: list[str]) -> tuple[click.Command, list[str], list[str]]:
             f"`ade-tasks {' '.join(path)}` needs a subcommand, got {rest[:1]}"
         )
         name = rest.pop(0)
-        sub = command.commands.get(name)
+        ctx = click.Context(command)  # the groups import their commands lazily
+        sub = command.get_command(ctx, name)
         assert sub is not None, (
             f"`ade-tasks {' '.join([*path, name])}` does not exist; "
-            f"`ade-tasks {' '.join(path)}` has: {', '.join(sorted(command.commands))}"
+            f"`ade-tasks {' '.join(path)}` has: {', '.join(command.list_commands(ctx))}"
         )
         command, path = sub, [*path, name]
     return command, path, rest
