@@ -17,6 +17,8 @@ import click
 from ade_api.cli import registry
 
 if TYPE_CHECKING:
+    import httpx
+
     from ade_tasks.rules.loader import LoadedRule
     from ade_tasks.settings import Settings
 
