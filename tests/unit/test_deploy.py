@@ -55,7 +55,8 @@ CELERY_SUBCOMMANDS = {"worker", "beat", "flower"}
 # `ade-tasks worker` / `ade-tasks beat` pass unknown options on to these Celery commands.
 PASSTHROUGH = {"worker": celery_worker_command, "beat": celery_beat_command}
 # Each file type under deploy/ and how it is read; a new kind of file must be added here.
-KNOWN_FILE_KINDS = ("Dockerfile", ".dockerignore", ".yml", ".yaml", ".service", ".env.example")
+KNOWN_FILE_KINDS = ("Dockerfile", ".dockerignore", ".yml", ".yaml", ".service", ".env.example",
+                    ".json")  # fmt: skip
 WRAPPERS = {"tini", "dumb-init"}  # init wrappers in front of a command: `tini -- ade-tasks ...`
 
 
@@ -336,6 +337,8 @@ def test_every_file_under_deploy_is_a_kind_this_test_reads() -> None:
         assert path.name.endswith(KNOWN_FILE_KINDS), f"{path}: no check reads this kind of file"
         if path.suffix in (".yml", ".yaml"):
             assert yaml_docs(path), f"{path} holds no YAML document"
+        if path.suffix == ".json":
+            assert isinstance(json.loads(path.read_text()), dict), f"{path}: not a JSON object"
         if path.suffix == ".service":
             sections = systemd_unit(path)
             assert {"Unit", "Service", "Install"} <= set(sections), path.name

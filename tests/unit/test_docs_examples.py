@@ -136,6 +136,7 @@ OTHER_TOOLS = {
     "Docker Compose": lambda d: isinstance(d.get("services"), dict),
     "Kubernetes": lambda d: {"apiVersion", "kind"} <= d.keys(),
     "Prometheus rules": lambda d: isinstance(d.get("groups"), list),
+    "Prometheus configuration": lambda d: isinstance(d.get("scrape_configs"), list),
     "GitHub Actions workflow": lambda d: "jobs" in d and ("on" in d or True in d),
     "MkDocs": lambda d: "site_name" in d,
 }
