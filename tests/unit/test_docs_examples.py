@@ -497,6 +497,7 @@ NOT_IN_THE_REPOSITORY = {
     "deploy/ade.env": "the optional secrets file a Compose user writes (deploy/README.md)",
     "AGENTS.md": "the instructions file codex reads in a project an agent works on",
     "docs/x.md": "a changed file in a test's example event",
+    "config/rules/pr-opened.yaml": "the rule docs/recipes/local-github-delivery.md has you write",
     "config/rules/shared/": "where a team puts another team's rules (docs/rules.md)",
 }
 
