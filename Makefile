@@ -29,11 +29,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Debian packages, installed with apt when one of their programs is missing: bubblewrap (the
 # sandbox every agent process and command step runs in; `make dev` needs it too), and for the
-# tests chromium (tests/e2e/test_web_ui.py drives it, never a browser Playwright downloads) and
-# faketime (beats whose clocks are off).
+# tests chromium (tests/e2e/test_web_ui.py drives it, never a browser Playwright downloads),
+# faketime (beats whose clocks are off) and prometheus for its promtool (tests/unit/test_monitoring.py
+# checks and unit-tests deploy/prometheus/ade-alerts.yml).
 SANDBOX := /usr/bin/bwrap
-DEBIAN_PACKAGES := chromium faketime
-DEBIAN_PROGRAMS := $(CHROMIUM) /usr/bin/faketime
+DEBIAN_PACKAGES := chromium faketime prometheus
+DEBIAN_PROGRAMS := $(CHROMIUM) /usr/bin/faketime /usr/bin/promtool
 # $(call apt_install,PACKAGES,WHY)
 define apt_install
 	@command -v apt-get >/dev/null || { echo "install $(1) (Debian: apt-get install $(1))"; exit 1; }

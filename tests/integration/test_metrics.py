@@ -24,6 +24,7 @@ from ade_tasks.settings import Settings
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import free_port, redis_db_url, wait_until
+from tests.unit.test_monitoring import used_metrics
 
 #: A Redis DB index of this module's own: exact queue depths must not see (or lose) the messages
 #: of tests running at the same time on the shared index 13 of `tests/integration/conftest.py`.
@@ -189,3 +190,26 @@ def test_json_logs_carry_the_run_on_every_line_and_never_the_secret(cluster: Clu
     assert secret not in worker.output()
     assert row.finished_at is not None and row.started_at is not None
     assert row.finished_at - row.started_at < timedelta(minutes=1)
+
+
+def test_every_metric_the_alerts_and_dashboard_use_is_exported(
+    cluster: Cluster, serve: Callable[[Settings], httpx.Client]
+) -> None:
+    """Issue 37, finding 11: deploy/prometheus/ade-alerts.yml and deploy/grafana/ade-dashboard.json
+    name only series a real scrape of the API's /metrics holds (a renamed metric fails here)."""
+    # Given the API on PostgreSQL and Redis, scraped as Prometheus scrapes it
+    client = serve(cluster.settings.model_copy(update={"metrics_public": True}))
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    exported: set[str] = set()
+    for family in text_string_to_metric_families(response.text):
+        # An empty family still says its name and type; its series carry the type's suffixes.
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+        exported |= {family.name, *(family.name + s for s in suffixes.get(family.type, []))}
+        exported |= {sample.name for sample in family.samples}
+
+    # Then every metric an alert or a panel uses is among them
+    used = used_metrics()
+    missing = {name: sorted(where) for name, where in used.items() if name not in exported}
+    assert not missing, f"not in /metrics: {missing}"
+    assert len(used) >= 10

@@ -7,6 +7,8 @@ import base64
 import hashlib
 import hmac
 import json
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -387,3 +389,42 @@ def test_a_label_starts_one_run_any_event_starts_github_event_and_own_pushes_sta
     assert sorted(runs_of(cluster)) == [("fix", "label"), ("suite", "suite")]
     own = next(e for e in events(cluster) if e.delivery_id == "own-push")
     assert own.runs == [] and own.trigger_type == "github.pr_updated"
+
+
+RECIPE = Path(__file__).resolve().parents[2] / "docs" / "recipes" / "local-github-delivery.md"
+
+
+def test_the_recipe_signs_a_delivery_the_api_accepts(
+    cluster: Cluster, api: httpx.Client, tmp_path: Path
+) -> None:
+    """docs/recipes/local-github-delivery.md, steps 2 to 4 as written: its rule, its payload, and
+    its openssl + curl commands run by bash against the running API."""
+    # Given the recipe's rule and payload
+    text = RECIPE.read_text()
+    (rule,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    (payload,) = re.findall(r"```json\n(.*?)```", text, re.S)
+    write_rule(cluster.tmp / "rules", "pr-opened.yaml", rule)
+    cluster.sync_rules(cluster.tmp / "rules")
+    (tmp_path / "payload.json").write_text(payload)
+    send = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "openssl" in b)
+
+    # When its commands run in a shell with the secret the API checks
+    env = {"PATH": "/usr/bin:/bin", "ADE_API_URL": str(api.base_url).rstrip("/"),
+           "ADE_GITHUB__WEBHOOK_SECRET": SECRET}  # fmt: skip
+    sent = subprocess.run(["bash", "-euo", "pipefail", "-c", send], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+
+    # Then the API accepted and stored it (matching it to rules is the worker's, tested above)
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout), sent.stdout
+    stored = events(cluster)
+    assert [(e.source, e.delivery_id is not None) for e in stored] == [("github", True)]
+
+    # And a body changed after signing is refused
+    (tmp_path / "forged.json").write_text(payload.replace("Try ADE", "Try ADF"))
+    forged = subprocess.run(
+        ["bash", "-c", send.replace("@payload.json", "@forged.json")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert forged.returncode != 0 and "401" in forged.stderr, forged.stderr
+    assert len(events(cluster)) == 1

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import tomllib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,8 @@ CELERY_SUBCOMMANDS = {"worker", "beat", "flower"}
 # `ade-tasks worker` / `ade-tasks beat` pass unknown options on to these Celery commands.
 PASSTHROUGH = {"worker": celery_worker_command, "beat": celery_beat_command}
 # Each file type under deploy/ and how it is read; a new kind of file must be added here.
-KNOWN_FILE_KINDS = ("Dockerfile", ".dockerignore", ".yml", ".yaml", ".service", ".env.example")
+KNOWN_FILE_KINDS = ("Dockerfile", ".dockerignore", ".yml", ".yaml", ".service", ".env.example",
+                    ".json")  # fmt: skip
 WRAPPERS = {"tini", "dumb-init"}  # init wrappers in front of a command: `tini -- ade-tasks ...`
 
 
@@ -335,6 +337,8 @@ def test_every_file_under_deploy_is_a_kind_this_test_reads() -> None:
         assert path.name.endswith(KNOWN_FILE_KINDS), f"{path}: no check reads this kind of file"
         if path.suffix in (".yml", ".yaml"):
             assert yaml_docs(path), f"{path} holds no YAML document"
+        if path.suffix == ".json":
+            assert isinstance(json.loads(path.read_text()), dict), f"{path}: not a JSON object"
         if path.suffix == ".service":
             sections = systemd_unit(path)
             assert {"Unit", "Service", "Install"} <= set(sections), path.name
@@ -814,3 +818,63 @@ def test_the_readme_walks_through_every_file() -> None:
     readme = (DEPLOY / "README.md").read_text()
     for path in deploy_files():
         assert path.name in readme, f"deploy/README.md does not mention {path.name}"
+
+
+# --- one migration step per deploy -------------------------------------------------------------
+
+MIGRATING = (["db", "upgrade"], ["rules", "sync"])
+
+
+def test_one_migration_step_per_deploy() -> None:
+    """Issue 37, finding 11: `db upgrade` and `rules sync` run in one step per deploy (a systemd
+    oneshot unit, a Kubernetes Job, a Compose one-shot service the others wait for), never
+    before each API process, so several API hosts never migrate or sync at the same time."""
+    migrating = [c for c in all_commands() if c.program == "ade-tasks" and c.argv[1:3] in MIGRATING]
+    kinds = {c.source.split(" ")[0].split("/")[0] for c in migrating}
+    assert kinds == {"docker-compose.yml", "k8s", "systemd"}, kinds
+    jobs = {doc["metadata"]["name"] for _, doc in k8s_docs() if doc["kind"] == "Job"}
+    services = compose()["services"]
+    for command in migrating:
+        where, _, part = command.source.partition(" ")
+        if where.startswith("systemd/"):
+            service = systemd_unit(DEPLOY / where)["Service"]
+            assert ("Type", "oneshot") in service and part == "ExecStart", (
+                f"{command.source}: migrate in a Type=oneshot unit's ExecStart, not before a "
+                "long-running process"
+            )
+        elif where.startswith("k8s/"):
+            assert part.split("/")[0] in jobs, f"{command.source}: migrate in a Job"
+        else:
+            name = part.removeprefix("service ")
+            assert services[name].get("restart", "no") == "no", f"{command.source}: restarts"
+            for other, service in services.items():
+                if other != name and service.get("command", [""])[0] == "ade-tasks":
+                    wait = (service.get("depends_on") or {}).get(name, {})
+                    assert wait.get("condition") == "service_completed_successfully", (
+                        f"compose service {other} does not wait for {name}"
+                    )
+    for command in all_commands():  # APIs that may run on several hosts leave the rules alone
+        if command.argv[1:2] == ["api"] and command.source.startswith(("k8s", "systemd")):
+            assert "--no-sync-rules" in command.argv, f"{command.source}: add --no-sync-rules"
+
+
+#: The Python 3 each distribution the walkthrough may name ships as `python3`.
+DISTRIBUTION_PYTHON = {"Debian 12": "3.11", "Debian 13": "3.13", "Ubuntu 22.04": "3.10",
+                       "Ubuntu 24.04": "3.12"}  # fmt: skip
+
+
+def test_the_walkthrough_uses_the_python_its_distributions_ship() -> None:
+    """Issue 37, finding 11: `python3.12` on Debian 12 (which ships 3.11) does not exist. The
+    commands use the distribution's `python3`, and every distribution the walkthrough names
+    ships one that ADE supports."""
+    readme = (DEPLOY / "README.md").read_text()
+    commands = "\n".join(re.findall(r"```sh\n(.*?)```", readme, re.S))
+    versioned = re.findall(r"\bpython3\.\d+\b", commands)
+    assert not versioned, f"deploy/README.md runs {versioned}: use the distribution's python3"
+    assert re.search(r"\bpython3 -m venv\b", commands)
+    named = {name: v for name, v in DISTRIBUTION_PYTHON.items() if f"{name}: {v}" in readme}
+    assert "Debian 12" in named, "say which python3 Debian 12 ships"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    needed = tuple(int(p) for p in re.findall(r"\d+", requires))  # ">=3.11"
+    for name, version in named.items():
+        assert tuple(map(int, version.split("."))) >= needed, f"{name} ships Python {version}"
