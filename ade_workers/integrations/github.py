@@ -20,14 +20,9 @@ import httpx
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.json_document import JsonObject
-from ade_tasks.retry import RetryPolicy
+from ade_tasks.retry import RetryPolicy, retry_after_seconds
 from ade_tasks.settings import GithubSettings
-from ade_workers.integrations.http import (
-    IntegrationClient,
-    IntegrationError,
-    excerpt,
-    retry_after_seconds,
-)
+from ade_workers.integrations.http import IntegrationClient, IntegrationError, excerpt
 
 T = TypeVar("T")
 
