@@ -32,6 +32,7 @@ from ade_tasks.templating import (
     NAME_PATTERN,
     TemplateContext,
     TemplateError,
+    TriggerFields,
     check_name,
     kind_of,
     lookup,
@@ -302,14 +303,22 @@ def asks_about_failure(text: str) -> bool:
         return False
 
 
-def check_condition(text: str, *, earlier_steps: Sequence[str], where: str) -> list[str]:
+def check_condition(
+    text: str,
+    *,
+    earlier_steps: Sequence[str],
+    where: str,
+    trigger_fields: TriggerFields | None = None,
+) -> list[str]:
     """Load-time problems of a condition: syntax, then the same name checks as templates."""
     try:
         condition = parse_condition(text, where)
     except ConditionError as exc:
         return [exc.message]
     return [
-        problem for name in condition.names() for problem in check_name(name, earlier_steps, where)
+        problem
+        for name in condition.names()
+        for problem in check_name(name, earlier_steps, where, trigger_fields)
     ]
 
 

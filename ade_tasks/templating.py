@@ -7,12 +7,13 @@ escapes: a `{{` that is not a variable reference is an error, never literal text
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from ade_tasks.errors import AdeError
 
@@ -23,6 +24,11 @@ RULE_FIELDS = ("id", "name", "description", "project", "billing_code")
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
 _REFERENCE = re.compile(r"\{\{\s*(" + NAME_PATTERN + r")\s*\}\}")
 _USAGE = "write {{trigger.<field>}}, {{steps.<id>.output}}, {{rule.name}}, {{date}} or {{time}}"
+
+
+#: The trigger fields a rule's triggers provide, as a tree: a field maps to the fields under it,
+#: or to None when what lies below is open-ended (a webhook's body) or not a mapping.
+TriggerFields: TypeAlias = Mapping[str, "TriggerFields | None"]
 
 
 class TemplateError(AdeError):
@@ -99,17 +105,29 @@ def variables(text: str) -> list[str]:
     return list(dict.fromkeys(match.group(1) for match in _scan(text)[0]))
 
 
-def check(text: str, *, earlier_steps: Sequence[str], where: str) -> list[str]:
+def check(
+    text: str,
+    *,
+    earlier_steps: Sequence[str],
+    where: str,
+    trigger_fields: TriggerFields | None = None,
+) -> list[str]:
     """Load-time problems of the template `text`; empty when it can render."""
     references, malformed = _scan(text)
     problems = [f"{where}: malformed template {fragment!r}; {_USAGE}" for fragment in malformed]
     for name in dict.fromkeys(match.group(1) for match in references):
-        problems += check_name(name, earlier_steps, where)
+        problems += check_name(name, earlier_steps, where, trigger_fields)
     return problems
 
 
-def check_name(name: str, earlier_steps: Sequence[str], where: str) -> list[str]:
-    """Problems of one variable name that are knowable before the run (trigger paths are not)."""
+def check_name(
+    name: str,
+    earlier_steps: Sequence[str],
+    where: str,
+    trigger_fields: TriggerFields | None = None,
+) -> list[str]:
+    """Problems of one variable name that are knowable before the run; trigger paths are
+    checked against `trigger_fields` when the caller knows them (`ade_tasks.rules.references`)."""
     root, *path = name.split(".")
     hint = ""
     if root not in ROOTS:
@@ -118,6 +136,8 @@ def check_name(name: str, earlier_steps: Sequence[str], where: str) -> list[str]
         hint = f"{root} has no fields; write {{{{{root}}}}}"
     elif root == "trigger" and not path:
         hint = "name a trigger field, e.g. trigger.number"
+    elif root == "trigger" and trigger_fields is not None:
+        hint = _trigger_hint(path, trigger_fields)
     elif root == "rule" and (len(path) != 1 or path[0] not in RULE_FIELDS):
         hint = f"rule fields: {', '.join(RULE_FIELDS)}"
     elif root == "steps" and not path:
@@ -135,6 +155,25 @@ def check_name(name: str, earlier_steps: Sequence[str], where: str) -> list[str]
         ):
             hint = f"step attributes: {', '.join(STEP_ATTRIBUTES)} (result.<field>)"
     return [f"{where}: unknown variable {name}; {hint}"] if hint else []
+
+
+def _trigger_hint(path: Sequence[str], fields: TriggerFields) -> str:
+    """Why `trigger.<path>` names nothing the trigger provides ("" when it may), with the
+    fields there are and the likeliest one meant."""
+    level: TriggerFields | None = fields
+    label = "trigger"
+    for segment in path:
+        if level is None:
+            return ""  # open-ended below here: only the run can tell
+        if segment not in level:
+            known = list(level)
+            close = difflib.get_close_matches(segment, known, n=1, cutoff=0.6)
+            meant = f"; did you mean {label}.{close[0]}?" if close else ""
+            return f"the rule's triggers give {label} no field {segment!r}{meant} ({label} " \
+                f"fields: {_listing(known)})"  # fmt: skip
+        level = level[segment]
+        label = f"{label}.{segment}"
+    return ""
 
 
 def lookup(name: str, context: TemplateContext, where: str) -> Any:

@@ -1,6 +1,6 @@
 """A scripted relay on 127.0.0.1 for the drain's fault tests: it speaks the relay's protocol
 (`GET /relay/v1/events`, `/relay/v1/wake`) from a list of events the test writes, can answer
-500s or ignore `after` (a non-advancing cursor), and records who asked what and when."""
+500s, 503s or 429s (with a Retry-After) or ignore `after` (a non-advancing cursor), and records who asked what and when."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ class FakeRelay:
     """The fake relay's script and its record."""
 
     events: list[dict[str, Any]] = field(default_factory=list)
-    fail_next: int = 0  # answer this many event listings with 500
+    fail_next: int = 0  # answer this many event listings with `fail_status`
+    fail_status: int = 500
+    retry_after: str | None = None  # the failing answers' Retry-After header, if any
     ignore_after: bool = False  # answer every listing from the first event (non-advancing)
     asked: list[Asked] = field(default_factory=list)
     sockets: int = 0  # wake-up sockets open now
@@ -99,7 +101,12 @@ class FakeRelay:
                 return JSONResponse({"detail": "bad token"}, status_code=401)
             if self.fail_next > 0:
                 self.fail_next -= 1
-                return JSONResponse({"detail": "the relay's database is down"}, status_code=500)
+                headers = {"Retry-After": self.retry_after} if self.retry_after else None
+                return JSONResponse(
+                    {"detail": "the relay's database is down"},
+                    status_code=self.fail_status,
+                    headers=headers,
+                )
             with self._lock:
                 chosen = self.events if self.ignore_after else self.events[after:]
                 page = chosen[:limit]

@@ -126,6 +126,29 @@ _CLAIM_PG = text(
 ).columns(slot=OCCURRENCES.c.slot.type)
 
 
+def hold(
+    session: Session,
+    rule_id: str,
+    cron: str,
+    *,
+    slot: datetime,
+    every: timedelta,
+    until: datetime,
+    owner: str,
+) -> int:
+    """Claim (as skipped) the slots of (`rule_id`, `cron`) after `slot`, `every` apart, that
+    start before `until`, so no process takes them: a periodic job's backoff, held for the
+    whole cluster. Returns how many this owner got (another may hold some already)."""
+    keys = []
+    start = slot + every
+    while start < until:
+        keys.append(OccurrenceKey(rule_id, 0, cron, start))
+        start += every
+    if not keys:
+        return 0
+    return len(claim(session, keys, owner, OccurrenceOutcome.SKIPPED))
+
+
 def _claim_statement(dialect: str) -> Any:
     if dialect == "postgresql":
         return _CLAIM_PG

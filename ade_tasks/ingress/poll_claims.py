@@ -5,16 +5,14 @@ Time is cut into slots of the poll interval; each slot of each repository is cla
 in the `cron` column), exactly as the beats claim housekeeping slots, so one process per slot
 polls. A process that dies leaves the next slot to the others: failover within one interval
 (plus the tick, about a second, at which pollers offer slots).
-Backoff is held the same way: a failed poll claims (as skipped) the slots its wait covers, so
-no process polls that repository before the wait is over.
+Backoff (`ade_tasks.retry.Backoff`) is held the same way: a failed poll claims (as skipped) the
+slots its wait covers, so no process polls that repository before the wait is over.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -30,38 +28,6 @@ log = logging.getLogger(__name__)
 
 POLL_CLAIMS = "__github_poll__"
 LOCK_TIMEOUT = timedelta(seconds=2)
-
-
-@dataclass(frozen=True)
-class PollBackoff:
-    """How long polling a repository waits after consecutive failed polls: `initial` seconds,
-    times `factor` per further failure, at most `maximum`; never less than a server's
-    Retry-After or rate-limit reset (believed up to `server_maximum`, past which the header is
-    taken as bogus)."""
-
-    initial: float = 30.0
-    factor: float = 2.0
-    maximum: float = 15 * 60.0
-    # GitHub's primary rate limit resets hourly; a little slack covers clock skew.
-    server_maximum: float = 65 * 60.0
-
-    def __post_init__(self) -> None:
-        for name in ("initial", "maximum", "server_maximum"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"poll backoff {name} must be >= 0 seconds, got {value}")
-        if not (math.isfinite(self.factor) and self.factor >= 1):
-            raise ValueError(f"poll backoff factor must be >= 1, got {self.factor}")
-
-    def delay_for(self, failures: int, retry_after: float | None = None) -> float:
-        """Seconds to wait after `failures` failed polls in a row (1 = the first failure)."""
-        if failures < 1:
-            raise ValueError(f"failure counts start at 1, got {failures}")
-        # The exponent is bounded so a poller that failed for days never overflows a float.
-        delay = min(self.initial * self.factor ** min(failures - 1, 64), self.maximum)
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > delay:
-            delay = min(retry_after, self.server_maximum)
-        return delay
 
 
 class PollClaims:
@@ -104,15 +70,11 @@ class PollClaims:
     def hold(self, repo: str, now: datetime, until: datetime) -> int:
         """Claim (as skipped) the slots of `repo` after the current one that start before
         `until`, so no process polls it during a backoff; how many this process got."""
-        slots = []
-        slot = self.slot(now) + self._interval
-        while slot < until:
-            slots.append(OccurrenceKey(POLL_CLAIMS, 0, repo.lower(), slot))
-            slot += self._interval
-        if not slots:
-            return 0
         with self._session_factory.begin() as session:
-            return len(occ_db.claim(session, slots, self._owner, OccurrenceOutcome.SKIPPED))
+            return occ_db.hold(
+                session, POLL_CLAIMS, repo.lower(), slot=self.slot(now), every=self._interval,
+                until=until, owner=self._owner,
+            )  # fmt: skip
 
     def holder(self, repo: str, slot: datetime) -> str:
         """Who claimed `slot` of `repo`."""

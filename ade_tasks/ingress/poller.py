@@ -65,14 +65,14 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
 from ade_tasks.ingress import poll_cursors
 from ade_tasks.ingress.intake import event_row, hand_over
-from ade_tasks.ingress.poll_claims import PollBackoff, PollClaims
+from ade_tasks.ingress.poll_claims import PollClaims
 from ade_tasks.ingress.poll_cursors import check_repo, unique_repos
 from ade_tasks.ingress.poll_inference import (
     SOURCE,
     PolledDelivery,
 )
 from ade_tasks.ingress.poll_window import read_window
-from ade_tasks.retry import retry_after_of
+from ade_tasks.retry import Backoff, retry_after_of
 from ade_tasks.runs.dispatch import TaskSender
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class GithubPoller:
         since: Mapping[str, datetime] | None = None,
         legacy_file: Path | None = None,
         interval: float = DEFAULT_INTERVAL,
-        backoff: PollBackoff | None = None,
+        backoff: Backoff | None = None,
         max_items: int = MAX_ITEMS,
         once_retries: int = 3,
         tick: float = 1.0,
@@ -212,7 +212,7 @@ class GithubPoller:
         self.since = {repo.lower(): when for repo, when in (since or {}).items()}
         self.legacy_file = legacy_file
         self.interval = interval
-        self.backoff = backoff or PollBackoff()
+        self.backoff = backoff or Backoff()
         self.max_items = max_items
         self.once_retries = once_retries
         self.tick = tick

@@ -1,7 +1,8 @@
 """The drain's HTTP client for a relay: one page of events per call, over httpx.
 
-Failures map to the drain's rules: a 5xx, a timeout or a connection error is
-`RelayUnavailableError` (transient: the drain backs off and retries in its next slot); a 401 or
+Failures map to the drain's rules: a 5xx, a 429, a timeout or a connection error is
+`RelayUnavailableError` (transient, with the answer's `Retry-After` as `retry_after`: the drain
+backs off, `ade_workers.celery.relay_drain`); a 401 or
 403 is `RelayRefusedError` (the token is wrong: retrying does not help until it is fixed); any
 other answer that is not a page is `RelayProtocolError`.
 """
@@ -13,13 +14,19 @@ import httpx
 from ade_tasks.errors import AdeError, TransientError
 from ade_tasks.relay.store import PAGE_LIMIT
 from ade_tasks.relay.wire import RelayPage, RelayProtocolError, parse_page
+from ade_tasks.retry import retry_after_seconds
 
 EVENTS_PATH = "/relay/v1/events"
 WAKE_PATH = "/relay/v1/wake"
 
 
 class RelayUnavailableError(TransientError):
-    """The relay could not be reached or failed (5xx); the drain retries in its next slot."""
+    """The relay could not be reached, failed (5xx) or asked to be left alone (429); the drain
+    backs off and tries again."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RelayRefusedError(AdeError):
@@ -47,12 +54,15 @@ class HttpRelayClient:
         except httpx.HTTPError as exc:
             raise RelayUnavailableError(
                 f"{where} could not be reached ({type(exc).__name__}: {exc}); the drain "
-                "retries in its next slot"
+                "backs off and tries again"
             ) from None
-        if response.status_code >= 500:
+        if response.status_code >= 500 or response.status_code == 429:
+            retry_after = retry_after_seconds(response.headers.get("retry-after"))
+            asked = f", asking for {retry_after:.0f}s (Retry-After)" if retry_after else ""
             raise RelayUnavailableError(
-                f"{where} answered {response.status_code} to GET {EVENTS_PATH}?after={after}; "
-                "the drain retries in its next slot (see the relay's log)"
+                f"{where} answered {response.status_code} to GET {EVENTS_PATH}?after={after}"
+                f"{asked}; the drain backs off and tries again (see the relay's log)",
+                retry_after,
             )
         if response.status_code in (401, 403):
             raise RelayRefusedError(

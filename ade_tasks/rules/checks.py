@@ -1,6 +1,9 @@
 """Load-time checks of a built-in chain's steps beyond the document's shape: each step id is
-unique, templates and conditions name variables that exist (earlier steps only), secret
-references are well formed, ade-actions are on the allow-list with fitting arguments.
+unique, templates and conditions name variables that exist (earlier steps only, trigger fields
+the rule's triggers give: `ade_tasks.rules.references`), secret references are well formed,
+ade-actions are on the allow-list with fitting arguments. The rule's other templates (an agent
+execution's prompt and thread, `concurrency.key`, `outputs.pr_title`) have their trigger
+references checked here too.
 
 They read the raw document, not the validated model, so they run even when other fields of
 the rule are wrong: a rule's template and condition problems are reported in the same pass as
@@ -16,21 +19,25 @@ from typing import Any
 from ade_tasks.ade_action_allowlist import check_step
 from ade_tasks.conditions import check_condition
 from ade_tasks.rules.base import ADE_ACTION_NAME
+from ade_tasks.rules.references import trigger_fields
 from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id
 from ade_tasks.secrets import check as check_secrets
+from ade_tasks.templating import TriggerFields, check_name, variables
 from ade_tasks.templating import check as check_template
 
 
 def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Every problem of the document's steps as (field path, reason), in document order."""
+    """Every problem of the document's steps (and its other templates' trigger references) as
+    (field path, reason), in document order."""
+    fields = trigger_fields(document)
     execution = document.get("execution")
+    problems = _rule_template_problems(document, fields)
     if not isinstance(execution, Mapping) or execution.get("kind") != "built-in":
-        return []
+        return problems + _agent_execution_problems(execution, fields)
     actions = execution.get("actions")
     if not isinstance(actions, list):
-        return []
+        return problems
     earlier: list[str] = []
-    problems: list[tuple[str, str]] = []
     for index, action in enumerate(actions):
         if not isinstance(action, Mapping):
             continue  # the structural check says what a step must be
@@ -41,25 +48,28 @@ def step_problems(document: Mapping[str, Any]) -> list[tuple[str, str]]:
                 (f"{where}.id", f"step id {step_id!r} is taken by an earlier step; give each "
                  "step its own id")
             )  # fmt: skip
-        problems += _problems_of_step(action, where, earlier)
+        problems += _problems_of_step(action, where, earlier, fields)
         earlier.append(str(step_id))
     return problems
 
 
 def _problems_of_step(
-    action: Mapping[str, Any], where: str, earlier: list[str]
+    action: Mapping[str, Any], where: str, earlier: list[str], fields: TriggerFields | None
 ) -> list[tuple[str, str]]:
-
     found: list[str] = []
     condition = action.get("condition")
     if isinstance(condition, str):
-        found += check_condition(condition, earlier_steps=earlier, where=f"{where}.condition")
+        found += check_condition(
+            condition, earlier_steps=earlier, where=f"{where}.condition", trigger_fields=fields
+        )
     model = ACTION_MODELS.get(str(action.get("type")))
     for name in ("prompt", "thread"):
         text = action.get(name)
         if action.get("type") == "agent-session" and isinstance(text, str):
             # Rendered by the session (which fences outsiders' text); names checked here.
-            found += check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
+            found += check_template(
+                text, earlier_steps=earlier, where=f"{where}.{name}", trigger_fields=fields
+            )
     for name in TEMPLATED_FIELDS:
         if name not in action or (model is not None and name not in model.model_fields):
             continue  # a field the step does not have is reported as unknown
@@ -68,10 +78,50 @@ def _problems_of_step(
         found += [
             problem
             for text in _strings(value)
-            for problem in check_template(text, earlier_steps=earlier, where=f"{where}.{name}")
+            for problem in check_template(
+                text, earlier_steps=earlier, where=f"{where}.{name}", trigger_fields=fields
+            )
         ]
     problems = [_split(problem, where) for problem in found]
     return problems + _ade_action_problems(action, where)
+
+
+def _agent_execution_problems(
+    execution: Any, fields: TriggerFields | None
+) -> list[tuple[str, str]]:
+    """An agent-session execution's prompt and thread: a chain of one step, so no step
+    references; every name checked as a step's are."""
+    if not isinstance(execution, Mapping) or execution.get("kind") != "agent-session":
+        return []
+    found: list[str] = []
+    for name in ("prompt", "thread"):
+        text = execution.get(name)
+        if isinstance(text, str):
+            where = f"execution.{name}"
+            found += check_template(text, earlier_steps=[], where=where, trigger_fields=fields)
+    return [_split(problem, "execution") for problem in found]
+
+
+def _rule_template_problems(
+    document: Mapping[str, Any], fields: TriggerFields | None
+) -> list[tuple[str, str]]:
+    """Trigger references of `concurrency.key` and `outputs.pr_title` (their models check the
+    rest of their names)."""
+    if fields is None:
+        return []
+    problems = []
+    for section, name in (("concurrency", "key"), ("outputs", "pr_title")):
+        part = document.get(section)
+        text = part.get(name) if isinstance(part, Mapping) else None
+        if not isinstance(text, str):
+            continue
+        where = f"{section}.{name}"
+        for variable in variables(text):
+            if variable.startswith("trigger."):
+                problems += [
+                    _split(problem, where) for problem in check_name(variable, [], where, fields)
+                ]
+    return problems
 
 
 def _ade_action_problems(action: Mapping[str, Any], where: str) -> list[tuple[str, str]]:

@@ -62,10 +62,12 @@ def review(
     """Queue status and confidence of a run that ended with `status`.
 
     Cancelled and skipped runs did no work worth reviewing (no queue status). Otherwise, in
-    order: findings make it `actionable-findings`; a failure without findings, a rule that
-    asks for review (`review_required`), or an agent's confidence below the threshold,
-    `pending-review`; a required verification that did not pass, `verification-required`;
-    else `completed-clean`. A `deterministic` run's confidence is recorded but gates nothing.
+    order: findings make it `actionable-findings`; a verification still owed (its command
+    failed, or a required one has no command), `verification-required`, even when the failed
+    verification failed the run, since that names what to do about it; a failure without
+    findings, a rule that asks for review (`review_required`), or an agent's confidence below
+    the threshold, `pending-review`; else `completed-clean`. A `deterministic` run's
+    confidence is recorded but gates nothing.
     """
     if status in (RunStatus.CANCELLED, RunStatus.SKIPPED):
         return Review(None, None)
@@ -73,10 +75,10 @@ def review(
     unsure = value < threshold and not deterministic
     if findings:
         queue = QueueStatus.ACTIONABLE_FINDINGS
-    elif status is not RunStatus.SUCCEEDED or review_required or unsure:
-        queue = QueueStatus.PENDING_REVIEW
     elif verification_pending:
         queue = QueueStatus.VERIFICATION_REQUIRED
+    elif status is not RunStatus.SUCCEEDED or review_required or unsure:
+        queue = QueueStatus.PENDING_REVIEW
     else:
         queue = QueueStatus.COMPLETED_CLEAN
     return Review(queue, value)

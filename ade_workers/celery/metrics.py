@@ -44,6 +44,7 @@ from celery import Celery, Task, signals
 from ade_tasks.logs import ContextTokens, LogFormat, apply_format, bind_context, reset_context
 from ade_tasks.settings import Settings
 from ade_workers.celery.sender import EXECUTE_TASK
+from ade_workers.celery.tasks import RunFailedError
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,13 @@ def _count(task: Task, task_id: str, retval: object, state: str | None) -> None:
     started = _state.started.pop(task_id, None)
     if started is not None:
         metrics.duration.labels(name).observe(time.monotonic() - started)
-    if name == EXECUTE_TASK and state == "SUCCESS":
+    # A failed run's task raised RunFailedError, which Celery hands here as the retval; any
+    # other failure of the task left no run outcome to count.
+    if isinstance(retval, RunFailedError):
+        retval = retval.status
+    elif state != "SUCCESS":
+        return
+    if name == EXECUTE_TASK:
         rule = getattr(task.request, "shadow", None) or "unknown"
         metrics.runs.labels(rule, str(retval) if retval else "none").inc()
 

@@ -10,12 +10,17 @@ While ADE_RELAY__URL is set, every beat offers the housekeeping job `relay-drain
 3. the next slot's winner (this beat or another) takes over. A beat that dies mid-slot leaves
    the relay undrained for the rest of that slot at most.
 
-A failed drain ends the slot: a relay that answers 5xx or cannot be reached is tried again in
-the next slot (one request per slot while it is down, never a hot loop); so is a relay that
-answers a non-advancing cursor, which is logged as an error. Every drain, failed or not, writes
-this beat's `relay-drain` heartbeat with the relay, the cursor and the error, if any: rule
-health counts a github.* trigger ready through the relay while a drain's heartbeat is recent
-and without error, and `/metrics` reports `ade_relay_drain_ok`.
+A failed drain ends the slot and backs off as the GitHub poller does (`ade_tasks.retry.Backoff`):
+after the n-th failure in a row no beat drains for slot x 2^(n-1) seconds (at most 15 min), or
+for as long as the relay's `Retry-After` asked (429, 503; believed up to 65 min), whichever is
+longer. The wait is held for the whole cluster by claiming the slots it covers as skipped
+(`ade_tasks.db.occurrences.hold`), so another beat does not knock meanwhile. The count of
+failures is the beat's own: a beat that wins after another beat's failures starts at the slot's
+wait again. A relay that answers a non-advancing cursor is logged as an error and backs off the
+same way. Every drain, failed or not, writes this beat's `relay-drain` heartbeat with the relay,
+the cursor and the error (and, after a failure, when the next try is due), if any: rule health
+counts a github.* trigger ready through the relay while a drain's heartbeat is recent and
+without error, and `/metrics` reports `ade_relay_drain_ok`.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from websockets.sync.client import connect
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
+from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
-from ade_tasks.housekeeping import Job
+from ade_tasks.housekeeping import HOUSEKEEPING, Job
 from ade_tasks.relay.client import WAKE_PATH, HttpRelayClient, RelayUnavailableError
 from ade_tasks.relay.drain import DrainReport, drain
+from ade_tasks.retry import Backoff, retry_after_of
 from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.settings import Settings
 
@@ -61,6 +68,9 @@ class RelayDrainer:
         self._agent = f"ade-tasks-drain ({owner})"
         self._client = HttpRelayClient(relay.url, self._token, agent=self._agent)
         self._every = timedelta(seconds=relay.drain_slot_seconds)
+        # The first failure waits for the next slot, as the drain always did; later ones longer.
+        self.backoff = Backoff(initial=relay.drain_slot_seconds)
+        self._failures = 0
         self._process_id = f"{owner}/relay"
         self._owner = owner
         self._cursor = 0
@@ -90,6 +100,7 @@ class RelayDrainer:
     def _drain_once(self, deadline: float) -> bool:
         """Drain the relay now; False (logged, heartbeat with the error) when it failed."""
         error: str | None = None
+        retry_after: float | None = None
         try:
             report = drain(
                 self._session_factory,
@@ -100,19 +111,46 @@ class RelayDrainer:
                 deadline=deadline,
             )
         except RelayUnavailableError as exc:
-            error = exc.message
+            error, retry_after = exc.message, retry_after_of(exc)
             log.warning("relay drain: %s", error)
         except AdeError as exc:  # a non-advancing cursor, a refused token, a malformed page
             error = exc.message
             log.error("relay drain stopped: %s", error)
         except Exception as exc:  # the database or the broker; the cursor stayed put
             error = f"the drain failed on the cluster's side: {exc!r}"
-            log.exception("relay drain failed; the next slot tries again")
+            log.exception("relay drain failed; it backs off and tries again")
         else:
             self._cursor = report.cursor
+            self._failures = 0
             _log_report(self._client.url, report)
-        self._heartbeat(error)
+        wait = None if error is None else self._back_off(retry_after)
+        self._heartbeat(error, wait)
         return error is None
+
+    def _back_off(self, retry_after: float | None) -> float:
+        """Hold the drain's slots for the wait the failures so far (and the relay) ask for;
+        returns the wait in seconds."""
+        self._failures += 1
+        wait = timedelta(seconds=self.backoff.delay_for(self._failures, retry_after))
+        now = utcnow()
+        slot = self.job().slot(now)
+        # Slots are the drain's rhythm, so the backoff counts from the failed slot's start (the
+        # first failure leaves the next slot free); a Retry-After counts from now, as asked.
+        until = now + wait if retry_after else slot + wait
+        try:
+            with self._session_factory.begin() as session:
+                occ_db.hold(
+                    session, HOUSEKEEPING, JOB, slot=slot, every=self._every, until=until,
+                    owner=self._owner,
+                )  # fmt: skip
+        except Exception as exc:  # the next slot is then offered as usual
+            log.warning("relay drain: could not hold its backoff: %s", type(exc).__name__)
+        seconds = max((until - now).total_seconds(), 0.0)
+        log.warning(
+            "relay drain: %d failure(s) in a row; next try in %.0fs or later",
+            self._failures, seconds,
+        )  # fmt: skip
+        return seconds
 
     def _listen(self, deadline: float) -> None:
         """Drain again on each wake-up until `deadline`; without wake-ups, wait for the next
@@ -138,12 +176,15 @@ class RelayDrainer:
                 "relay drain: no wake-ups from %s (%s); the next slot polls the relay", url, exc
             )
 
-    def _heartbeat(self, error: str | None) -> None:
+    def _heartbeat(self, error: str | None, wait: float | None = None) -> None:
         detail: dict[str, Any] = {"relay": self._client.url, "cursor": self._cursor}
         if error is not None:
             detail["error"] = error
-        # A slot's worth of interval: the next winner writes its own within one slot.
-        every = self._every.total_seconds()
+        if wait is not None:
+            detail["retry_in_seconds"] = round(wait, 1)
+        # A slot's worth of interval (the next winner writes its own within one slot), or the
+        # backoff's: the failure stays what health reports, not "the drain is gone".
+        every = max(self._every.total_seconds(), wait or 0.0)
         try:
             with self._session_factory.begin() as session:
                 heartbeats_db.record(

@@ -17,11 +17,37 @@ from ade_tasks.runs.approvals import expire_inputs
 from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
+from ade_tasks.states import RunStatus
 from ade_workers.celery.sender import CelerySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig, RunNotice
 
 log = logging.getLogger(__name__)
+
+#: Run outcomes that make the run's task a failed task (Flower's Failed filter, `task-failed`).
+#: A cancelled or skipped run did what was asked of it; its task succeeded.
+FAILED_RUN = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT})
+
+
+class RunFailedError(Exception):
+    """The run this task executed ended failed or timed out; the run's record says why.
+
+    Raised only after the run's outcome is recorded, so the task's FAILURE state tells
+    Flower and task events the truth. It is one of the task's expected exceptions (`throws`):
+    Celery logs it without a traceback, and the late ack still happens (Celery acks a task
+    that raised unless `task_acks_on_failure_or_timeout` is off), so the message is never
+    redelivered and the run never runs twice.
+    """
+
+    def __init__(self, run_id: str, status: RunStatus) -> None:
+        # The message is the only arg, so Flower (which shows the exception's repr) reads it.
+        super().__init__(f"run {run_id} ended {status}; `ade-tasks runs show {run_id}` says why")
+        self.run_id = run_id
+        self.status = status
+
+    def __reduce__(self) -> tuple[type[RunFailedError], tuple[str, RunStatus]]:
+        # Celery checks that a task's exception pickles back; rebuild it from its fields.
+        return type(self), (self.run_id, self.status)
 
 
 class WorkerRuntime:
@@ -67,10 +93,19 @@ def register_tasks(
     # and a second app (tests, embedded mode) would run with the first one's settings.
     app.ade_runtime = runtime
 
-    @app.task(name="ade.runs.execute", bind=True, acks_late=True, ignore_result=True, shared=False)
+    @app.task(
+        name="ade.runs.execute",
+        bind=True,
+        acks_late=True,
+        ignore_result=True,
+        shared=False,
+        throws=(RunFailedError,),
+    )
     def execute(self: Task[Any, Any], run_id: str) -> str | None:
         worker = f"{self.request.hostname}:{os.getpid()}:{threading.get_ident()}"
         status = execute_run(runtime.session_factory, runtime.runner, run_id, worker)
+        if status in FAILED_RUN:
+            raise RunFailedError(run_id, status)
         return str(status) if status else None
 
     @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)

@@ -320,13 +320,16 @@ def _review(
     rule: Rule, status: RunStatus, state: ChainState, unverified: bool
 ) -> runs_db.RunVerdict:
     verification = rule.verification
+    # A required verification without a command is owed by a run that succeeded; a run that
+    # failed before it is a failure to look at first.
+    owed = verification.required and not verification.command and status is RunStatus.SUCCEEDED
     outcome = review(
         status,
         profile=rule.review_profile,
         context_sources=state.ran,
         threshold=rule.review_threshold,
         findings=len(state.findings),
-        verification_pending=unverified or (verification.required and not verification.command),
+        verification_pending=unverified or owed,
         deterministic=not rule.agentic,
         review_required=rule.review_required,
     )

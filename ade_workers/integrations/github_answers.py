@@ -7,7 +7,8 @@ import time
 
 import httpx
 
-from ade_workers.integrations.http import excerpt, retry_after_seconds
+from ade_tasks.retry import retry_after_seconds
+from ade_workers.integrations.http import excerpt
 
 STEP_GIVES_UP = "try again later or raise the step's retry attempts"
 # A listing is GitHub polling, not a step: its own backoff tries again, and no retry setting of

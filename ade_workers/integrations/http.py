@@ -7,8 +7,9 @@ about a refusal (`advice`), and special cases such as GitHub's rate-limit header
 
 - each request's timeout is bounded by the run's deadline;
 - no answer, 408, 429 and 5xx raise `IntegrationUnavailableError` (a `TransientError`, with
-  `retry_after` from `Retry-After`), which `retrying` retries under a `RetryPolicy`; any other
-  refusal raises `IntegrationError`, which says what to do;
+  `retry_after` from `Retry-After`, read by `ade_tasks.retry.retry_after_seconds`), which
+  `retrying` retries under a `RetryPolicy`; any other refusal raises `IntegrationError`, which
+  says what to do;
 - no message carries a credential: tokens and keys read `***`, a URL's userinfo is never shown,
   and a service whose URL is itself the secret (a webhook) is never shown by its URL at all;
 - messages name the request as the service prefers (`urls`): by method and path ("GET
@@ -21,17 +22,14 @@ about a refusal (`advice`), and special cases such as GitHub's rate-limit header
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Literal, TypeVar
 
 import httpx
 
 from ade_tasks.errors import AdeError, InvalidInputError, TransientError
-from ade_tasks.retry import RetryPolicy
+from ade_tasks.retry import RetryPolicy, retry_after_seconds
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -73,29 +71,6 @@ class IntegrationUnavailableError(TransientError):
         self.service = service
         self.status = status
         self.retry_after = retry_after
-
-
-def retry_after_seconds(header: str | None, now: datetime | None = None) -> float | None:
-    """An HTTP `Retry-After` value (seconds or an HTTP date) as seconds from `now`; None if absent
-    or unreadable."""
-    if header is None or not header.strip():
-        return None
-    text = header.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        # RFC 9110 dates are GMT; parsedate_to_datetime leaves "-0000" naive.
-        when = when.replace(tzinfo=UTC)
-    current = now or datetime.now(UTC)
-    return max((when - current).total_seconds(), 0.0)
 
 
 def excerpt(text: str, limit: int = EXCERPT) -> str:

@@ -20,7 +20,7 @@ import httpx
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.integration.conftest import Cluster
-from tests.integration.test_run_path import add_rule, finished
+from tests.integration.test_run_path import add_rule, finished, run_row
 from tests.support import BIN, Child, free_port, wait_until
 from tests.unit.test_deploy import DEPLOY, systemd_argv, systemd_unit
 
@@ -99,6 +99,18 @@ def worker_name(worker: Child) -> str:
     return str(argv[argv.index("-n") + 1])
 
 
+def wait_for_worker(ops: httpx.Client, name: str, flower: Child) -> None:
+    """Until Flower's event receiver has seen the worker (heartbeats): from then on it sees the
+    worker's task events, so a run dispatched now cannot be missed."""
+
+    def seen_by_events() -> bool:
+        response = ops.get("/workers", params={"json": 1})
+        response.raise_for_status()
+        return name in {w["hostname"] for w in response.json()["data"]}
+
+    wait_until(seen_by_events, 30, f"Flower to see worker {name} (log: {flower.log})")
+
+
 def test_flower_requires_auth_and_shows_the_run_by_rule_without_secrets(cluster: Cluster) -> None:
     secret = f"s3cr3t-{secrets.token_hex(12)}"
     add_rule(
@@ -117,14 +129,7 @@ def test_flower_requires_auth_and_shows_the_run_by_rule_without_secrets(cluster:
         httpx.Client(base_url=url, timeout=5, auth=("ops", password)) as ops,
         httpx.Client(base_url=url, timeout=5, auth=("ops", password + "x")) as wrong,
     ):
-        # Flower's event receiver has seen the worker (heartbeats): from here on it sees the
-        # worker's task events, so a run dispatched now cannot be missed.
-        def seen_by_events() -> bool:
-            response = ops.get("/workers", params={"json": 1})
-            response.raise_for_status()
-            return name in {w["hostname"] for w in response.json()["data"]}
-
-        wait_until(seen_by_events, 30, f"Flower to see worker {name} (log: {flower.log})")
+        wait_for_worker(ops, name, flower)
 
         for path in ("/api/tasks", "/api/workers", "/workers", "/"):
             assert anonymous.get(path).status_code == 401, path
@@ -203,3 +208,51 @@ def test_flower_serves_metrics_without_a_login_so_it_listens_on_loopback_only(
     listening = listening_addresses(flower.pid)
     assert ("127.0.0.1", port) in listening, listening
     assert all(ipaddress.ip_address(host).is_loopback for host, _ in listening), listening
+
+
+def test_flowers_failed_filter_finds_a_failed_run_and_a_successful_run_is_success(
+    cluster: Cluster,
+) -> None:
+    # Given a rule whose step fails, one whose step succeeds, a worker and Flower watching it
+    add_rule(
+        cluster, "flower-fails", '            - {id: boom, type: run-command, command: "exit 3"}'
+    )
+    add_rule(
+        cluster, "flower-passes", '            - {id: fine, type: run-command, command: "true"}'
+    )
+    worker = cluster.worker()
+    name = worker_name(worker)
+    password = secrets.token_urlsafe(18)
+    flower, url = start_flower(cluster, "ops", password)
+    with httpx.Client(base_url=url, timeout=5, auth=("ops", password)) as ops:
+        wait_for_worker(ops, name, flower)
+
+        # When a run of each finishes
+        sender = cluster.sender()
+        failed = dispatch(cluster.session_factory, sender, "flower-fails", TriggerEvent.manual())
+        passed = dispatch(cluster.session_factory, sender, "flower-passes", TriggerEvent.manual())
+        assert finished(cluster, failed.run.id).status == "failed"
+        assert finished(cluster, passed.run.id).status == "succeeded"
+
+        # Then Flower's Failed filter (the tasks API's state=FAILURE) finds the failed run's task,
+        # with why, and its Succeeded filter the other one
+        def tasks_in(state: str, run_id: str) -> list[dict[str, Any]]:
+            response = ops.get("/api/tasks", params={"state": state})
+            response.raise_for_status()
+            return [t for t in response.json().values() if run_id in str(t.get("args"))]
+
+        (failed_task,) = wait_until(
+            lambda: tasks_in("FAILURE", failed.run.id), 30, "Flower to list the failed run's task"
+        )
+        assert failed_task["name"] == "flower-fails"
+        assert f"run {failed.run.id} ended failed" in failed_task["exception"]
+        wait_until(lambda: tasks_in("SUCCESS", passed.run.id), 30, "the successful run's task")
+        assert tasks_in("FAILURE", passed.run.id) == []
+        assert tasks_in("SUCCESS", failed.run.id) == []
+
+    # And the failed run's task was acked, not redelivered: the run ran once, on one attempt
+    with cluster.session_factory() as session:
+        (step,) = run_steps_db.list_steps(session, failed.run.id)
+    assert step.exit_code == 3
+    assert run_row(cluster, failed.run.id).attempt == 1
+    flower.stop()

@@ -135,6 +135,7 @@ def test_metrics_report_runs_queues_usage_and_approvals(
 
 def test_a_worker_serves_its_task_counters(cluster: Cluster) -> None:
     add_rule(cluster, "hello", '            - {id: a, type: run-command, command: "echo hi"}')
+    add_rule(cluster, "broken", '            - {id: a, type: run-command, command: "exit 1"}')
     port = free_port()
     cluster.worker(env={"ADE_WORKER_METRICS_PORT": str(port)})
     sender = cluster.sender()
@@ -144,15 +145,22 @@ def test_a_worker_serves_its_task_counters(cluster: Cluster) -> None:
     ]
     for run_id in runs:
         assert finished(cluster, run_id).status == "succeeded"
+    broken = dispatch(cluster.session_factory, sender, "broken", TriggerEvent.manual()).run.id
+    assert finished(cluster, broken).status == "failed"
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
     tasks = ("ade_worker_tasks_total", (("outcome", "success"), ("task", "ade.runs.execute")))
-    # The counters are written after the run's status: poll until both tasks have ended.
+    # A failed run's task is a failed task (issue 37): Flower and these counters say so.
+    failures = ("ade_worker_tasks_total", (("outcome", "failure"), ("task", "ade.runs.execute")))
+    # The counters are written after the run's status: poll until the tasks have ended.
     samples = wait_until(
-        lambda: (s := scrape(client)).get(tasks) == 2 and s, 15, "both tasks to be counted"
+        lambda: (s := scrape(client)).get(tasks) == 2 and s.get(failures) == 1 and s,
+        15,
+        "the tasks to be counted",
     )
     assert samples[("ade_worker_runs_total", (("rule", "hello"), ("status", "succeeded")))] == 2
+    assert samples[("ade_worker_runs_total", (("rule", "broken"), ("status", "failed")))] == 1
     duration = ("ade_worker_task_duration_seconds_count", (("task", "ade.runs.execute"),))
-    assert samples[duration] == 2
+    assert samples[duration] == 3
 
 
 def test_json_logs_carry_the_run_on_every_line_and_never_the_secret(cluster: Cluster) -> None:

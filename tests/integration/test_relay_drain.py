@@ -4,7 +4,8 @@
 Each drained delivery goes through the webhook intake with its delivery id, so it runs its rule
 once, also when it reached the cluster directly too. A poison event is recorded and passed, a
 non-advancing cursor stops the drain (log, heartbeat, rule health, metric) without a hot loop, a
-500 is retried in the next slot, and of two beats one drains at a time."""
+500 is retried in the next slot and then ever later (backoff), a 503 (or 429) no sooner than
+its Retry-After, and of two beats one drains at a time."""
 
 from __future__ import annotations
 
@@ -232,6 +233,44 @@ def test_a_relay_answering_500_is_retried_in_the_next_slot(
     assert second.at - first.at >= SLOT / 2 and third.at - second.at >= SLOT / 2, fake.asked
 
 
+def test_a_failing_relay_is_left_alone_longer_after_each_failure(
+    cluster: Cluster, fake: FakeRelay
+) -> None:
+    # given a relay whose first two listings fail with 500
+    fake.fail_next = 2
+    rules_for(cluster, RULES)
+    fake.add("github", "after-backoff", "pull_request", PR)
+    cluster.worker()
+    beat = draining_beat(cluster, fake.url, fake_relay.TOKEN)
+
+    # then the event runs once the relay answers, and the drain waited a slot after the first
+    # failure and two after the second (the beat ticks every second, hence the margins)
+    wait_until(lambda: runs(cluster), 30, "the run after the relay recovered")
+    first, second, third = (asked.at for asked in fake.asked[:3])
+    assert SLOT - 1 <= second - first <= SLOT + 1, fake.asked
+    assert 2 * SLOT - 1 <= third - second <= 2 * SLOT + 1, fake.asked
+    assert "2 failure(s) in a row; next try in" in beat.output()
+    assert runs(cluster) == [("on-pr", "after-backoff")]
+
+
+def test_a_relay_answering_503_with_retry_after_is_left_alone_that_long(
+    cluster: Cluster, fake: FakeRelay
+) -> None:
+    # given a relay that answers its first listing 503 with Retry-After: 5 (2.5 slots)
+    fake.fail_next, fake.fail_status, fake.retry_after = 1, 503, "5"
+    rules_for(cluster, RULES)
+    fake.add("github", "after-503", "pull_request", PR)
+    cluster.worker()
+    beat = draining_beat(cluster, fake.url, fake_relay.TOKEN)
+
+    # then the drain asks again no sooner than five seconds later (the first slot after them)
+    wait_until(lambda: runs(cluster), 30, "the run after the relay's Retry-After")
+    first, second = (asked.at for asked in fake.asked[:2])
+    assert 5.0 <= second - first <= 5.0 + SLOT + 1, fake.asked
+    assert "answered 503" in beat.output() and "asking for 5s (Retry-After)" in beat.output()
+    assert runs(cluster) == [("on-pr", "after-503")]
+
+
 def test_of_two_beats_one_drains_at_a_time_and_the_other_takes_over(
     cluster: Cluster, fake: FakeRelay
 ) -> None:
@@ -306,7 +345,12 @@ def test_the_drains_client_tells_a_refused_token_a_failing_and_an_absent_relay_a
     with pytest.raises(RelayRefusedError, match="set ADE_RELAY__TOKEN on the beats"):
         wrong.events(0)
     fake.fail_next = 1
-    with pytest.raises(RelayUnavailableError, match="answered 500"):
+    with pytest.raises(RelayUnavailableError, match="answered 500") as failing:
         HttpRelayClient(fake.url, fake_relay.TOKEN).events(0)
+    assert failing.value.retry_after is None
+    fake.fail_next, fake.fail_status, fake.retry_after = 1, 429, "7"
+    with pytest.raises(RelayUnavailableError, match="answered 429") as limited:
+        HttpRelayClient(fake.url, fake_relay.TOKEN).events(0)
+    assert limited.value.retry_after == 7
     with pytest.raises(RelayUnavailableError, match="could not be reached"):
         HttpRelayClient(f"http://127.0.0.1:{free_port()}", "t", timeout=2).events(0)

@@ -90,7 +90,7 @@ def write_web_rules(cluster: Cluster) -> None:
         triggers: [{type: webhook, hook: deploys}]
         execution:
           kind: built-in
-          actions: [{type: run-command, command: 'echo "number={{trigger.number}}"'}]
+          actions: [{type: run-command, command: 'echo "number={{trigger.body.number}}"'}]
         """)  # fmt: skip
     write_rule(rules_dir, "nightly.yaml", """
         id: nightly

@@ -107,7 +107,7 @@ def test_templated_and_secret_arguments_are_accepted_at_load(tmp_path: Path) -> 
         - id: comment
           type: ade-action
           action: github.comment
-          args: {repo: "{{trigger.repo}}", number: "{{trigger.number}}", body: "Seen {{date}}"}
+          args: {repo: "{{trigger.inputs.repo}}", number: "{{trigger.inputs.number}}", body: "Seen {{date}}"}
         - id: label
           type: ade-action
           action: github.add_labels

@@ -128,14 +128,16 @@ execution:
 def test_an_unknown_variable_at_run_time_fails_the_step_naming_it(
     session_factory: SessionFactory, rules_dir: Path, config: RunnerConfig
 ) -> None:
+    # (An input the rule does not declare passes at load: a rule without declared inputs takes
+    # any; a field no trigger of the rule gives is refused at load instead.)
     run = run_rule(session_factory, rules_dir, config, """
 execution:
   kind: built-in
-  actions: [{id: pr, type: run-command, command: "echo {{trigger.number}}"}]
+  actions: [{id: pr, type: run-command, command: "echo {{trigger.inputs.number}}"}]
 """)  # fmt: skip
 
     assert run.status == RunStatus.FAILED
-    assert "unknown variable trigger.number" in (run.error or "")
+    assert "unknown variable trigger.inputs.number" in (run.error or "")
 
 
 def test_secrets_resolve_on_the_worker_and_are_masked_everywhere(

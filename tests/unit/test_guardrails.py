@@ -337,7 +337,7 @@ execution:
     [
         ("test -f built", False, "succeeded", "completed-clean", ["build", "verify", "publish"]),
         ("test -f missing", False, "succeeded", "verification-required", ["build", "verify"]),
-        ("test -f missing", True, "failed", "pending-review", ["build", "verify"]),
+        ("test -f missing", True, "failed", "verification-required", ["build", "verify"]),
     ],
     ids=["verified", "unverified", "unverified-required"],
 )

@@ -8,13 +8,12 @@ from datetime import UTC, datetime
 import pytest
 
 from ade_tasks.errors import InvalidInputError, TransientError
-from ade_tasks.retry import RetryPolicy
+from ade_tasks.retry import RetryPolicy, retry_after_seconds
 from ade_workers.integrations.http import (
     IntegrationClient,
     IntegrationError,
     IntegrationUnavailableError,
     excerpt,
-    retry_after_seconds,
 )
 
 POLICY = RetryPolicy(attempts=1)

@@ -17,7 +17,6 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.errors import InvalidInputError, TransientError
-from ade_tasks.ingress.poll_claims import PollBackoff
 from ade_tasks.ingress.poll_cursors import (
     CURSOR_FILE,
     format_cursors,
@@ -27,6 +26,7 @@ from ade_tasks.ingress.poll_cursors import (
 )
 from ade_tasks.ingress.poll_inference import comment_delivery, issue_deliveries
 from ade_tasks.ingress.poller import NO_REPOS, NO_RULES, GithubPoller
+from ade_tasks.retry import Backoff
 from ade_tasks.runs.dispatch import InMemorySender
 from tests.unit.conftest import add_rule
 
@@ -362,7 +362,7 @@ def test_a_comment_created_before_the_window_is_an_edit_and_yields_nothing() -> 
 
 
 def test_backoff_doubles_from_30_seconds_up_to_15_minutes() -> None:
-    backoff = PollBackoff()
+    backoff = Backoff()
 
     delays = [backoff.delay_for(n) for n in range(1, 9)]
 
@@ -371,7 +371,7 @@ def test_backoff_doubles_from_30_seconds_up_to_15_minutes() -> None:
 
 
 def test_backoff_waits_at_least_what_the_server_asked_within_reason() -> None:
-    backoff = PollBackoff()
+    backoff = Backoff()
 
     assert backoff.delay_for(1, retry_after=42) == 42
     assert backoff.delay_for(3, retry_after=42) == 120

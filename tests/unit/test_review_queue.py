@@ -46,10 +46,49 @@ def finished(
         ("echo hello", "", RunStatus.SUCCEEDED, QueueStatus.COMPLETED_CLEAN),
         ("echo hello", "review_required: true\n", RunStatus.SUCCEEDED, QueueStatus.PENDING_REVIEW),
         ("exit 3", "", RunStatus.FAILED, QueueStatus.PENDING_REVIEW),
+        (
+            "echo hello",
+            "verification: {command: 'exit 1', required: true}\n",
+            RunStatus.FAILED,
+            QueueStatus.VERIFICATION_REQUIRED,
+        ),
+        (
+            "echo hello",
+            "verification: {command: 'exit 1'}\nreview_required: true\n",
+            RunStatus.SUCCEEDED,
+            QueueStatus.VERIFICATION_REQUIRED,
+        ),
+        (
+            "echo hello",
+            "verification: {command: 'true', required: true}\n",
+            RunStatus.SUCCEEDED,
+            QueueStatus.COMPLETED_CLEAN,
+        ),
+        (
+            "exit 3",
+            "verification: {required: true}\n",
+            RunStatus.FAILED,
+            QueueStatus.PENDING_REVIEW,
+        ),
+        (
+            "echo hello",
+            "verification: {required: true}\n",
+            RunStatus.SUCCEEDED,
+            QueueStatus.VERIFICATION_REQUIRED,
+        ),
     ],
-    ids=["clean", "review-required", "failed"],
+    ids=[
+        "clean",
+        "review-required",
+        "failed",
+        "required-verification-failed",
+        "verification-failed-under-review",
+        "verified",
+        "failed-before-verification",
+        "required-without-command",
+    ],
 )
-def test_a_deterministic_run_needs_review_only_when_it_failed_or_its_rule_asks(
+def test_a_deterministic_run_needs_review_when_it_failed_or_its_rule_asks_and_verification_when_that_failed(
     session_factory: SessionFactory,
     rules_dir: Path,
     config: RunnerConfig,
@@ -64,7 +103,8 @@ def test_a_deterministic_run_needs_review_only_when_it_failed_or_its_rule_asks(
 
     # Then its status alone (and the rule's wish) decides the queue, not the confidence
     assert (run.status, run.queue_status) == (status, queue)
-    assert run.confidence == 0.595  # still recorded
+    verified = "command:" in extra  # the verify step ran too: one more context source
+    assert run.confidence == (0.61 if verified else 0.595)  # still recorded
 
 
 def test_an_agent_run_below_its_threshold_still_waits_for_review() -> None:
