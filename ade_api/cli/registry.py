@@ -20,7 +20,9 @@ import click
 #: Commands of `ade-tasks` defined outside `base`, by the module that defines them.
 ROOT = {
     "actions": "ade_api.cli.actions",
+    "api": "ade_api.cli.processes",
     "audit": "ade_api.cli.admin",
+    "beat": "ade_api.cli.processes",
     "cleanups": "ade_api.cli.operations",
     "cron": "ade_api.cli.cron",
     "doctor": "ade_api.cli.doctor",
@@ -38,6 +40,7 @@ ROOT = {
     "tokens": "ade_api.cli.admin",
     "usage": "ade_api.cli.rules",
     "watch": "ade_api.cli.events",
+    "worker": "ade_api.cli.processes",
 }
 
 #: Commands of `ade-tasks rules` defined outside `base`.
