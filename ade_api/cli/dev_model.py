@@ -23,8 +23,9 @@ DEFAULT_PORT = 8765
 def dev_model(port: int, script: Path | None) -> None:
     """Serve a SCRIPTED STAND-IN, NOT A MODEL, as the Anthropic Messages API on 127.0.0.1.
 
-    Point the `anthropic` provider (or Claude Code) at it: ADE_PROVIDERS__ANTHROPIC__BASE_URL=
-    http://127.0.0.1:PORT and any ADE_PROVIDERS__ANTHROPIC__API_KEY. Each agent session gets the
+    Point the `anthropic` provider at it: ADE_PROVIDERS__ANTHROPIC__BASE_URL=
+    http://127.0.0.1:PORT and any ADE_PROVIDERS__ANTHROPIC__API_KEY (masked in all
+    output like every key, so not a common word such as `dev`). Each agent session gets the
     script's turns in order, whatever it is asked; nothing leaves the machine.
     """
     from ade_api.dev_model import ScriptAnswer, ScriptedAnthropic, ScriptError, load_script
@@ -41,7 +42,7 @@ def dev_model(port: int, script: Path | None) -> None:
     click.echo(
         f"dev model (a scripted stand-in, not a model) on {server.url}, answering with {what}\n"
         f"  export ADE_PROVIDERS__ANTHROPIC__BASE_URL={server.url}\n"
-        "  export ADE_PROVIDERS__ANTHROPIC__API_KEY=dev",
+        "  export ADE_PROVIDERS__ANTHROPIC__API_KEY=not-a-real-key  # any; masked in output",
     )
     try:
         server.serve_forever()
