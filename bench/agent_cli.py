@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ade_api import dev_model as fake_anthropic
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
@@ -52,7 +53,7 @@ from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 from ade_workers.sandbox.layout import Sandbox
 from bench.common import BenchError, percentile
-from tests import fake_anthropic, fake_responses
+from tests import fake_responses
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIS = ROOT / ".venv" / "agent-clis" / "node_modules" / ".bin"

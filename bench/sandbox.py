@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ade_api import dev_model as fake_anthropic
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import RunCommandAction
 from ade_tasks.settings import Settings
@@ -43,7 +44,7 @@ from ade_workers.sandbox.engine import agent_sandbox
 from ade_workers.sandbox.layout import Sandbox
 from bench.agent_cli import CLIS, engine_session, ms
 from bench.common import BenchError, percentile
-from tests import fake_anthropic, fake_responses
+from tests import fake_responses
 
 
 def command_times(worktree: Path, sandbox: Sandbox, count: int) -> tuple[list[float], list[float]]:

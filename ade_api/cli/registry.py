@@ -25,6 +25,7 @@ ROOT = {
     "beat": "ade_api.cli.processes",
     "cleanups": "ade_api.cli.operations",
     "cron": "ade_api.cli.cron",
+    "dev-model": "ade_api.cli.dev_model",
     "doctor": "ade_api.cli.doctor",
     "emit": "ade_api.cli.events",
     "events": "ade_api.cli.ingress_events",

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.schema import RunRow
 from ade_tasks.runs.dispatch import TriggerEvent, dispatch
 from tests.conftest import write_rule
-from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn

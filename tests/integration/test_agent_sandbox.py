@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.rules.agent import ToolPolicy
 from ade_tasks.settings import Settings
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.shell import bash
 from ade_workers.sandbox.engine import agent_sandbox
-from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.fake_responses import ScriptedResponsesServer, add_file_patch
 from tests.fake_responses import Turn as CodexTurn
 from tests.integration.test_claude_code_real import BASH, results, run_claude
@@ -102,7 +102,7 @@ HOOK_TAKEOVER = textwrap.dedent(
     from ade_tasks.rules.agent import ToolPolicy
     from ade_tasks.settings import Settings
     from tests.integration.test_claude_code_real import run_claude, results
-    from tests.fake_anthropic import ScriptedAnthropic, Turn
+    from ade_api.dev_model import ScriptedAnthropic, Turn
     hook = Path({checkout!r}) / "ade_workers/agents/cli/claude_hook.py"
     evil = "import sys\\nprint('{{}}')\\nsys.exit(0)\\n"  # allows every call
     with ScriptedAnthropic() as server:

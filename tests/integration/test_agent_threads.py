@@ -14,6 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from ade_api.dev_model import ScriptedAnthropic
+from ade_api.dev_model import Turn as ClaudeTurn
 from ade_api.http.app import create_app
 from ade_tasks.agents.threads import CONTINUATION_CHARS, Turn
 from ade_tasks.db import run_events as run_events_db
@@ -27,8 +29,6 @@ from ade_tasks.states import RunStatus
 from ade_workers.celery.app import create_celery_app
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
-from tests.fake_anthropic import ScriptedAnthropic
-from tests.fake_anthropic import Turn as ClaudeTurn
 from tests.fake_llm import ScriptedModelServer
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
 from tests.integration.test_agent_runs import run_of, text, tool_calls

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from ade_api.dev_model import ScriptedAnthropic, Turn, result_text
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
@@ -30,7 +31,6 @@ from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests import agent_user_support
 from tests.agent_user_support import AGENT_USER, agent_user
-from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite

@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from ade_api.cli import main
+from ade_api.dev_model import ScriptedAnthropic, Turn, result_text
 from ade_tasks.agents.policy import Policy, exposed_tools
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
@@ -35,7 +36,6 @@ from ade_workers.agents.session import SessionLimits
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.sandbox import scratch
 from ade_workers.sandbox.engine import agent_sandbox
-from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.real_clis import real_cli
 from tests.support import wait_until
 
@@ -334,7 +334,7 @@ SESSION_IN_A_WORKER = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from pathlib import Path
     from tests.integration.test_claude_code_real import BASH, run_claude
-    from tests.fake_anthropic import ScriptedAnthropic, Turn
+    from ade_api.dev_model import ScriptedAnthropic, Turn
     with ScriptedAnthropic() as server:
         server.script(Turn.tool("Bash", command={command!r}), Turn.text("done"))
         run_claude(Path({claude!r}), server, Path({worktree!r}), mode="full-auto", policy=BASH)

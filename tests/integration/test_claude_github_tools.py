@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.rules.agent import ToolPolicy
-from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.integration import test_claude_code_real as real
 from tests.integration import test_github_palette as palette
 from tests.integration.test_claude_code_real import results, run_claude

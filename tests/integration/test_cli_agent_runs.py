@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from ade_api.dev_model import ScriptedAnthropic, Turn, result_text
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import usage as usage_db
@@ -24,7 +25,6 @@ from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import RunStatus
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
-from tests.fake_anthropic import ScriptedAnthropic, Turn, result_text
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite

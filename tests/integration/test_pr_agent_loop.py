@@ -5,7 +5,7 @@ Everything is real but GitHub and the model: signed deliveries through a real `a
 a real `celery worker` (ingress and run queues) on PostgreSQL and Redis, a real git project whose
 pull request's branch lives in the scripted GitHub's bare repository (`tests.fake_github`: REST,
 GraphQL threads, `git http-backend`), and a scripted Anthropic Messages server
-(`tests.fake_anthropic`) answering the `anthropic` HTTP provider, and the real `claude` CLI
+(`ade_api.dev_model`) answering the `anthropic` HTTP provider, and the real `claude` CLI
 (`tests.real_clis`: skipped locally without it, failed under CI).
 
 The model's turns are written once, provider-neutral (`Agent`), in the Anthropic shape both
@@ -32,10 +32,10 @@ import pytest
 import yaml
 from sqlalchemy import select
 
+from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.schema import LaneRow, RunRow
-from tests.fake_anthropic import ScriptedAnthropic, Turn
 from tests.fake_github import FakeGithub
 from tests.fixtures import GITHUB_FIXTURES
 from tests.integration.conftest import Cluster

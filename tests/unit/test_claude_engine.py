@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
@@ -23,7 +24,6 @@ from ade_workers.agents.cli.claude_calls import CallJudge, call_paths, engine_na
 from ade_workers.agents.cli.decision_server import DecisionServer
 from ade_workers.agents.cli.model_proxy import ModelProxy, UsageReader
 from ade_workers.agents.cli.setup import call_id, completed_calls
-from tests.fake_anthropic import ScriptedAnthropic, Turn
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
 

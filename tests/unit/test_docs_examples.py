@@ -40,6 +40,7 @@ import yaml
 from markdown_it import MarkdownIt
 
 from ade_api.cli import main as cli
+from ade_api.dev_model import ScriptError, parse_script
 from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
 from ade_tasks.rules.rule import Rule
@@ -176,6 +177,12 @@ def yaml_problems(document: Any, where: str) -> list[str]:
         return rule(document)
     if isinstance(document, dict) and document and document.keys() <= RULE_FIELDS:
         return rule({**MANUAL_RULE, **document})  # a part of a rule: `triggers:`, `guardrails:`
+    if isinstance(document, dict) and document.keys() == {"turns"}:  # a `dev-model --script`
+        try:
+            parse_script(yaml.safe_dump(document), where)
+        except ScriptError as exc:
+            return [str(exc)]
+        return []
     if isinstance(document, dict) and any(shape(document) for shape in OTHER_TOOLS.values()):
         return []
     shown = sorted(map(str, document)) if isinstance(document, dict) else type(document).__name__
@@ -498,6 +505,7 @@ NOT_IN_THE_REPOSITORY = {
     "AGENTS.md": "the instructions file codex reads in a project an agent works on",
     "docs/x.md": "a changed file in a test's example event",
     "config/rules/pr-opened.yaml": "the rule docs/recipes/local-github-delivery.md has you write",
+    "config/rules/try-agent.yaml": "the rule docs/recipes/try-an-agent-step.md has you write",
     "config/rules/shared/": "where a team puts another team's rules (docs/rules.md)",
 }
 
