@@ -178,8 +178,10 @@ def test_json_logs_carry_the_run_on_every_line_and_never_the_secret(cluster: Clu
     run_id = result.run.id
     row = finished(cluster, run_id)
     assert row.status == "failed"
-    # Celery logs the task's end after the run's outcome is written; wait for that line.
-    wait_until(lambda: "succeeded in" in worker.output(), 15, "Celery to log the task's end")
+    # Celery logs the task's end after the run's outcome is written; wait for that line (a
+    # failed run's task ends as a failed task: `raised expected: RunFailedError(...)`).
+    ending = "raised expected"
+    wait_until(lambda: ending in worker.output(), 15, "Celery to log the task's end")
 
     mentioning = [line for line in worker.output().splitlines() if run_id in line]
     assert len(mentioning) >= 2, worker.output()
@@ -192,7 +194,7 @@ def test_json_logs_carry_the_run_on_every_line_and_never_the_secret(cluster: Clu
     assert len(task_ids) == 1 and None not in task_ids
     # Celery's own line about the task's end (it names the task, not the run) carries the run.
     (task_id,) = task_ids
-    (ended,) = [line for line in worker.output().splitlines() if "succeeded in" in line]
+    (ended,) = [line for line in worker.output().splitlines() if ending in line]
     assert task_id in ended and json.loads(ended)["run_id"] == run_id
     assert any("finished: failed" in json.loads(line)["message"] for line in mentioning)
     assert secret not in worker.output()
