@@ -143,8 +143,9 @@ def test_the_providers_report_sees_a_key_set_in_dotenv(workdir: Path) -> None:
     # `ade-tasks providers` reads settings by their variable names, not through Settings
     (workdir / ".env").write_text("ADE_PROVIDERS__OPENAI__API_KEY=sk-from-dotenv\n")
 
-    result = CliRunner().invoke(main, ["providers", "--json"])
+    result = CliRunner().invoke(main, ["providers", "--json", "--local"])  # no API asked
 
     assert result.exit_code == 0, result.output
-    openai = next(item for item in json.loads(result.output) if item["name"] == "openai")
+    local = json.loads(result.output)["local"]
+    openai = next(item for item in local if item["name"] == "openai")
     assert openai["ready"] and openai["credentials"] == "ADE_PROVIDERS__OPENAI__API_KEY"
