@@ -21,12 +21,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ade_tasks import api_address
+from ade_tasks.api_address import DEFAULT_API_HOST, DEFAULT_API_PORT, ENV_PREFIX
 from ade_tasks.env_file import check_env_file, env_file_path
 from ade_tasks.errors import NotFoundError
 from ade_tasks.ingress.hooks import HookConfig
 from ade_tasks.rules.notify import NotificationEvent
 
-EMBEDDED_DATA_DIR = Path(".ade")
+EMBEDDED_DATA_DIR = api_address.EMBEDDED_DATA_DIR
 EMBEDDED_BROKER_URL = "memory://localhost/"
 
 #: Variables a command step inherits from the worker; everything else is dropped so that
@@ -221,7 +223,7 @@ class Settings(BaseSettings):
     file."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ADE_",
+        env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
         env_file=None,  # chosen per instance: settings_customise_sources
         extra="ignore",
@@ -234,8 +236,10 @@ class Settings(BaseSettings):
     rules_dir: Path = Path("config/rules")
     projects: dict[str, Path] = Field(default_factory=dict)
 
-    api_host: str = "127.0.0.1"
-    api_port: int = 8787
+    # The API's address and token are read without this class by commands that only call the
+    # API (ade_tasks/api_address.py, whose names and defaults these are).
+    api_host: str = DEFAULT_API_HOST
+    api_port: int = DEFAULT_API_PORT
     api_url: str = ""
     # The token the CLI sends (`ade-tasks tokens create`); else the file `ade-tasks dev` writes.
     api_token: SecretStr | None = None
@@ -356,25 +360,18 @@ class Settings(BaseSettings):
     @property
     def effective_api_url(self) -> str:
         """The URL CLI commands talk to."""
-        if self.api_url:
-            return self.api_url.rstrip("/")
-        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::") else self.api_host
-        return f"http://{host}:{self.api_port}"
+        return api_address.effective_api_url(self.api_url, self.api_host, self.api_port)
 
     @property
     def dev_token_file(self) -> Path:
         """Where `ade-tasks dev` keeps the admin token of the local stack (mode 0600)."""
-        return self.data_dir / "api-token"
+        return api_address.dev_token_file(self.data_dir)
 
     @property
     def effective_api_token(self) -> str | None:
         """The token CLI commands send: ADE_API_TOKEN, else the dev stack's token file."""
-        if self.api_token is not None:
-            return self.api_token.get_secret_value()
-        try:
-            return self.dev_token_file.read_text().strip() or None
-        except OSError:
-            return None
+        token = None if self.api_token is None else self.api_token.get_secret_value()
+        return api_address.effective_api_token(token, self.dev_token_file)
 
     def lanes_dir(self, project: str) -> Path:
         """Where the lanes of a project live (default: `<data_dir>/lanes/<project>`)."""

@@ -8,8 +8,9 @@ at most 200) after one warm-up, the commands interleaved round by round so that 
 slows all of them alike. Baselines, measured in the same rounds:
 
 * `python -c pass`: the interpreter and site-packages start-up, which every command pays;
-* the floor of `runs list`: a process that imports what it cannot do without (click, httpx,
-  the settings) and builds the settings, without the command, its request or its output;
+* the floor of `runs list` before it read its API address alone (ade_tasks/api_address.py)
+  and sent its request through the standard library (ade_api/cli/plain_http.py): a process
+  that imports click and httpx and builds the settings, without the command or its request;
 * every command module imported (`import ade_api.cli.actions, ...`): what every command,
   `--version` included, imported before the command registry (ade_api/cli/registry.py).
 * the request alone: `GET /api/v1/runs?limit=20` sent from this process over a kept-alive
@@ -54,7 +55,7 @@ TARGET_S = 0.300
 MAX_REPEATS = 200
 BIN = Path(sys.executable).parent
 PYTHON = [sys.executable, "-c"]
-#: What `runs list` cannot start without: the CLI framework, its HTTP client and the settings.
+#: What `runs list` could not start without while it built the settings and used httpx.
 FLOOR = "import click, httpx; from ade_tasks.settings import Settings; Settings()"
 EVERY_MODULE = "import " + ", ".join(sorted(set(registry.ROOT.values()) |
                                             set(registry.RULES.values()) |
@@ -68,7 +69,7 @@ def commands() -> dict[str, list[str]]:
     cli = str(BIN / "ade-tasks")
     return {
         BASELINE: [*PYTHON, "pass"],
-        "floor of runs list (imports, settings)": [*PYTHON, FLOOR],
+        "former floor (click, httpx, Settings)": [*PYTHON, FLOOR],
         "every command module (before)": [*PYTHON, EVERY_MODULE],
         "ade-tasks --version": [cli, "--version"],
         "ade-tasks runs list": [cli, "runs", "list"],

@@ -8,9 +8,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import click
 
@@ -19,6 +20,8 @@ from ade_api.cli import registry
 if TYPE_CHECKING:
     import httpx
 
+    from ade_api.cli.plain_http import Response
+    from ade_tasks.api_address import ApiAddress
     from ade_tasks.rules.loader import LoadedRule
     from ade_tasks.settings import Settings
 
@@ -51,16 +54,41 @@ def fail(message: str, code: int = USAGE) -> NoReturn:
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """ADE Tasks: automations and agent runs on Celery."""
+    if ctx.invoked_subcommand in registry.ADDRESS_ONLY:
+        return  # that group gives its commands what they need (`settings_or_address`)
+    ctx.obj = _settings(ctx)
+
+
+def _settings(ctx: click.Context) -> Settings | None:
+    """The settings, or one `error:` line naming every setting that does not load."""
     from ade_tasks.settings import get_settings
 
     try:
-        ctx.obj = get_settings()
+        return get_settings()
     except ValueError as exc:  # pydantic's ValidationError, pydantic-settings' SettingsError
         if ctx.invoked_subcommand == "doctor":
-            return  # the doctor reports bad settings as its first check
-        from ade_workers.doctor.check import settings_problems
+            return None  # the doctor reports bad settings as its first check
+        _settings_fail(exc)
 
-        fail(f"the settings do not load: {'; '.join(settings_problems(exc))}")
+
+def _settings_fail(exc: ValueError) -> NoReturn:
+    from ade_workers.doctor.check import settings_problems
+
+    fail(f"the settings do not load: {'; '.join(settings_problems(exc))}")
+
+
+def settings_or_address(ctx: click.Context, group: str) -> Settings | ApiAddress | None:
+    """What the command `group` invokes is given: the API address alone, read without building
+    the settings (ade_tasks/api_address.py), to a command that only calls the API
+    (`registry.ADDRESS_ONLY`); the settings to every other."""
+    if ctx.invoked_subcommand not in registry.ADDRESS_ONLY[group]:
+        return _settings(ctx)
+    from ade_tasks.api_address import ApiAddress
+
+    try:
+        return ApiAddress.from_environment()
+    except ValueError as exc:
+        _settings_fail(exc)
 
 
 # --- database and rules (local) -----------------------------------------------------------
@@ -183,21 +211,44 @@ by_option = click.option(
 )
 
 
+class ApiTarget(Protocol):
+    """Where the API is and what token to send: `Settings`, or an `ApiAddress` read alone."""
+
+    @property
+    def effective_api_url(self) -> str: ...
+
+    @property
+    def effective_api_token(self) -> str | None: ...
+
+    @property
+    def dev_token_file(self) -> Path: ...
+
+
+#: Seconds a request may take, connecting and reading.
+TIMEOUT = 30
+
+
 class Api:
     """A small client of the HTTP API with actionable errors."""
 
-    def __init__(self, settings: Settings, url: str | None) -> None:
-        import httpx  # here, not at the top: commands that call no API never pay for it
-
+    def __init__(self, settings: ApiTarget, url: str | None) -> None:
         self.base = (url or settings.effective_api_url).rstrip("/")
         token = settings.effective_api_token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._sends_token = bool(token)
+        self._token_file = settings.dev_token_file.absolute()
+
+    @cached_property
+    def client(self) -> httpx.Client:
+        """The httpx client, made when first used: `get` and commands that call no API never
+        import httpx."""
+        import httpx
+
         # Plain http:// has no certificate to verify, and building the TLS context httpx
         # otherwise makes up front loads the CA bundle: a tenth of `runs list`'s start-up.
         verify = not self.base.startswith("http://")
-        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers, verify=verify)
-        self._sends_token = bool(token)
-        self._token_file = settings.dev_token_file.absolute()
+        return httpx.Client(base_url=self.base, timeout=TIMEOUT, headers=self.headers,
+                            verify=verify)  # fmt: skip
 
     def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The API's response, whatever its status; exits when the API cannot be reached."""
@@ -206,17 +257,31 @@ class Api:
         try:
             return self.client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            fail(
-                f"cannot reach the ADE API at {self.base} ({exc}); start it with "
-                "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it",
-                code=FAILURE,
-            )
+            self._unreachable(exc)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The API's JSON answer; exits with the API's reason when it says no."""
         return self.answer(self.send(method, path, **kwargs), method, path)
 
-    def answer(self, response: httpx.Response, method: str, path: str) -> Any:
+    def get(self, path: str, params: Mapping[str, object]) -> Any:
+        """`call("GET", path, params=params)` through the standard library (ade_api/cli/
+        plain_http.py): a command whose whole job is one GET starts without httpx."""
+        from ade_api.cli.plain_http import plain_get
+
+        try:
+            response = plain_get(f"{self.base}{path}", params, self.headers, TIMEOUT)
+        except OSError as exc:
+            self._unreachable(exc)
+        return self.answer(response, "GET", path)
+
+    def _unreachable(self, exc: Exception) -> NoReturn:
+        fail(
+            f"cannot reach the ADE API at {self.base} ({exc}); start it with "
+            "`ade-tasks dev` (or `ade-tasks api`) or point --url / ADE_API_URL at it",
+            code=FAILURE,
+        )
+
+    def answer(self, response: Response, method: str, path: str) -> Any:
         """A response's JSON; exits with its reason (and what to do) when it is an error."""
         if response.status_code >= 400:
             try:
@@ -391,8 +456,10 @@ def rules_occurrences(
 
 
 @main.group(cls=registry.LazyGroup, lazy_commands=registry.RUNS)
-def runs() -> None:
+@click.pass_context
+def runs(ctx: click.Context) -> None:
     """Run history."""
+    ctx.obj = settings_or_address(ctx, "runs")
 
 
 # --- the dev stack ----------------------------------------------------------------------

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ade_api.cli.base import Api, json_option, runs, url_option
+from ade_api.cli.base import Api, ApiTarget, json_option, runs, url_option
+from ade_api.cli.run_stream import step_event_data
 from ade_api.cli.step_lines import step_line
-from ade_tasks.settings import Settings
+
+if TYPE_CHECKING:
+    from ade_tasks.settings import Settings
 
 SHORT_ID = 8
 MISSING = "-"
@@ -64,30 +67,6 @@ def run_row(run: dict[str, Any]) -> str:
     )
 
 
-def step_status(step: dict[str, Any], run: dict[str, Any]) -> str:
-    """What happened to the step: a step the run's cancel ended is `cancelled` (it is recorded
-    `failed`, with the cancel's reason, at or after the cancel), as `--follow` shows it."""
-    if step["status"] != "failed" or run["status"] != "cancelled":
-        return str(step["status"])
-    by_cancel = step["error"] is not None and step["error"] == run["error"]
-    ended, cancelled = _parse(step["finished_at"]), _parse(run["finished_at"])
-    if by_cancel or (ended and cancelled and ended >= cancelled):
-        return "cancelled"
-    return str(step["status"])
-
-
-def step_event_data(step: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """A step of `GET /api/v1/runs/{id}` as the data of the `step.finished` event the follow
-    stream sends for it."""
-    data = {key: step[key] for key in ("index", "step_id", "action_type", "exit_code", "error",
-                                       "finished_at")}  # fmt: skip
-    data["status"] = step_status(step, run)
-    data["output_tail"] = "\n".join(step["output"].rstrip().splitlines()[-20:])
-    if step["status"] == "skipped":
-        data["reason"] = (step.get("result") or {}).get("skipped")
-    return data
-
-
 @runs.command("list")
 @click.option("--rule", help="only runs of this rule")
 @click.option("--status", help="only runs in this status")
@@ -97,7 +76,7 @@ def step_event_data(step: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
 @json_option
 @click.pass_obj
 def runs_list(
-    settings: Settings,
+    address: ApiTarget,  # the address alone (registry.ADDRESS_ONLY): no pydantic to import
     rule: str | None,
     status: str | None,
     trigger_type: str | None,
@@ -107,8 +86,8 @@ def runs_list(
 ) -> None:
     """List runs, newest first, by short id (any command takes it, or a longer prefix)."""
     params = {"rule": rule, "status": status, "trigger_type": trigger_type, "limit": limit}
-    page = Api(settings, url).call(
-        "GET", "/api/v1/runs", params={k: v for k, v in params.items() if v is not None}
+    page = Api(address, url).get(
+        "/api/v1/runs", params={k: v for k, v in params.items() if v is not None}
     )
     if as_json:
         click.echo(json.dumps(page, indent=2))

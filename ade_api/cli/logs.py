@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ade_api.cli.base import Api, runs, url_option
-from ade_api.cli.runs import merged, run_events_of, sse_events
+from ade_api.cli.run_stream import merged, run_events_of, sse_events
 from ade_api.cli.step_lines import step_line
 from ade_tasks.settings import Settings
 

@@ -64,6 +64,11 @@ RUNS = {
     ),
 }
 
+#: Commands that only call the API, by group: they are given the API address read alone
+#: (ade_tasks/api_address.py), not the settings, whose pydantic models cost them a third of their
+#: start-up. A command here takes an `ApiTarget`, not `Settings`.
+ADDRESS_ONLY = {"runs": frozenset({"list"})}
+
 
 class LazyGroup(click.Group):
     """A click group whose commands register themselves when their module is imported, which

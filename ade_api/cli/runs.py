@@ -1,9 +1,9 @@
-"""CLI commands for one run: `runs cancel`, `runs retry`, `runs events [--follow]`, `runs page`,
-and the Server-Sent Events client that `run --wait` and `runs events --follow` share.
+"""CLI commands for one run: `run [--wait]`, `runs cancel`, `runs retry`, `runs events
+[--follow]`, `runs scheduled`, `runs cancel-scheduled`.
 
-Each is a thin call of the HTTP API (see `ade_api.cli.Api`); following a run reads
-`GET /api/v1/runs/{id}/events?follow=true` and reconnects from the last event id if the
-connection drops.
+Each is a thin call of the HTTP API (see `ade_api.cli.Api`); following a run reads its event
+stream (ade_api/cli/run_stream.py), which reconnects from the last event id if the connection
+drops.
 """
 
 from __future__ import annotations
@@ -11,101 +11,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import click
-import httpx
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
-from ade_api.cli.history import step_event_data
+from ade_api.cli.run_stream import FINAL, TIMED_OUT, merged, run_events_of, sse_events
 from ade_api.cli.step_lines import LiveLines, step_line
 from ade_tasks.settings import Settings
-
-#: The API sends a comment every 15 s; a silent connection this long is dead.
-READ_TIMEOUT = 40.0
-RECONNECTS = 5
-TIMED_OUT = "timeout"
-FINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
-
-
-def sse_events(
-    api: Api, run_id: str, *, after: int = 0, deadline: float | None = None
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(kind, event) pairs of the run's event stream until its `end` event (included); a
-    `timeout` pair when `deadline` (time.monotonic) passes first. Reconnects from the last event
-    id after a dropped connection (at most RECONNECTS times in a row)."""
-    path = f"/api/v1/runs/{run_id}/events"
-    last_id, failures = after, 0
-    while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            yield TIMED_OUT, {}
-            return
-        read = READ_TIMEOUT if left is None else max(0.1, min(READ_TIMEOUT, left))
-        try:
-            with api.client.stream(
-                "GET",
-                path,
-                params={"follow": "true", "after": last_id},
-                timeout=httpx.Timeout(10.0, read=read),
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    _refused(response, path)
-                failures = 0
-                for kind, event in _parse(response.iter_lines()):
-                    if event.get("id") is not None:
-                        last_id = int(event["id"])
-                    yield kind, event
-                    if kind == "end":
-                        return
-                    if deadline is not None and time.monotonic() >= deadline:
-                        yield TIMED_OUT, {}
-                        return
-        except httpx.ReadTimeout:
-            continue  # the deadline check above decides; else reconnect
-        except httpx.TransportError as exc:
-            failures += 1
-            if failures > RECONNECTS:
-                fail(
-                    f"lost the event stream of run {run_id} at {api.base} ({exc}); "
-                    f"look at it with `ade-tasks runs show {run_id}`",
-                    code=1,
-                )
-            time.sleep(min(2.0, 0.2 * failures))
-
-
-def _refused(response: httpx.Response, path: str) -> None:
-    try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
-    fail(f"GET {path} answered {response.status_code}: {detail}", code=1)
-
-
-def _parse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Server-Sent Events: `event:` and `data:` lines up to a blank line; comments skipped."""
-    kind, data = "message", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                try:
-                    event = json.loads("\n".join(data))
-                except ValueError:
-                    event = {"data": "\n".join(data)}
-                yield kind, event
-            kind, data = "message", list[str]()
-        elif line.startswith(":"):
-            yield "keep-alive", {}
-        else:
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "event":
-                kind = value
-            elif name == "data":
-                data.append(value)
 
 
 def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
@@ -226,41 +141,6 @@ def runs_events(
     if full and not as_json:
         last = max(item["id"] for item in items if item["id"] is not None)
         click.echo(f"(more: --after {last})")
-
-
-def run_events_of(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `step.started`, `step.finished` and `end` events the follow stream sends for a run,
-    rebuilt from the run as `GET /api/v1/runs/{id}` shows it (the API stores no such events)."""
-    events = []
-    for step in run["steps"]:
-        about = {"index": step["index"], "step_id": step["step_id"],
-                 "action_type": step["action_type"]}  # fmt: skip
-        if step["status"] != "skipped":  # a skipped step never started
-            events.append(_synthetic(step["started_at"], "step.started", step["index"],
-                                     {**about, "started_at": step["started_at"]}))  # fmt: skip
-        if step["finished_at"]:
-            data = step_event_data(step, run)
-            events.append(_synthetic(step["finished_at"], "step.finished", step["index"], data))
-    if run["status"] in FINAL and run["finished_at"]:
-        data = {"status": run["status"], "error": run["error"], "finished_at": run["finished_at"]}
-        events.append(_synthetic(run["finished_at"], "end", None, data))
-    return events
-
-
-def _synthetic(at: str, kind: str, step_index: int | None, data: dict[str, Any]) -> dict[str, Any]:
-    return {"id": None, "at": at, "kind": kind, "step_index": step_index, "data": data}
-
-
-def merged(
-    stored: list[dict[str, Any]], synthetic: list[dict[str, Any]], until: datetime | None
-) -> list[dict[str, Any]]:
-    """The stored events and the rebuilt step events in the order they happened (those after
-    `until`, the last stored event of a full page, wait for that page's successor: none)."""
-    kept = [e for e in synthetic if until is None or datetime.fromisoformat(e["at"]) <= until]
-    # Stored events first at the same instant: a step's end is recorded after what it did.
-    ordered = [(datetime.fromisoformat(e["at"]), 1, n, e) for n, e in enumerate(kept)]
-    ordered += [(datetime.fromisoformat(e["at"]), 0, n, e) for n, e in enumerate(stored)]
-    return [event for *_, event in sorted(ordered, key=lambda entry: entry[:3])]
 
 
 def _run_summary(run: dict[str, Any]) -> str:

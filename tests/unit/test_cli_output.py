@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ade_api.cli import base as cli
 from ade_api.cli import history as cli_history
+from ade_api.cli import run_stream
 from ade_api.cli import runs as cli_runs
 from ade_api.http import follow
 from ade_tasks.db import run_events as run_events_db
@@ -139,8 +140,8 @@ def test_a_cancelled_runs_step_is_shown_cancelled() -> None:
     killed = {"index": 0, "step_id": "long", "action_type": "run-command", "status": "failed",
               "exit_code": None, "error": reason, "finished_at": "2026-01-01T12:00:05Z",
               "output": "", "result": {}}  # fmt: skip
-    assert cli_history.step_status(killed, run) == "cancelled"
-    assert cli_history.step_status({**killed, "status": "succeeded"}, run) == "succeeded"
+    assert run_stream.step_status(killed, run) == "cancelled"
+    assert run_stream.step_status({**killed, "status": "succeeded"}, run) == "succeeded"
 
 
 def test_stored_and_rebuilt_events_are_merged_in_time_order() -> None:
@@ -152,7 +153,7 @@ def test_stored_and_rebuilt_events_are_merged_in_time_order() -> None:
                      "finished_at": "2026-01-01T12:00:01.5Z"}]  # fmt: skip
     stored = [{"id": 4, "at": "2026-01-01T12:00:01Z", "kind": "agent.message", "step_index": 0,
                "data": {}}]  # fmt: skip
-    events = cli_runs.merged(stored, cli_runs.run_events_of(run), None)
+    events = run_stream.merged(stored, run_stream.run_events_of(run), None)
     assert [e["kind"] for e in events] == ["step.started", "agent.message", "step.finished", "end"]
     assert events[2]["data"]["output_tail"] == "hi"
 

@@ -363,9 +363,15 @@ def _option_names(command: click.Command) -> dict[str, click.Option]:
     }
 
 
-def resolve_cli(args: list[str]) -> tuple[click.Command, list[str], list[str]]:
-    """The click command `ade-tasks args...` names, its path, and the arguments left for it."""
+def resolve_cli(args: list[str]) -> tuple[click.Command, list[str], list[str], click.Context]:
+    """The click command `ade-tasks args...` names, its path, the arguments left for it, and
+    the context of its group to make its own context under (`make_context(..., parent=)`).
+
+    Contexts are made as click makes them when the command runs, each under its parent: a
+    context made without its parent lacks the root's `-h`, and click caches the help option
+    it builds from that on the command object, so later `-h` tests of it would fail."""
     command: click.Command = cli
+    ctx = click.Context(cli, info_name="ade-tasks", **cli.context_settings)
     path: list[str] = []
     rest = list(args)
     while isinstance(command, click.Group):
@@ -373,14 +379,15 @@ def resolve_cli(args: list[str]) -> tuple[click.Command, list[str], list[str]]:
             f"`ade-tasks {' '.join(path)}` needs a subcommand, got {rest[:1]}"
         )
         name = rest.pop(0)
-        ctx = click.Context(command)  # the groups import their commands lazily
-        sub = command.get_command(ctx, name)
+        sub = command.get_command(ctx, name)  # the groups import their commands lazily
         assert sub is not None, (
             f"`ade-tasks {' '.join([*path, name])}` does not exist; "
             f"`ade-tasks {' '.join(path)}` has: {', '.join(command.list_commands(ctx))}"
         )
         command, path = sub, [*path, name]
-    return command, path, rest
+        if isinstance(command, click.Group):
+            ctx = click.Context(command, info_name=name, parent=ctx, **command.context_settings)
+    return command, path, rest, ctx
 
 
 def check_passthrough(celery_command: click.Command, args: list[str], where: str) -> None:
@@ -399,10 +406,10 @@ def check_passthrough(celery_command: click.Command, args: list[str], where: str
 
 
 def check_ade_command(command: Command) -> None:
-    leaf, path, rest = resolve_cli(command.argv[1:])
+    leaf, path, rest, parent = resolve_cli(command.argv[1:])
     where = f"{command.source}: `ade-tasks {' '.join(path)}`"
     try:  # click parses the options as the real command would: names, types and ranges
-        ctx = leaf.make_context(" ".join(path), list(rest), resilient_parsing=False)
+        ctx = leaf.make_context(path[-1], list(rest), parent=parent, resilient_parsing=False)
     except click.ClickException as exc:
         raise AssertionError(f"{where}: {exc.format_message()}") from exc
     if path[-1] in PASSTHROUGH and ctx.params.get("celery_args"):
@@ -552,9 +559,9 @@ def _worker_queues(argv: list[str]) -> list[str] | None:
     """The queues `ade-tasks worker` / `celery worker` consumes, None if argv is not a worker."""
     if not argv or Path(argv[0]).name not in ("ade-tasks", "celery") or "worker" not in argv:
         return None
-    leaf, _, rest = resolve_cli(argv[1:]) if Path(argv[0]).name == "ade-tasks" else (None, [], [])
-    if leaf is not None:
-        ctx = leaf.make_context("worker", list(rest))
+    if Path(argv[0]).name == "ade-tasks":
+        leaf, _, rest, parent = resolve_cli(argv[1:])
+        ctx = leaf.make_context("worker", list(rest), parent=parent)
         return str(ctx.params["queues"]).split(",")
     for flag in ("-Q", "--queues"):
         if flag in argv:
@@ -563,8 +570,8 @@ def _worker_queues(argv: list[str]) -> list[str] | None:
 
 
 def _worker_concurrency(argv: list[str]) -> int:
-    leaf, _, rest = resolve_cli(argv[1:])
-    value = leaf.make_context("worker", list(rest)).params["concurrency"]
+    leaf, _, rest, parent = resolve_cli(argv[1:])
+    value = leaf.make_context("worker", list(rest), parent=parent).params["concurrency"]
     return int(value) if value is not None else Settings().worker_concurrency
 
 

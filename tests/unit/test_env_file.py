@@ -143,7 +143,7 @@ def test_the_providers_report_sees_a_key_set_in_dotenv(workdir: Path) -> None:
     # `ade-tasks providers` reads settings by their variable names, not through Settings
     (workdir / ".env").write_text("ADE_PROVIDERS__OPENAI__API_KEY=sk-from-dotenv\n")
 
-    result = CliRunner().invoke(main, ["providers", "--local", "--json"])
+    result = CliRunner().invoke(main, ["providers", "--json", "--local"])  # no API asked
 
     assert result.exit_code == 0, result.output
     local = json.loads(result.output)["local"]

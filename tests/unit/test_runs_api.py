@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ade_api.cli import run_stream
 from ade_api.cli import runs as cli_runs
 from ade_api.http import follow
 from ade_tasks.db import run_events as run_events_db
@@ -113,7 +114,7 @@ def test_an_idle_stream_sends_heartbeats_and_stops_when_the_client_leaves(
 def test_the_cli_parses_server_sent_events() -> None:
     lines = ["retry: 2000", ": hello", "", "id: 3", "event: test.line", 'data: {"id": 3}', "",
              "event: end", 'data: {"data": {"status": "succeeded"}}', ""]  # fmt: skip
-    parsed = list(cli_runs._parse(iter(lines)))
+    parsed = list(run_stream._parse(iter(lines)))
     assert parsed == [
         ("keep-alive", {}),
         ("test.line", {"id": 3}),
