@@ -14,7 +14,7 @@ import click
 
 from ade_api.cli.base import Api, ApiTarget, json_option, runs, url_option
 from ade_api.cli.run_stream import step_event_data
-from ade_api.cli.step_lines import step_line
+from ade_api.cli.step_lines import approval_line, step_line
 
 if TYPE_CHECKING:
     from ade_tasks.settings import Settings
@@ -156,19 +156,6 @@ def runs_page(
             if not as_json:
                 click.echo(f"(more: --cursor {cursor})")
             return
-
-
-def approval_line(approval: dict[str, Any]) -> str:
-    """A run's approval on one line; a gate needing several approvals says how far it got."""
-    decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
-    line = f"approval before step {approval['step_index'] + 1}: {approval['status']}{decided}"
-    needed, votes = approval.get("approvals_needed") or 1, approval.get("votes") or []
-    if approval["status"] == "pending" and (needed > 1 or votes):
-        approvers = ", ".join(vote["by"] for vote in votes) or "nobody yet"
-        line += f" ({len(votes)} of {needed} approvals: {approvers})"
-    if approval["status"] == "pending" and approval.get("excluded_approver"):
-        line += f"; not by {approval['excluded_approver']}, who asked for the run"
-    return line
 
 
 @runs.command("show")

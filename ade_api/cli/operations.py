@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ade_api.cli.base import Api, by_option, json_option, main, runs, url_option
-from ade_api.cli.history import approval_line
+from ade_api.cli.step_lines import approval_line
 from ade_tasks.runs.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
 from ade_tasks.states import Answer

@@ -1,5 +1,6 @@
-"""How the CLI prints a step's start and end, shared by `run --wait`, `runs events` and
-`runs show` (a module of its own: the command modules import each other through `cli`)."""
+"""How the CLI prints a step's start and end and a run's approvals, shared by `run --wait`,
+`runs events`, `runs show` and `runs approve` (a module of its own: command modules do not
+import each other)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,16 @@ class LiveLines:
             lines.append(f"      | [... live output stops at {cap} characters; its last lines:]")
             lines += tail
         return lines
+
+
+def approval_line(approval: dict[str, Any]) -> str:
+    """A run's approval on one line; a gate needing several approvals says how far it got."""
+    decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
+    line = f"approval before step {approval['step_index'] + 1}: {approval['status']}{decided}"
+    needed, votes = approval.get("approvals_needed") or 1, approval.get("votes") or []
+    if approval["status"] == "pending" and (needed > 1 or votes):
+        approvers = ", ".join(vote["by"] for vote in votes) or "nobody yet"
+        line += f" ({len(votes)} of {needed} approvals: {approvers})"
+    if approval["status"] == "pending" and approval.get("excluded_approver"):
+        line += f"; not by {approval['excluded_approver']}, who asked for the run"
+    return line
