@@ -239,7 +239,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             with state.lock:
-                state.seen.append(Seen(self.path, dict(self.headers), {}))
+                state.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
             self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
 
         def _json(self, status: int, body: dict[str, Any]) -> None:
