@@ -205,7 +205,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw or b"{}")
             except ValueError:
                 body = {}
-            seen = Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            seen = Seen(self.path, self._header_names_lowered(), body)
             with state.lock:
                 state.seen.append(seen)
                 turn = state.turns.pop(0) if seen.conversation and state.turns else None
@@ -239,8 +239,11 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             with state.lock:
-                state.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
+                state.seen.append(Seen(self.path, self._header_names_lowered(), {}))
             self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
+
+        def _header_names_lowered(self) -> dict[str, str]:
+            return {k.lower(): v for k, v in self.headers.items()}
 
         def _json(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()

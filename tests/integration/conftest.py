@@ -160,7 +160,7 @@ class Cluster:
         control = self.celery.control
         wait_until(
             lambda: control.ping(destination=[name], timeout=0.5),
-            30,
+            60,
             f"worker {name} to answer a ping (log: {child.log})",
         )
         return child
@@ -171,7 +171,7 @@ class Cluster:
         log = self.tmp / f"beat-{len(self.children)}.log"
         child = Child([str(BIN / "ade-tasks"), "beat"], {**self.env, **(env or {})}, log, self.tmp)
         self.children.append(child)
-        wait_until(lambda: "beat: Starting" in child.output(), 30, f"beat to start ({child.log})")
+        wait_until(lambda: "beat: Starting" in child.output(), 60, f"beat to start ({child.log})")
         return child
 
     def api(self, env: dict[str, str] | None = None) -> httpx.Client:
@@ -187,7 +187,7 @@ class Cluster:
             headers={"Authorization": f"Bearer {token}"},
         )
         wait_until(
-            lambda: client.get("/healthz").status_code == 200, 30, f"the API (log: {child.log})"
+            lambda: client.get("/healthz").status_code == 200, 60, f"the API (log: {child.log})"
         )
         return client
 
