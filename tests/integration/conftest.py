@@ -244,7 +244,7 @@ def cluster(database_url: str, redis_url: str, project: Path, tmp_path: Path) ->
     cluster = Cluster(settings, child_env(values), tmp_path, session_factory, [])
     yield cluster
     for child in cluster.children:
-        child.stop()
+        child.kill()
     engine.dispose()
 
 
