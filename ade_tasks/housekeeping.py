@@ -24,8 +24,8 @@ from ade_tasks.db import run_rollups
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import OccurrenceOutcome
 from ade_tasks.triggers.finished_runs import sweep_finished_runs

@@ -40,8 +40,10 @@ from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine import run_monitor, runner
 from ade_workers.engine.runner_config import RunnerConfig
 from bench.common import BenchError, percentile

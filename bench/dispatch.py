@@ -82,7 +82,8 @@ from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.partitions import create_months, month_start
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings, get_settings
 from ade_workers.celery.app import BUILTIN_QUEUE, EXECUTE_TASK, CelerySender, create_celery_app
 from ade_workers.engine.process import group_alive

@@ -59,7 +59,7 @@ from ade_api.http.web import run_actions as web_run_actions
 from ade_api.http.web import run_form as web_run_form
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.errors import AdeError
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app
 

@@ -21,14 +21,14 @@ from ade_api.http.ingress_publisher import IngressPublisher
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.ingress import intake
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 from ade_tasks.settings import Settings
 
 
 class EventIntake:
     """Stores deliveries for the API's routes and queues them for the ingress workers."""
 
-    def __init__(self, settings: Settings, session_factory: SessionFactory, sender: TaskSender):
+    def __init__(self, settings: Settings, session_factory: SessionFactory, sender: IngressSender):
         self._session_factory = session_factory
         self.publisher = IngressPublisher(sender, partial(intake.prune_events, session_factory))
         self._writer = (

@@ -15,7 +15,10 @@ from sqlalchemy.orm import Session
 from ade_api.http.delivery_intake import EventIntake
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import is_connection_lost
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_retrying
+from ade_tasks.runs.dispatch import dispatch_retrying
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,7 @@ class Services:
 
     settings: Settings
     session_factory: SessionFactory
-    sender: TaskSender
+    sender: RunSender
     celery: Celery
     intake: EventIntake
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from ade_tasks.db import ingress as ingress_db
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class IngressPublisher:
     """Publishes stored events' ids from one background thread, batching what waits, and
     applies the table's retention bounds there when an event calls for it (`prune_due`)."""
 
-    def __init__(self, sender: TaskSender, prune: Callable[[], object]) -> None:
+    def __init__(self, sender: IngressSender, prune: Callable[[], object]) -> None:
         self._sender = sender
         self._prune = prune
         self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()

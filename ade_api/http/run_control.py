@@ -17,7 +17,9 @@ from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.runs import concurrency_keys
-from ade_tasks.runs.dispatch import DispatchResult, TriggerEvent, release_buffered
+from ade_tasks.runs.dispatch import release_buffered
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,10 @@ from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import GITHUB_SOURCES, own_identity, trigger_types
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
-from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED, DispatchResult, TaskSender, TriggerEvent
+from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import IngressStatus
 from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import emit
@@ -72,7 +75,7 @@ class EventDeferredError(TransientError):
 
 def dispatch_ingress_event(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     event_id: int,
     *,
     deadline: float = MATCH_DEADLINE_SECONDS,
@@ -264,7 +267,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _follow_ons(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     kind: str,
     payload: dict[str, object],
     report: MatchReport,

@@ -17,7 +17,7 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.limits import loads_json
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 from ade_tasks.states import IngressStatus
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,9 @@ def hook_row(hook_id: str, delivery_id: str | None, document: Any) -> dict[str, 
     )
 
 
-def store_event(session_factory: SessionFactory, sender: TaskSender, row: dict[str, Any]) -> Intake:
+def store_event(
+    session_factory: SessionFactory, sender: IngressSender, row: dict[str, Any]
+) -> Intake:
     """Store an `event_row` (unless its delivery id or body hash was seen) and hand it to the
     ingress workers. A broker that is down leaves it `received` for the recovery sweep.
     Every `PRUNE_EVERY`th event applies the table's retention bounds.
@@ -108,7 +110,7 @@ def store_event(session_factory: SessionFactory, sender: TaskSender, row: dict[s
     return Intake(event_id, _send(sender, event_id))
 
 
-def hand_over(session_factory: SessionFactory, sender: TaskSender, event_ids: list[int]) -> bool:
+def hand_over(session_factory: SessionFactory, sender: IngressSender, event_ids: list[int]) -> bool:
     """Send events stored by the caller's own transaction (the poller stores a poll's events
     with its cursor) to the ingress workers, pruning when one of them calls for it. False when
     the broker is down (the recovery sweep sends them)."""
@@ -159,7 +161,7 @@ def parse_json(body: bytes) -> Any:
         raise ValueError(f"the body is not valid JSON ({exc})") from None
 
 
-def _send(sender: TaskSender, event_id: int) -> bool:
+def _send(sender: IngressSender, event_id: int) -> bool:
     try:
         sender.send_ingress(event_id)
     except BrokerUnavailableError as exc:

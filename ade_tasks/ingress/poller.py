@@ -73,7 +73,7 @@ from ade_tasks.ingress.poll_inference import (
 )
 from ade_tasks.ingress.poll_window import read_window
 from ade_tasks.retry import Backoff, retry_after_of
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class GithubPoller:
     def __init__(
         self,
         session_factory: SessionFactory,
-        sender: TaskSender,
+        sender: IngressSender,
         client: PollClient,
         *,
         owner: str | None = None,

@@ -31,7 +31,7 @@ from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
 from ade_tasks.ingress.hooks import HookConfig, filters_match
 from ade_tasks.relay.wire import RelayedEvent
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 
 
 class PoisonEventError(AdeError):
@@ -48,7 +48,7 @@ class Outcome(StrEnum):
 
 def accept(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: IngressSender,
     relayed: RelayedEvent,
     hooks: Mapping[str, HookConfig],
 ) -> Outcome:
@@ -66,7 +66,9 @@ def accept(
     )
 
 
-def _github(session_factory: SessionFactory, sender: TaskSender, relayed: RelayedEvent) -> Outcome:
+def _github(
+    session_factory: SessionFactory, sender: IngressSender, relayed: RelayedEvent
+) -> Outcome:
     if relayed.problem is not None:
         _poison(session_factory, relayed, relayed.problem)
     if relayed.event is None or relayed.delivery_id is None:
@@ -85,7 +87,7 @@ def _github(session_factory: SessionFactory, sender: TaskSender, relayed: Relaye
 
 def _hook(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: IngressSender,
     relayed: RelayedEvent,
     hooks: Mapping[str, HookConfig],
 ) -> Outcome:

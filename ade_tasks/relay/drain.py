@@ -30,7 +30,7 @@ from ade_tasks.ingress.hooks import HookConfig
 from ade_tasks.relay.deliveries import PoisonEventError, accept
 from ade_tasks.relay.store import PAGE_LIMIT
 from ade_tasks.relay.wire import RelayPage
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def cursor_source(url: str) -> str:
 
 def drain(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: IngressSender,
     client: RelayClient,
     hooks: Mapping[str, HookConfig],
     *,

@@ -18,7 +18,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApprovalRow, RunRow
 from ade_tasks.errors import BrokerUnavailableError, InvalidInputError
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.states import Answer, RunStatus
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ TIMEOUT_ANSWERER = "approval-timeout"
 
 def decide_run(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     run_id: str,
     *,
     approve: bool,
@@ -48,7 +48,7 @@ def decide_run(
 
 def answer_input(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     input_id: int,
     answer: Answer,
     *,
@@ -72,7 +72,7 @@ def answer_input(
 
 
 def expire_inputs(
-    session_factory: SessionFactory, sender: TaskSender, now: datetime | None = None
+    session_factory: SessionFactory, sender: RunSender, now: datetime | None = None
 ) -> list[str]:
     """Decline the pending inputs whose deadline passed; returns the runs sent on."""
     with session_factory.begin() as session:
@@ -89,7 +89,7 @@ def expire_inputs(
     return run_ids
 
 
-def _resume(session_factory: SessionFactory, sender: TaskSender, run_id: str) -> RunRow:
+def _resume(session_factory: SessionFactory, sender: RunSender, run_id: str) -> RunRow:
     """Send a run its answer queued again; the run as it now stands either way."""
     with session_factory() as session:
         run = runs_db.get_run(session, run_id)

@@ -36,7 +36,7 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.rules.concurrency import OnNew, render_key
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.senders import TaskSender
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.states import RunStatus
 from ade_tasks.templating import RULE_FIELDS
 
@@ -118,7 +118,7 @@ def _holder(others: list[tuple[str, str, bool]], mine: list[dict[str, Any]]) -> 
 
 
 def release(
-    session_factory: SessionFactory, sender: TaskSender, rule: Rule, run_id: str | None = None
+    session_factory: SessionFactory, sender: RunSender, rule: Rule, run_id: str | None = None
 ) -> list[str]:
     """Start the rule's buffered runs whose key is free now (after run `run_id` ended or was
     cancelled, or, without one, in the recovery sweep); returns their ids."""
@@ -139,7 +139,7 @@ def release(
     return [run.id for run in released]
 
 
-def send_released(sender: TaskSender, runs: Sequence[RunRow]) -> None:
+def send_released(sender: RunSender, runs: Sequence[RunRow]) -> None:
     """Send runs just taken out of a buffer; one the broker refuses stays queued and
     unbuffered, and the recovery sweep sends it."""
     for run in runs:

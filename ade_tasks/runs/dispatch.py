@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -34,51 +34,12 @@ from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
 from ade_tasks.runs import concurrency_keys as keys
 from ade_tasks.runs.concurrency_keys import skip as _skip
-from ade_tasks.runs.senders import InMemorySender as InMemorySender
-from ade_tasks.runs.senders import TaskSender as TaskSender
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TriggerEvent:
-    """What happened, as every trigger path describes it to dispatch."""
-
-    type: str
-    summary: str = ""
-    payload: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str | None = None
-    #: The rule's triggers this event matched (their indexes), so a paused trigger holds back
-    #: only what it would fire; None when not known (a schedule names its own in the payload).
-    trigger_indexes: tuple[int, ...] | None = None
-
-    @classmethod
-    def manual(
-        cls,
-        inputs: dict[str, Any] | None = None,
-        *,
-        key: str | None = None,
-        by: str = "",
-        forced_by: str = "",
-    ) -> TriggerEvent:
-        """An operator's manual run; `forced_by` names the admin who forces it past the
-        cluster's kill switch (the edge checks the role; the run records who)."""
-        summary = f"manual run by {by}" if by else "manual run"
-        payload: dict[str, Any] = {"inputs": dict(inputs or {}), "requested_by": by}
-        if forced_by:
-            payload["forced_by"] = forced_by
-        return cls(TriggerType.MANUAL, summary, payload, f"manual:{key}" if key else None)
-
-
-@dataclass(frozen=True)
-class DispatchResult:
-    """The run a trigger produced, whether this call created it, and whether it was sent."""
-
-    run: RunRow
-    created: bool
-    sent: bool
-    send_error: str | None = None
 
 
 def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str, Any]) -> None:
@@ -147,7 +108,7 @@ def _admit(
 
 def dispatch(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     rule_id: str,
     trigger: TriggerEvent,
     *,
@@ -189,7 +150,7 @@ def dispatch(
 
 def _dispatch_seen(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     seen: rules_db.RuleSnapshot,
     trigger: TriggerEvent,
     automations_disabled: bool,
@@ -227,7 +188,7 @@ def _insert_seen(session_factory: SessionFactory, plan: _Plan, seen: rules_db.Ru
 
 def dispatch_retrying(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     rule_id: str,
     trigger: TriggerEvent,
     *,
@@ -270,7 +231,7 @@ def dispatch_retrying(
 
 def dispatch_many(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     requests: Sequence[tuple[str, TriggerEvent]],
     *,
     automations_disabled: bool = False,
@@ -435,7 +396,7 @@ def _insert(session_factory: SessionFactory, plans: list[_Plan]) -> set[str]:
     return {plan.key for plan in plans if plan.values["id"] in ids}
 
 
-def _send(sender: TaskSender, runs: list[RunRow]) -> dict[str, str | None]:
+def _send(sender: RunSender, runs: list[RunRow]) -> dict[str, str | None]:
     """Send the runs that start now (not skipped, not buffered): run id -> None when sent, or
     why not when the broker is down (they stay queued: the recovery sweep sends them)."""
     ready = [run for run in runs if run.status == RunStatus.QUEUED and not run.buffered]
@@ -482,7 +443,7 @@ def _apply_overlap(
 
 
 def release_buffered(
-    session_factory: SessionFactory, sender: TaskSender, rule_id: str, limit: int
+    session_factory: SessionFactory, sender: RunSender, rule_id: str, limit: int
 ) -> list[str]:
     """Start the rule's buffered runs that now have a free slot; returns their ids."""
     with session_factory.begin() as session:

@@ -13,7 +13,8 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import BrokerUnavailableError, NotFoundError
 from ade_tasks.runs import concurrency_keys
-from ade_tasks.runs.dispatch import TaskSender, release_buffered
+from ade_tasks.runs.dispatch import release_buffered
+from ade_tasks.runs.senders import TaskSender
 
 log = logging.getLogger(__name__)
 

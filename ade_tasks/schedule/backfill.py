@@ -46,7 +46,9 @@ from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, AdmissionError, InvalidInputError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, dispatch_many
+from ade_tasks.runs.dispatch import dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.schedule.scheduler import STALE_CLAIM, occurrence_outcome, schedule_event
 from ade_tasks.schedule.slots import ScheduleError, iter_slots, span
 from ade_tasks.states import OccurrenceOutcome
@@ -190,7 +192,7 @@ def slots_in_range(rule: Rule, start: datetime, end: datetime) -> list[Occurrenc
 
 def backfill(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     request: BackfillRequest,
     *,
     now: datetime | None = None,
@@ -283,7 +285,7 @@ def _dry_run(
 
 def _claim_and_fire(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     request: BackfillRequest,
     keys: list[OccurrenceKey],
     zones: dict[int, str],
@@ -325,7 +327,7 @@ def _claim_and_fire(
 
 def _fire(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     request: BackfillRequest,
     keys: list[OccurrenceKey],
     zones: dict[int, str],

@@ -39,7 +39,10 @@ from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import AdeError, AdmissionError, TransientError
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.runs.dispatch import dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.slots import grace, span
 from ade_tasks.states import OneShotStatus
 
@@ -105,7 +108,7 @@ class OneShotFirer:
     def __init__(
         self,
         session_factory: SessionFactory,
-        sender: TaskSender,
+        sender: RunSender,
         beat_id: str,
         stale_after: timedelta,
         automations_disabled: bool = False,

@@ -48,7 +48,10 @@ from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, TransientError
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.runs.dispatch import dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.due_queue import DueQueue
 from ade_tasks.schedule.one_shots import OneShotFirer
 from ade_tasks.schedule.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
@@ -95,7 +98,7 @@ class Scheduler:
     def __init__(
         self,
         session_factory: SessionFactory,
-        sender: TaskSender,
+        sender: RunSender,
         beat_id: str,
         *,
         clock: Clock = utcnow,

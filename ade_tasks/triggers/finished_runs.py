@@ -43,7 +43,8 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.states import FINAL_STATUSES
 from ade_tasks.triggers.local_events import emit, matching_rules
 from ade_tasks.triggers.run_finished import (
@@ -71,7 +72,7 @@ FOLLOWERS_TTL_SECONDS = 5.0
 
 def emit_run_finished(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     run_id: str,
     *,
     automations_disabled: bool = False,
@@ -134,7 +135,7 @@ _FOLLOWERS = _Followers()
 
 def emit_after_finish(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     run_id: str,
     rule_id: str,
     *,
@@ -162,7 +163,7 @@ def _triggers_of(rules: Sequence[Rule]) -> list[RunFinishedTrigger]:
 
 def sweep_finished_runs(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     now: datetime,
     *,
     automations_disabled: bool = False,

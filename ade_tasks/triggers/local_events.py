@@ -16,7 +16,10 @@ from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
+from ade_tasks.runs.dispatch import dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
+from ade_tasks.runs.senders import RunSender
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
 from ade_tasks.triggers.lane import lane_event
@@ -83,7 +86,7 @@ def _matches(
 
 def emit(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     event: TriggerEvent,
     match: TriggerTest,
     *,
@@ -127,7 +130,7 @@ def emit(
 
 def emit_lane_event(
     session_factory: SessionFactory,
-    sender: TaskSender,
+    sender: RunSender,
     kind: str,
     lane: Mapping[str, object],
     project: str,

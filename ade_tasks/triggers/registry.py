@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import not_registered
 from ade_tasks.rules.triggers import GITHUB_TYPES, TriggerType
-from ade_tasks.runs.dispatch import TriggerEvent
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.triggers.base import Matcher, TriggerTest
 from ade_tasks.triggers.filters import filter_matcher
 from ade_tasks.triggers.lane import lane_matcher, merged_lane_events

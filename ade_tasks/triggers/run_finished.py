@@ -40,7 +40,7 @@ from typing import Any
 from ade_tasks.db.schema import RunRow, RunStepRow
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, TriggerType
-from ade_tasks.runs.dispatch import TriggerEvent
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
 from ade_tasks.triggers.base import Refusal, TriggerTest
 

@@ -12,7 +12,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import Step
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
@@ -41,7 +41,7 @@ class StepContext:
     settings: Settings
     #: Dispatches the lane events a step emits to the rules they trigger. None only for a
     #: runner configured without a broker (a test, a tool): its steps emit no lane events.
-    sender: TaskSender | None
+    sender: RunSender | None
     #: What `{{...}}` may refer to at this step (an agent step renders its prompt with it).
     template: TemplateContext
     kill_grace: float = 3.0

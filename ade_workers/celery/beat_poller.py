@@ -22,7 +22,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.ingress.poll_cursors import CURSOR_FILE
 from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 from ade_tasks.settings import Settings
 from ade_workers.integrations.github import GithubClient
 
@@ -35,7 +35,7 @@ class BeatPoller:
     def __init__(
         self,
         session_factory: SessionFactory,
-        sender: TaskSender,
+        sender: IngressSender,
         settings: Settings,
         beat_id: str,
     ) -> None:
@@ -76,7 +76,7 @@ class BeatPoller:
 
 
 def start_if_enabled(
-    session_factory: SessionFactory, sender: TaskSender, settings: Settings, beat_id: str
+    session_factory: SessionFactory, sender: IngressSender, settings: Settings, beat_id: str
 ) -> BeatPoller | None:
     """Start a beat's polling thread when the settings ask for polling in beats."""
     if not settings.github.polls_in_beats:

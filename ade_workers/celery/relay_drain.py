@@ -44,7 +44,7 @@ from ade_tasks.housekeeping import HOUSEKEEPING, Job
 from ade_tasks.relay.client import WAKE_PATH, HttpRelayClient, RelayUnavailableError
 from ade_tasks.relay.drain import DrainReport, drain
 from ade_tasks.retry import Backoff, retry_after_of
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import IngressSender
 from ade_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class RelayDrainer:
     """One beat's part in draining the relay: the job it offers and the slots it wins."""
 
     def __init__(
-        self, session_factory: SessionFactory, sender: TaskSender, settings: Settings, owner: str
+        self, session_factory: SessionFactory, sender: IngressSender, settings: Settings, owner: str
     ) -> None:
         relay = settings.relay
         self._session_factory = session_factory
@@ -216,7 +216,7 @@ def _log_report(url: str, report: DrainReport) -> None:
 
 
 def relay_jobs(
-    session_factory: SessionFactory, sender: TaskSender, settings: Settings, owner: str
+    session_factory: SessionFactory, sender: IngressSender, settings: Settings, owner: str
 ) -> list[Job]:
     """The drain's job for a beat when ADE_RELAY__URL is set (none otherwise)."""
     if not settings.relay.url:

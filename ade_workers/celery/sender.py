@@ -1,4 +1,4 @@
-"""The Celery implementation of dispatch's TaskSender interface."""
+"""The Celery implementation of the sender interfaces (`ade_tasks.runs.senders.TaskSender`)."""
 
 from __future__ import annotations
 

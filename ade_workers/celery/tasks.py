@@ -14,8 +14,8 @@ from celery import Celery, Task
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.ingress.dispatcher import EventDeferredError, dispatch_ingress_event
 from ade_tasks.runs.approvals import expire_inputs
-from ade_tasks.runs.dispatch import TaskSender
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_workers.celery.sender import CelerySender

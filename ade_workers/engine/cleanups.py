@@ -26,7 +26,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStepRow, ScheduledCleanupRow
 from ade_tasks.errors import AdeError
 from ade_tasks.housekeeping import Job, register
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import CleanupStatus, StepStatus
 from ade_tasks.triggers.local_events import emit_lane_event
@@ -44,7 +44,7 @@ def sweep_cleanups(
     settings: Settings,
     sweeper: str,
     now: datetime,
-    sender: TaskSender | None = None,
+    sender: RunSender | None = None,
 ) -> dict[str, int]:
     """Carry out the cleanups that are due; returns how many were done and failed."""
     with session_factory.begin() as session:
@@ -65,7 +65,7 @@ def _carry_out(
     settings: Settings,
     cleanup: ScheduledCleanupRow,
     now: datetime,
-    sender: TaskSender | None,
+    sender: RunSender | None,
 ) -> bool:
     error: str | None = None
     result: dict[str, Any] | None = None
@@ -133,7 +133,7 @@ def _append_step(
 
 
 @register
-def cleanup_job(session_factory: SessionFactory, sender: TaskSender, settings: Settings) -> Job:
+def cleanup_job(session_factory: SessionFactory, sender: RunSender, settings: Settings) -> Job:
     """The sweep as a housekeeping job of every beat (each 60 s slot runs once)."""
     import os
     import socket

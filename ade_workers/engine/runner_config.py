@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import RunSender
 from ade_tasks.settings import Settings
 from ade_workers.actions.base import ActionExecutor
 from ade_workers.actions.registry import registry
@@ -45,14 +45,14 @@ class RunnerConfig:
     executors: Mapping[str, ActionExecutor[Any]]
     base_env: Mapping[str, str]
     monitor: RunMonitor = field(default_factory=RunMonitor)
-    sender: TaskSender | None = None  # releases runs buffered by an overlap policy
+    sender: RunSender | None = None  # releases runs buffered by an overlap policy
     on_run: Callable[[RunNotice], None] | None = None
 
     @classmethod
     def from_settings(
         cls,
         settings: Settings,
-        sender: TaskSender | None = None,
+        sender: RunSender | None = None,
         on_run: Callable[[RunNotice], None] | None = None,
     ) -> RunnerConfig:
         return cls(settings, registry(), dict(os.environ), sender=sender, on_run=on_run)

@@ -23,7 +23,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.housekeeping import Job, register
 from ade_tasks.notifications import delivery
 from ade_tasks.notifications.events import queue_events
-from ade_tasks.runs.dispatch import TaskSender
+from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import NotificationSettings, Settings
 from ade_workers.integrations.apprise_route import send_apprise
 

@@ -18,7 +18,9 @@ import pytest
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.testing import InMemorySender
 from tests.conftest import REPO, write_rule
 from tests.support import BIN, Child, child_env, free_port, host_pid, pid_alive, wait_until
 from tests.tracked import copy_tracked

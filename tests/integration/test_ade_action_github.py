@@ -18,9 +18,11 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.base import StepContext
 from ade_workers.actions.registry import registry

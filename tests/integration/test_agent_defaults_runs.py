@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_llm import ScriptedModelServer

@@ -20,7 +20,8 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.fake_responses import ScriptedResponsesServer

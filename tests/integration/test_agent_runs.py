@@ -26,9 +26,11 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApprovalRow
 from ade_tasks.errors import ConflictError, InvalidInputError
 from ade_tasks.runs.approvals import answer_input, decide_run, expire_inputs
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import Answer, QueueStatus, RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from ade_workers.sandbox.layout import worker_python

@@ -23,9 +23,11 @@ from ade_tasks.db import threads as threads_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.roles import Role
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

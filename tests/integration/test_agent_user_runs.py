@@ -21,9 +21,11 @@ from pydantic import SecretStr
 from ade_api.dev_model import ScriptedAnthropic, Turn, result_text
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ProviderSettings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import run_tool
 from ade_workers.engine.process import run_process

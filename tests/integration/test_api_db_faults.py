@@ -24,7 +24,9 @@ import pytest
 from sqlalchemy import event, func, select, text
 
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch_retrying
+from ade_tasks.runs.dispatch import dispatch_retrying
+from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.fixtures import GITHUB_FIXTURES
 from tests.integration.conftest import (

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster, _admin_execute
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import BIN, child_env

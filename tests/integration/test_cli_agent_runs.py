@@ -20,9 +20,11 @@ from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.runs.approvals import decide_run
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ModelPrice, ProviderSettings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_responses import ScriptedResponsesServer

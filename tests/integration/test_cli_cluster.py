@@ -13,7 +13,8 @@ from sqlalchemy import select
 from ade_tasks.db.engine import create_db_engine
 from ade_tasks.db.migrate import alembic_config
 from ade_tasks.db.schema import RuleRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, _admin_execute
 from tests.integration.test_run_path import add_rule, finished

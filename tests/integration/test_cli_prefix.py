@@ -11,7 +11,8 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.integration.test_run_path import add_rule, finished

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.runs.dispatch import InMemorySender, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.testing import InMemorySender
 from tests.integration.test_dispatch_seen_pg import rules_dir, sender  # noqa: F401 (fixtures)
 from tests.unit.test_concurrency_keys import (  # noqa: F401 (the tests, run here)
     keyed_rule,

@@ -12,7 +12,8 @@ from pathlib import Path
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import host_pid, pid_alive, wait_until

@@ -23,8 +23,10 @@ from ade_tasks.db import usage as usage_db
 from ade_tasks.db.direct import Direct, direct_statements, durable_writes
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.retry import retrying
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus, StepStatus
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, terminate_backends
 

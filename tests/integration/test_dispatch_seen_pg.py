@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.db.engine import SessionFactory, autocommit, create_db_engine, create_session_factory
-from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.testing import InMemorySender
 from tests.unit.test_dispatch_seen import (  # noqa: F401 (the tests and their fixture, run here)
     fired,
     test_a_rule_deleted_since_is_not_found,

@@ -14,8 +14,10 @@ from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory, autocommit, create_db_engine, create_session_factory
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus, StepStatus
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 

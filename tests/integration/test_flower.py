@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 
 from ade_tasks.db import run_steps as run_steps_db
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished, run_row
 from tests.support import BIN, Child, free_port, wait_until

@@ -38,8 +38,8 @@ from ade_tasks.housekeeping import (
     standard_jobs,
 )
 from ade_tasks.roles import Role
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
+from ade_tasks.testing import InMemorySender
 
 MONTH = partitions_db.month_start
 

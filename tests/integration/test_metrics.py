@@ -19,7 +19,8 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import ApprovalRow, UsageRow
 from ade_tasks.db.tokens import create_token
 from ade_tasks.roles import Role
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.integration.test_run_path import add_rule, finished

@@ -18,7 +18,8 @@ from aiosmtpd.controller import Controller
 
 from ade_tasks.db import notifications as outbox
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import free_port, wait_until

@@ -17,7 +17,8 @@ import pytest
 
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.fake_llm import ScriptedModelServer
 from tests.integration.conftest import Cluster

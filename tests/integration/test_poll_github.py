@@ -18,7 +18,7 @@ from ade_tasks.db.schema import IngressEventRow
 from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX
 from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.retry import RetryPolicy
-from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.testing import InMemorySender
 from ade_workers.integrations.github import GithubClient
 from tests.fake_http import RecordedRequest, ScriptedServer
 from tests.git_project import migrated_sqlite

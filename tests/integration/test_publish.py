@@ -14,8 +14,10 @@ from sqlalchemy import update
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_http import ScriptedServer

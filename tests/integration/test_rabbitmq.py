@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app
 from tests.integration.conftest import Cluster

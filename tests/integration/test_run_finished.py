@@ -11,7 +11,8 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import run_cancels
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.housekeeping import HOUSEKEEPING
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.triggers.finished_runs import emit_run_finished
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster

@@ -12,7 +12,8 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.schema import RunRow
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import group_pids, host_pid, pid_alive, processes_running, rss_kib, wait_until

@@ -18,7 +18,8 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.run_steps import StepRecord
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import StepStatus
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli

@@ -11,7 +11,9 @@ from sqlalchemy import select
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli

@@ -17,8 +17,8 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.retry import is_connection_lost
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
+from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
 from tests.support import wait_until
 

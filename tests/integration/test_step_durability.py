@@ -11,7 +11,8 @@ from pathlib import Path
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import wait_until

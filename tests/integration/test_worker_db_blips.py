@@ -4,7 +4,8 @@ records every step and the run's outcome: bookkeeping is retried on fresh connec
 from __future__ import annotations
 
 from ade_tasks.db import run_steps as run_steps_db
-from ade_tasks.runs.dispatch import TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster, terminate_backends
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import wait_until

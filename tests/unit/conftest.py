@@ -9,7 +9,7 @@ import pytest
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.sync import sync_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite

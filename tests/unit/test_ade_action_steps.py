@@ -17,8 +17,10 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow, RunRow, RunStepRow, ScheduledCleanupRow
 from ade_tasks.errors import ConflictError
 from ade_tasks.runs.approvals import decide_run
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import CleanupStatus, RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule

@@ -15,8 +15,8 @@ import ade_api.http.schemas
 from ade_api.http.app import create_app
 from ade_api.http.schemas.problem import Problem, problem_responses
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
+from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app
 
 RULE_ENDPOINTS = [

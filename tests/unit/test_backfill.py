@@ -18,7 +18,6 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.backfill import (
     MAX_SLOTS,
     BackfillReport,
@@ -28,6 +27,7 @@ from ade_tasks.schedule.backfill import (
     slots_in_range,
 )
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)

@@ -20,10 +20,12 @@ from ade_tasks.errors import AdmissionError
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch, dispatch_many
+from ade_tasks.runs.dispatch import dispatch, dispatch_many
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.actions.registry import registry
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

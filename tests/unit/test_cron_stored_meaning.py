@@ -17,8 +17,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
+from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
 from tests.unit.test_cli_schedule import Answer, api_answers, preview  # noqa: F401 (fixture)
 from tests.unit.test_schedule_boundaries import ACTIONS, store_rule

@@ -18,8 +18,8 @@ from ade_tasks.db import heartbeats as heartbeats_db
 from ade_tasks.db.clock import ClockReading, DatabaseClock, read_clock
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
+from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import write_minutely_rules
 
 #: The database's time in these tests: days away from this machine's, so a timestamp taken from

@@ -11,8 +11,10 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.direct import Rows, direct_statements, durable_writes
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.retry import retrying
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 RULE = """

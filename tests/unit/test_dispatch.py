@@ -13,15 +13,12 @@ from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
-from ade_tasks.runs.dispatch import (
-    DispatchResult,
-    InMemorySender,
-    TriggerEvent,
-    dispatch,
-    dispatch_many,
-)
+from ade_tasks.runs.dispatch import dispatch, dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 RULE = """

@@ -16,7 +16,9 @@ from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdmissionError, NotFoundError
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 RULE = """

@@ -19,9 +19,11 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.guardrails import registry
 from ade_tasks.guardrails.base import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.agents import agent_run
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

@@ -19,9 +19,11 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduledCleanupRow
 from ade_tasks.errors import ConflictError
 from ade_tasks.runs.approvals import decide_run
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.review import confidence, review
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import CleanupStatus, QueueStatus, RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.cleanups import sweep_cleanups
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

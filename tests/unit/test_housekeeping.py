@@ -33,8 +33,8 @@ def test_a_failing_job_does_not_stop_the_others(session_factory: SessionFactory)
 
 def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory) -> None:
     from ade_tasks import housekeeping
-    from ade_tasks.runs.dispatch import InMemorySender
     from ade_tasks.settings import Settings
+    from ade_tasks.testing import InMemorySender
 
     def sweep_factory(*_args: object) -> Job:
         return Job("cleanups", timedelta(seconds=60), lambda _now: "swept")
@@ -55,8 +55,8 @@ def test_registered_jobs_join_the_standard_ones(session_factory: SessionFactory)
 def test_the_beat_runs_the_lane_cleanup_sweep_every_minute(session_factory: SessionFactory) -> None:
     import ade_workers.celery.beat  # noqa: F401  (the beat imports the sweep, which registers it)
     from ade_tasks import housekeeping
-    from ade_tasks.runs.dispatch import InMemorySender
     from ade_tasks.settings import Settings
+    from ade_tasks.testing import InMemorySender
 
     jobs = housekeeping.standard_jobs(session_factory, InMemorySender(), Settings())
 

@@ -26,10 +26,10 @@ from ade_tasks.ingress.dispatcher import (
     is_database_error,
 )
 from ade_tasks.ingress.github import normalize
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import IngressStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule

@@ -10,7 +10,7 @@ import pytest
 
 from ade_api.http.ingress_publisher import MAX_BATCH, IngressPublisher
 from ade_tasks.db.ingress import PRUNE_EVERY
-from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.testing import InMemorySender
 from tests.support import wait_until
 
 

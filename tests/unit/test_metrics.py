@@ -31,8 +31,8 @@ from ade_tasks.db.schema import (
     ScheduleOccurrenceRow,
     UsageRow,
 )
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import EMBEDDED_BROKER_URL, Settings
+from ade_tasks.testing import InMemorySender
 from ade_workers.celery import metrics as worker_metrics
 from ade_workers.celery.app import create_celery_app
 from tests.unit.conftest import add_rule

@@ -29,9 +29,11 @@ from ade_tasks.notifications.routing import routes_for
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.notify import NotificationEvent, NotifyPolicy
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import NotificationRoute, NotificationSettings, Settings
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.testing import InMemorySender
 from ade_workers.integrations.notifier import Notifier
 from tests.conftest import write_rule
 from tests.support import wait_until

@@ -16,8 +16,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduledRunRow
 from ade_tasks.errors import ConflictError
 from ade_tasks.rules.loader import load_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.unit.conftest import add_rule
 

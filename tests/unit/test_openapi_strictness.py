@@ -24,8 +24,8 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.roles import Role
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.settings import Settings
+from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app
 
 #: A value matching each declared pattern (a new pattern needs its sample here).

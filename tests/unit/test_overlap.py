@@ -10,16 +10,13 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import (
-    DispatchResult,
-    InMemorySender,
-    TriggerEvent,
-    dispatch,
-    dispatch_many,
-)
+from ade_tasks.runs.dispatch import dispatch, dispatch_many
+from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.actions.registry import registry
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

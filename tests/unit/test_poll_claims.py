@@ -17,8 +17,8 @@ from ade_tasks.errors import InvalidInputError
 from ade_tasks.ingress.poll_claims import POLL_CLAIMS
 from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX, source_of
 from ade_tasks.ingress.poller import GithubPoller
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 from tests.unit.test_poller import (
     REPO,

@@ -27,7 +27,7 @@ from ade_tasks.ingress.poll_cursors import (
 from ade_tasks.ingress.poll_inference import comment_delivery, issue_deliveries
 from ade_tasks.ingress.poller import NO_REPOS, NO_RULES, GithubPoller
 from ade_tasks.retry import Backoff
-from ade_tasks.runs.dispatch import InMemorySender
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 REPO = "acme/widgets"

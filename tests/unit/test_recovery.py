@@ -14,9 +14,11 @@ from ade_tasks.db import run_recovery as run_recovery_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.recovery import recover
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 AGENT_RULE = """

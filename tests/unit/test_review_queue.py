@@ -11,9 +11,11 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
 from ade_tasks.rules.loader import load_rules_dir
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.review import review
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import QueueStatus, RunStatus
+from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule

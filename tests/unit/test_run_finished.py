@@ -21,8 +21,10 @@ from ade_tasks.rule_health import LiveState, rule_health
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
+from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers.finished_runs import (
     CATCH_UP,
     REFUSED,

@@ -19,7 +19,8 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.db.schema import ApprovalRow
 from ade_tasks.errors import ConflictError, IllegalTransitionError
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import (
     CANCEL,
     FAIL_AFTER_CLEANUP,
@@ -32,6 +33,7 @@ from ade_tasks.states import (
     RunStatus,
     StepStatus,
 )
+from ade_tasks.testing import InMemorySender
 from tests.unit.conftest import add_rule
 
 S = RunStatus

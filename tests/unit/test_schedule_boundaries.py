@@ -18,10 +18,10 @@ from ade_tasks.housekeeping import HOUSEKEEPING
 from ade_tasks.rules.loader import content_hash
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
 
 ACTIONS = {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]}

@@ -13,9 +13,9 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.runs.dispatch import InMemorySender
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import OccurrenceOutcome
+from ade_tasks.testing import InMemorySender
 from tests.conftest import write_rule
 from tests.scheduler_support import FakeClock, write_minutely_rules
 from tests.unit.conftest import schedule_rule

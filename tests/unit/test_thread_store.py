@@ -12,8 +12,10 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.rules.steps import AgentSessionStep
-from ade_tasks.runs.dispatch import InMemorySender, TriggerEvent, dispatch
+from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.templating import TemplateContext
+from ade_tasks.testing import InMemorySender
 from ade_workers.agents.thread_session import close_thread, open_thread
 from tests.unit.conftest import add_rule
 

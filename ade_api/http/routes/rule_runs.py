@@ -15,7 +15,7 @@ from ade_api.http.routes.rules import NOT_FOUND
 from ade_api.http.schemas.manual_runs import ManualRunAccepted, ManualRunRequest, ScheduledRunOut
 from ade_api.http.schemas.problem import Problem
 from ade_tasks.clock import utcnow
-from ade_tasks.runs.dispatch import TriggerEvent
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])

@@ -47,7 +47,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.rules.outputs import InputSpec
 from ade_tasks.rules.rule import Rule
-from ade_tasks.runs.dispatch import TriggerEvent
+from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
 from ade_tasks.schedule.slots import parse_delay
 
