@@ -5,7 +5,8 @@ most a second behind) until the run ends.
 A step's live output holds its first 80,000 characters (the cap of its stored output); what
 follows the live part is read from the step's stored output once the step ends, so the whole
 log is the live output plus the rest of the record: nothing twice, and an omission said as
-the record says it.
+the record says it. The moment the live output reaches the cap, a line says so (the step may
+print on for long, and a follower should not take the silence for a hung step).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import click
 
 from ade_api.cli.base import Api, runs, url_option
 from ade_api.cli.run_stream import merged, run_events_of, sse_events
-from ade_api.cli.step_lines import step_line
+from ade_api.cli.step_lines import capped_line, step_line
 from ade_tasks.settings import Settings
 
 #: Events read per page of a run that is not followed.
 PAGE = 5000
+#: What the capped line of `runs logs` promises (the web page's live box says the same).
+CAPPED_THEN = "the whole output's head and tail show when the step ends"
 #: How a stored output marks what its cap dropped (`ade_workers.engine.process.CappedOutput`).
 OMISSION = re.compile(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n")
 
@@ -62,6 +65,8 @@ class LogPrinter:
                 self._line(f"==> step {index + 1} is run again")
             self._write(data["text"])
             self._shown[index] = offset + len(data["text"])
+            if data.get("capped"):  # written once per attempt of the step, by the worker
+                self._line(capped_line(int(data["capped"]), CAPPED_THEN))
         elif kind == "step.finished":
             index = int(data["index"])
             self._write(stored_rest(self._stored_output(index), self._shown.pop(index, 0)))

@@ -30,19 +30,29 @@ def step_line(kind: str, data: dict[str, Any]) -> list[str]:
     return lines + [f"      | {line}" for line in tail]
 
 
+def capped_line(cap: int, then: str) -> str:
+    """What a follower prints the moment a step's live output reaches its cap (the one event
+    that carries `capped`): the step may print on, but nothing more of it comes live."""
+    return f"[... live output stops at {cap} characters; {then}]"
+
+
 class LiveLines:
     """A running step's `step.output` events as whole lines, for `run --wait`: text is held
-    until its line ends, and the step's end takes what is left."""
+    until its line ends, and the step's end takes what is left. At the cap, the held line is
+    printed and a line says the output goes on unseen until the step's last lines."""
 
     def __init__(self) -> None:
         self._partial: dict[int, str] = {}
-        self._capped: dict[int, int] = {}
+        self._capped: set[int] = set()
 
     def feed(self, index: int, data: dict[str, Any]) -> list[str]:
         """The lines the event completes, each shown as output."""
-        if data.get("capped"):
-            self._capped[index] = int(data["capped"])
         *complete, self._partial[index] = (self._partial.get(index, "") + data["text"]).split("\n")
+        if data.get("capped") and index not in self._capped:
+            self._capped.add(index)
+            complete += [self._partial[index]] if self._partial[index] else []
+            complete.append(capped_line(int(data["capped"]), "its last lines show when it ends"))
+            self._partial[index] = ""
         return [f"      | {line}" for line in complete]
 
     def finished(self, data: dict[str, Any]) -> list[str]:
@@ -56,8 +66,8 @@ class LiveLines:
         status, *tail = step_line("step.finished", data)
         lines.append(status)
         if index in self._capped:
-            cap = self._capped.pop(index)
-            lines.append(f"      | [... live output stops at {cap} characters; its last lines:]")
+            self._capped.discard(index)
+            lines.append("      | [... its last lines:]")
             lines += tail
         return lines
 

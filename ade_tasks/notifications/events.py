@@ -4,12 +4,16 @@
 timed out, approvals and questions requested and still pending, schedule occurrences recorded
 missed) plus, when given a health view, each enabled rule's health against the one it last
 saw. Each event has a stable key (`run.failed:<run id>`, `approval.waiting:<approval id>`,
-`occurrence.missed:<rule>:<trigger>:<claimed at>`, `rule.health_changed:<rule>:<seen at>`), and
+`occurrence.missed:<rule>:<trigger>:<claimed at>`, `occurrence.missed:once:<scheduled run id>`,
+`rule.health_changed:<rule>:<seen at>`), and
 the outbox takes each (key, route) once, so two sweeps over the same window, a redelivered
 finish or a retried sweep never notify twice.
 
 Choices where the issue is silent: missed occurrences are grouped per trigger and claim (a beat
-that was down for a day records up to 1,000 missed slots at once: one notification says so);
+that was down for a day records up to 1,000 missed slots at once: one notification says so); a
+scheduled one-shot run (a `run_at`/`delay_seconds` trigger, `ade-tasks run --at/--in`) recorded
+`missed` is an `occurrence.missed` of its own, one per scheduled run (one recorded `skipped` is
+not: its rule refused it, as a skipped schedule slot is not notified either);
 the first health a sweep sees of a rule is its baseline, not a change; an event older than
 `LOOKBACK` when notifications are first configured (or housekeeping was down longer) is not
 notified, rather than flooding the routes with old news.
@@ -29,11 +33,18 @@ from ade_tasks.db import notifications as outbox
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.notifications import Notice
-from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RuleRow, RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.schema import (
+    QUESTION_TOOL,
+    ApprovalRow,
+    RuleRow,
+    RunRow,
+    ScheduledRunRow,
+    ScheduleOccurrenceRow,
+)
 from ade_tasks.notifications.routing import routes_for, unknown_routes
 from ade_tasks.rules.notify import NotificationEvent, NotifyPolicy
 from ade_tasks.settings import NotificationSettings
-from ade_tasks.states import OccurrenceOutcome, RunStatus
+from ade_tasks.states import OccurrenceOutcome, OneShotStatus, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +68,9 @@ def queue_events(
     *,
     link_base: str = "",
 ) -> int:
-    """Queue the notifications of every run, approval, question and missed occurrence since
-    `now - LOOKBACK` not queued yet (the module docstring): how many were queued. Nothing
-    without routes."""
+    """Queue the notifications of every run, approval, question, missed occurrence and missed
+    one-shot since `now - LOOKBACK` not queued yet (the module docstring): how many were
+    queued. Nothing without routes."""
     if not settings.routes:
         return 0
     queued = 0
@@ -69,6 +80,7 @@ def queue_events(
             *_finished_runs(session, now, link_base),
             *_waiting_inputs(session, now, link_base),
             *_missed_occurrences(session, now, link_base),
+            *_missed_one_shots(session, now, link_base),
         ]
         known = outbox.known_keys(session, {notice.key for notice, _ in notices})
         for notice, event in notices:
@@ -222,6 +234,35 @@ def _missed_occurrences(
             title=f"ADE: rule {rule_id}: {slots} of its schedule missed",
             body=body + _link(link_base, f"/ui/rules/{rule_id}"),
             rule_id=rule_id,
+        )
+        yield notice, event
+
+
+def _missed_one_shots(
+    session: Session, now: datetime, link_base: str
+) -> Iterator[tuple[Notice, NotificationEvent]]:
+    once = ScheduledRunRow
+    query = select(once).where(
+        once.status == OneShotStatus.MISSED.value, once.claimed_at >= now - LOOKBACK
+    )
+    event = NotificationEvent.OCCURRENCE_MISSED
+    for row in session.scalars(query):
+        source = (
+            f"manual, by {row.requested_by or 'an operator'}"
+            if row.trigger_index is None
+            else f"trigger {row.trigger_index}, {row.spec}"
+        )
+        lines = [
+            f"Scheduled run {row.id} of rule {row.rule_id} ({source}) was missed:",
+            row.reason or "(no reason recorded)",
+            f"Run it now: ade-tasks run {row.rule_id}",
+        ]
+        notice = Notice(
+            key=f"{event.value}:once:{row.id}",
+            event=event.value,
+            title=f"ADE: rule {row.rule_id}: a scheduled run missed",
+            body="\n".join(lines) + _link(link_base, f"/ui/rules/{row.rule_id}"),
+            rule_id=row.rule_id,
         )
         yield notice, event
 

@@ -171,9 +171,13 @@ def test_a_step_printing_100_mb_is_capped_live_and_stored_and_other_runs_keep_fl
     # When the flood runs
     flood = start(cluster, "flood")
     followed = Followed(api, flood)
+    env = {**cluster.env, "ADE_API_URL": str(api.base_url)}
+    logs = Printed(["runs", "logs", flood, "-f"], env, cluster.tmp)
     # Then its live output stops at the cap and says so, while the step still runs
     wait_until(lambda: any(k == "step.output" and d["data"].get("capped")
                            for k, d in followed.events), 60, "the cap event")  # fmt: skip
+    stops = f"\n[... live output stops at {OUTPUT_CAP} characters; "
+    wait_until(lambda: stops in logs.text(), 20, "runs logs -f to say the live output stops")
     # and another run starts, runs and ends through its own stream meanwhile
     quick = start(cluster, "quick")
     with httpx.Client(base_url=api.base_url, headers=api.headers) as client:
@@ -186,6 +190,8 @@ def test_a_step_printing_100_mb_is_capped_live_and_stored_and_other_runs_keep_fl
     row = finished(cluster, flood, timeout=120)
     assert row.status == "succeeded"
     wait_until(lambda: "end" in followed.kinds(), 20, "the flood's stream to end")
+    printed = logs.wait()
+    assert printed.count(stops) == 1 and printed.count("x" * OUTPUT_CAP + stops) == 1
     # and the live output holds no more than the stored output's cap, in few events
     with cluster.session_factory() as session:
         live = [data for kind, data in run_events_db.events_of(session, flood, "step.output")]

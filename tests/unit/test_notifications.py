@@ -20,6 +20,7 @@ from ade_api.cli import main
 from ade_tasks.clock import utcnow
 from ade_tasks.db import notifications as outbox
 from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
@@ -31,6 +32,7 @@ from ade_tasks.rules.notify import NotificationEvent, NotifyPolicy
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.settings import NotificationRoute, NotificationSettings, Settings
 from ade_tasks.states import OccurrenceOutcome
 from ade_tasks.testing import InMemorySender
@@ -185,6 +187,7 @@ def test_a_rule_with_notify_off_is_not_notified(
         "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}\n",
     )
     finished_run(session_factory, "quiet", "failed", "boom")
+    missed_one_shot(session_factory, "quiet")
     assert queue_events(session_factory, settings_with(mail=EVENTS), utcnow()) == 0
 
 
@@ -233,6 +236,37 @@ def test_missed_occurrences_of_one_claim_are_one_notification(
         (notice,) = outbox.list_notifications(session, "occurrence.missed:")
     assert row[0].startswith("occurrence.missed:nightly:0:")
     assert "5 slots missed" in notice.body and "rules backfill" in notice.body
+
+
+def missed_one_shot(session_factory: SessionFactory, rule_id: str) -> str:
+    """A scheduled manual run due ten minutes ago, judged missed by a beat's tick."""
+    with session_factory.begin() as session:
+        row, _ = once_db.schedule_manual(
+            session, rule_id, utcnow() - timedelta(minutes=10), inputs={}, requested_by="ann"
+        )
+    Scheduler(session_factory, InMemorySender(), "beat-1", refresh_every=timedelta(0)).tick()
+    return row.id
+
+
+def test_a_missed_one_shot_is_one_notification_per_route(
+    session_factory: SessionFactory, nightly: str
+) -> None:
+    scheduled_id = missed_one_shot(session_factory, nightly)
+    settings = settings_with(mail=EVENTS, chat=[NotificationEvent.RUN_FAILED])
+
+    first = queue_events(session_factory, settings, utcnow(), link_base="http://ade.example")
+    again = queue_events(session_factory, settings, utcnow())
+
+    assert (first, again) == (1, 0)
+    key = f"occurrence.missed:once:{scheduled_id}"
+    assert queued(session_factory, "occurrence.missed:") == [(key, "mail")]
+    with session_factory() as session:
+        (notice,) = outbox.list_notifications(session, key)
+    assert notice.title == "ADE: rule nightly: a scheduled run missed"
+    assert f"Scheduled run {scheduled_id} of rule nightly (manual, by ann) was" in notice.body
+    assert "no beat could fire it within 1min 0s" in notice.body
+    assert "Run it now: ade-tasks run nightly" in notice.body
+    assert "http://ade.example/ui/rules/nightly" in notice.body
 
 
 def test_a_health_change_is_queued_and_the_first_health_seen_is_only_a_baseline(
