@@ -23,7 +23,7 @@ from ade_tasks.settings import Settings
 
 #: Events read per page of a run that is not followed.
 PAGE = 5000
-#: How a stored output marks what its cap dropped (`ade_workers.engine.process.CappedOutput`).
+#: How a stored output marks what its cap dropped (`ade_workers.containment.process.CappedOutput`).
 OMISSION = re.compile(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n")
 
 

@@ -47,8 +47,8 @@ from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.thread_session import close_thread, open_thread, tainted_by
 from ade_workers.agents.tools.base import RunLink, ToolContext
-from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
-from ade_workers.engine.agent_user import AgentUser, AgentUsers
+from ade_workers.containment.agent_user import SETTING as AGENT_USER_SETTING
+from ade_workers.containment.agent_user import AgentUser, AgentUsers
 from ade_workers.sandbox.egress import open_egress
 from ade_workers.sandbox.engine import agent_sandbox
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 
 CliName = Literal["claude-code", "codex"]
 

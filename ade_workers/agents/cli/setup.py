@@ -29,7 +29,7 @@ from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli.facts import Capability, Support
 from ade_workers.agents.session import Record, SessionLimits, SessionStatus
 from ade_workers.agents.tools.base import ToolContext
-from ade_workers.engine.agent_user import AgentUser
+from ade_workers.containment.agent_user import AgentUser
 from ade_workers.sandbox.egress import PROXY_VARIABLES
 from ade_workers.sandbox.host import SETTING as SANDBOX_SETTING
 from ade_workers.sandbox.layout import Forward, Sandbox

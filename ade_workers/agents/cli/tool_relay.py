@@ -34,7 +34,7 @@ from ade_workers.agents.cli.setup import call_id
 from ade_workers.agents.session import REPEATABLE_TOOLS, STARTED_EVENT, Record
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
-from ade_workers.engine.agent_user import AgentUser
+from ade_workers.containment.agent_user import AgentUser
 
 SERVER = "ade"
 """The MCP server's name: Claude Code calls its tools `mcp__ade__<tool>`."""
