@@ -1,5 +1,6 @@
 """The `agent-session` step: build a session from the step and its run, run the tool loop
-(`session.run_session`, or a CLI agent), and turn its outcome into the step's outcome.
+(`ade_workers.agents.session.run_session`, or a CLI agent), and turn its outcome into the
+step's outcome.
 
 A rule whose execution is an agent session runs as a chain of this one step (`session`), so
 a session and a chain's agent step share lanes, approvals, publishing and the review queue.
