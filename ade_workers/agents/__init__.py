@@ -1,4 +1,4 @@
-"""AI agent sessions on the worker: the tool loop with an HTTP model provider (`session`,
+"""AI agent sessions on the worker: the tool loop with an HTTP model provider (`http_session`,
 `tools/`, `providers/`) and the CLI agents (`cli/`). The `agent-session` step that runs them is an
 action (`ade_workers.actions.agent_session`).
 

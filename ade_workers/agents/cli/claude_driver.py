@@ -27,7 +27,7 @@ from ade_workers.agents.cli.outcome import (
     CliSessionOutcome,
     session_outcome,
 )
-from ade_workers.agents.session import SessionStatus
+from ade_workers.agents.http_session import SessionStatus
 from ade_workers.containment.process import ProcessResult
 
 #: The longest stream line read (a tool result of megabytes fits).

@@ -290,7 +290,8 @@ class CliFacts:
     """What the engine knows of a CLI agent before running it: its provider name, its binary,
     the prefix of its settings (<prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY), the API it
     reaches by default, how to install it, and whether the system text must go in the prompt
-    (no system prompt flag). Its driver (`ade_workers.agents.cli.session.CLI_DRIVERS`) runs it."""
+    (no system prompt flag). Its driver (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`) runs
+    it."""
 
     name: CliName
     binary: str
