@@ -34,6 +34,8 @@ LAYERS: dict[str, Sequence[str | set[str]]] = {
     "ade_api": ("cli", "relay", {"http", "dev_model"}),
     # Each command module attaches its commands to `base`'s groups and imports no other
     # command module; the modules below `base` are shared by commands and import none of them.
+    # (`registry` names the command modules as strings, and `base`'s lazy groups import one
+    # when its command runs: the late binding that keeps start-up cheap, not an import.)
     "ade_api.cli": (
         {
             "actions",
