@@ -298,7 +298,7 @@ class Settings(BaseSettings):
     command_env_allowlist: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     # The unprivileged users (names or uids, comma-separated) agent sessions and their tools
     # run as, one leased per session; None: the worker's own. Needs a worker running as root
-    # (ade_workers/engine/agent_user.py).
+    # (ade_workers/containment/agent_user.py).
     agent_user: str | None = None
     # Every agent process (a CLI with its hooks and tools, an HTTP session's bash) and every
     # run-command / run-tests command runs in a bubblewrap sandbox (ade_workers/sandbox/); where

@@ -47,10 +47,10 @@ from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli import claude_hook
 from ade_workers.agents.cli.claude_calls import CallJudge
+from ade_workers.agents.cli.cli_session import run_cli_session
 from ade_workers.agents.cli.decision_server import DecisionServer
-from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup
-from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 from ade_workers.sandbox.layout import Sandbox
 from bench.common import BenchError, percentile
 from tests import fake_responses

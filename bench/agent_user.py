@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ade_tasks.agents.protected import ProtectedPaths
-from ade_workers.engine.agent_user import AgentUser
-from ade_workers.engine.process import run_process
+from ade_workers.containment.agent_user import AgentUser
+from ade_workers.containment.process import run_process
 from bench.common import BenchError, percentile
 
 FILES_PER_DIR = 50

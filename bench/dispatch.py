@@ -86,7 +86,7 @@ from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings, get_settings
 from ade_workers.celery.app import BUILTIN_QUEUE, EXECUTE_TASK, CelerySender, create_celery_app
-from ade_workers.engine.process import group_alive
+from ade_workers.containment.process import group_alive
 from bench.common import (
     BenchError,
     exit_on_sigterm,

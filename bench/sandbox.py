@@ -38,8 +38,8 @@ from ade_tasks.rules.steps import RunCommandAction
 from ade_tasks.settings import Settings
 from ade_workers.actions.base import StepContext
 from ade_workers.actions.run_command import run_command
+from ade_workers.containment.process import run_process
 from ade_workers.engine.chain import ChainState, template_context
-from ade_workers.engine.process import run_process
 from ade_workers.sandbox.engine import agent_sandbox
 from ade_workers.sandbox.layout import Sandbox
 from bench.agent_cli import CLIS, engine_session, ms

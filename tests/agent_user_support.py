@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ade_workers.engine.agent_user import AgentUser
+from ade_workers.containment.agent_user import AgentUser
 
 AGENT_USER = "nobody"
 

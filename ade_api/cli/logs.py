@@ -26,7 +26,7 @@ from ade_tasks.settings import Settings
 PAGE = 5000
 #: What the capped line of `runs logs` promises (the web page's live box says the same).
 CAPPED_THEN = "the whole output's head and tail show when the step ends"
-#: How a stored output marks what its cap dropped (`ade_workers.engine.process.CappedOutput`).
+#: How a stored output marks what its cap dropped (`ade_workers.containment.process.CappedOutput`).
 OMISSION = re.compile(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n")
 
 

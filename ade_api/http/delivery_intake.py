@@ -3,8 +3,9 @@
 A delivery is answered once its `ingress_events` row is committed: that INSERT is the one
 durable write of the request. On PostgreSQL `EventWriter` makes it without a thread hop, in
 INSERTs shared by the deliveries arriving together; the embedded SQLite database of
-`ade-tasks dev` is written from a thread. Each stored event goes to `IngressPublisher`, which
-hands it to the ingress workers after the answer, so a slow or unreachable broker delays
+`ade-tasks dev` is written from a thread by the intake's own `record`. Each stored event goes to
+`IngressPublisher`, which hands it to the ingress workers after the answer through the intake's
+`hand_over`, as the relay's and the poller's events are, so a slow or unreachable broker delays
 dispatch, never an answer.
 """
 
@@ -18,8 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ade_api.http.event_writer import EventWriter
 from ade_api.http.ingress_publisher import IngressPublisher
-from ade_tasks.db import ingress as ingress_db
-from ade_tasks.db.engine import SessionFactory, autocommit
+from ade_tasks.db.engine import SessionFactory
 from ade_tasks.ingress import intake
 from ade_tasks.runs.senders import IngressSender
 from ade_tasks.settings import Settings
@@ -30,7 +30,7 @@ class EventIntake:
 
     def __init__(self, settings: Settings, session_factory: SessionFactory, sender: IngressSender):
         self._session_factory = session_factory
-        self.publisher = IngressPublisher(sender, partial(intake.prune_events, session_factory))
+        self.publisher = IngressPublisher(partial(intake.hand_over, session_factory, sender))
         self._writer = (
             None if settings.embedded else EventWriter(settings.database_url, self.publisher.submit)
         )
@@ -41,7 +41,7 @@ class EventIntake:
         duplicate: nothing stored)."""
         if self._writer is not None:
             return await self._writer.record(row)  # the writer queues what it stored
-        event_id = await run_in_threadpool(self._record_in_thread, row)
+        event_id = await run_in_threadpool(intake.record, self._session_factory, row)
         if event_id is not None:
             self.publisher.submit(event_id)
         return event_id
@@ -51,7 +51,3 @@ class EventIntake:
         await asyncio.to_thread(self.publisher.close)
         if self._writer is not None:
             await self._writer.close()
-
-    def _record_in_thread(self, row: dict[str, Any]) -> int | None:
-        with autocommit(self._session_factory).begin() as session:
-            return ingress_db.record_event(session, row)

@@ -1,11 +1,13 @@
 """Hands the events the API stored to the ingress workers, after the answers went out.
 
-One thread per API process takes the stored events' ids from a queue and publishes them with
-Celery, putting the events of the same `LINGER_SECONDS` into one `ade.ingress.dispatch` message
-(at most `MAX_BATCH`). Publishing costs about as much CPU as storing, and a thread woken for
-every event fights the event loop for the GIL: measured, 1.4 ms of CPU per delivery against 0.7
-with the linger, and 20 ms is nothing to a webhook's run. A broker that is down costs the
-message, never the thread: the event stays `received` and the recovery sweep sends it again.
+One thread per API process takes the stored events' ids from a queue and hands them over
+(`ade_tasks.ingress.intake.hand_over`: one `ade.ingress.dispatch` message, then the table's
+retention bounds when an event calls for them), putting the events of the same `LINGER_SECONDS`
+into one message (at most `MAX_BATCH`). Publishing costs about as much CPU as storing, and a
+thread woken for every event fights the event loop for the GIL: measured, 1.4 ms of CPU per
+delivery against 0.7 with the linger, and 20 ms is nothing to a webhook's run. A broker that is
+down costs the message, never the thread: the event stays `received` and the recovery sweep
+sends it again.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from ade_tasks.db import ingress as ingress_db
-from ade_tasks.runs.senders import IngressSender
-
 log = logging.getLogger(__name__)
 
 LINGER_SECONDS = 0.02
@@ -26,12 +25,11 @@ MAX_BATCH = 50  # a burst still spreads over the ingress workers
 
 
 class IngressPublisher:
-    """Publishes stored events' ids from one background thread, batching what waits, and
-    applies the table's retention bounds there when an event calls for it (`prune_due`)."""
+    """Hands stored events' ids over from one background thread, batching what waits."""
 
-    def __init__(self, sender: IngressSender, prune: Callable[[], object]) -> None:
-        self._sender = sender
-        self._prune = prune
+    def __init__(self, hand_over: Callable[[list[int]], object]) -> None:
+        """`hand_over(event_ids)` sends one message for them (the intake's `hand_over`)."""
+        self._hand_over = hand_over
         self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -70,24 +68,15 @@ class IngressPublisher:
                     break
             if batch:
                 self._publish(batch)
-            if any(ingress_db.prune_due(event_id) for event_id in batch):
-                self._apply_retention()
             if item is None:
                 return
 
     def _publish(self, batch: list[int]) -> None:
         try:
-            self._sender.send_ingress(*batch)
-        except Exception as exc:  # the thread must outlive any broker trouble
-            log.warning(
-                "ingress events %s are stored but their message was not sent (%s); the "
-                "recovery sweep sends them",
+            self._hand_over(batch)
+        except Exception:  # the thread must outlive any broker or database trouble
+            log.exception(
+                "handing ingress events %s over failed (their message, or the retention bounds "
+                "after it); the recovery sweep sends them and the beats' housekeeping prunes",
                 batch,
-                exc,
             )
-
-    def _apply_retention(self) -> None:
-        try:
-            self._prune()
-        except Exception:  # the beats' hourly housekeeping prunes too
-            log.exception("could not apply the retention bounds of ingress_events")

@@ -44,18 +44,18 @@ EVENT_COLUMNS = (
 )
 
 
-def _insert_event(placeholder: str) -> str:
-    """The event INSERT with each column's value written as `placeholder.format(column)`."""
-    values = ", ".join(placeholder.format(column) for column in EVENT_COLUMNS)
+def _insert_events(values: str, returning: str) -> str:
+    """The one INSERT of ingress events: `values` a VALUES list in `EVENT_COLUMNS` order; a row
+    whose delivery id or body hash was seen from its source is skipped."""
     return (
         f"INSERT INTO ingress_events ({', '.join(EVENT_COLUMNS)}, status) "
-        f"VALUES ({values}, 'received') ON CONFLICT DO NOTHING RETURNING id"
+        f"VALUES {values} ON CONFLICT DO NOTHING RETURNING {returning}"
     )
 
 
-_INSERT_EVENT = text(_insert_event(":{}")).bindparams(
-    *(bindparam(c, type_=EVENTS.c[c].type) for c in ("payload", "received_at"))
-)
+_INSERT_EVENT = text(
+    _insert_events("(" + ", ".join(f":{c}" for c in EVENT_COLUMNS) + ", 'received')", "id")
+).bindparams(*(bindparam(c, type_=EVENTS.c[c].type) for c in ("payload", "received_at")))
 
 
 @cache
@@ -66,11 +66,7 @@ def insert_events_sql(rows: int) -> str:
     and body hash of each event stored; a row whose delivery id or body hash was seen (in the
     table or earlier in the same INSERT) is skipped."""
     row = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ", 'received')"
-    return (
-        f"INSERT INTO ingress_events ({', '.join(EVENT_COLUMNS)}, status) "
-        f"VALUES {', '.join([row] * rows)} "
-        "ON CONFLICT DO NOTHING RETURNING id, source, delivery_id, body_hash"
-    )
+    return _insert_events(", ".join([row] * rows), "id, source, delivery_id, body_hash")
 
 
 def event_row(

@@ -19,7 +19,7 @@ from ade_tasks.db.schema import RunEventRow
 
 EVENTS = cast(Table, RunEventRow.__table__)
 #: The kind of the events that carry a running command step's output as it is printed
-#: (`ade_workers.engine.live_output`): data `{"offset", "text"}`, the last `"capped"` if cut.
+#: (`ade_workers.actions.live_output`): data `{"offset", "text"}`, the last `"capped"` if cut.
 STEP_OUTPUT = "step.output"
 
 

@@ -22,7 +22,8 @@ from ade_tasks.states import StepStatus
 
 STEPS = cast(Table, RunStepRow.__table__)
 #: The most characters of a step's output stored. run-command keeps the head and tail of 80,000
-#: (ade_workers/engine/process.py); this bounds every executor, so a run's detail stays bounded.
+#: (ade_workers/containment/process.py); this bounds every executor, so a run's detail stays
+#: bounded.
 MAX_OUTPUT = 100_000
 
 STEP_COLUMNS = (

@@ -96,36 +96,45 @@ def store_event(
     session_factory: SessionFactory, sender: IngressSender, row: dict[str, Any]
 ) -> Intake:
     """Store an `event_row` (unless its delivery id or body hash was seen) and hand it to the
-    ingress workers. A broker that is down leaves it `received` for the recovery sweep.
-    Every `PRUNE_EVERY`th event applies the table's retention bounds.
-
-    For the poller and the workers; the API's routes store through
-    `ade_api.http.delivery_intake.EventIntake`, which does not wait for the broker."""
-    with autocommit(session_factory).begin() as session:
-        event_id = ingress_db.record_event(session, row)
+    ingress workers (`hand_over`). A broker that is down leaves it `received` for the recovery
+    sweep. For the relay's deliveries and the tests; the API's routes hand theirs over from a
+    thread after answering (`ade_api.http.delivery_intake.EventIntake`)."""
+    event_id = record(session_factory, row)
     if event_id is None:
         return Intake(None)
-    if ingress_db.prune_due(event_id):
-        prune_events(session_factory)
-    return Intake(event_id, _send(sender, event_id))
+    return Intake(event_id, hand_over(session_factory, sender, [event_id]))
+
+
+def record(session_factory: SessionFactory, row: dict[str, Any]) -> int | None:
+    """Store one `event_row` in a transaction of its own: its event id, or None when its
+    delivery id or body hash was seen (a duplicate: nothing stored). The API on PostgreSQL
+    stores the same row with the same INSERT, shared by concurrent requests
+    (`ade_tasks.db.ingress.insert_events_sql`); the poller in the transaction of its cursor."""
+    with autocommit(session_factory).begin() as session:
+        return ingress_db.record_event(session, row)
 
 
 def hand_over(session_factory: SessionFactory, sender: IngressSender, event_ids: list[int]) -> bool:
-    """Send events stored by the caller's own transaction (the poller stores a poll's events
-    with its cursor) to the ingress workers, pruning when one of them calls for it. False when
-    the broker is down (the recovery sweep sends them)."""
+    """Send stored events to the ingress workers in one message, then apply the table's
+    retention bounds if one of them calls for it (`prune_due`). Every stored event goes this
+    way, whoever stored it. False when the broker is down: the events stay `received` and the
+    recovery sweep sends them."""
     if not event_ids:
         return True
-    if any(ingress_db.prune_due(event_id) for event_id in event_ids):
-        prune_events(session_factory)
+    sent = True
     try:
         sender.send_ingress(*event_ids)
     except BrokerUnavailableError as exc:
         log.warning(
-            "ingress events %s stored but not sent (%s); the sweep sends them", event_ids, exc
+            "ingress events %s are stored but their message was not sent (%s); the recovery "
+            "sweep sends them",
+            event_ids,
+            exc,
         )
-        return False
-    return True
+        sent = False
+    if any(ingress_db.prune_due(event_id) for event_id in event_ids):
+        prune_events(session_factory)
+    return sent
 
 
 def prune_events(session_factory: SessionFactory) -> int:
@@ -159,12 +168,3 @@ def parse_json(body: bytes) -> Any:
         return loads_json(body, what="the body")  # nested too deeply: a ValueError too
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"the body is not valid JSON ({exc})") from None
-
-
-def _send(sender: IngressSender, event_id: int) -> bool:
-    try:
-        sender.send_ingress(event_id)
-    except BrokerUnavailableError as exc:
-        log.warning("ingress event %s stored but not sent (%s); the sweep sends it", event_id, exc)
-        return False
-    return True

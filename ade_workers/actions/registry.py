@@ -11,11 +11,11 @@ from typing import Any
 
 from ade_tasks.errors import not_registered
 from ade_workers.actions.ade_action import ade_action
+from ade_workers.actions.agent_session import agent_session
 from ade_workers.actions.base import ActionExecutor
 from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
 from ade_workers.actions.run_command import run_command
 from ade_workers.actions.run_tests import run_tests
-from ade_workers.agents.agent_run import agent_session
 
 #: Each executor takes its own step model; the `type` key is what pairs a step with it, a
 #: pairing the type system cannot see, so the registry holds executors of any step model.

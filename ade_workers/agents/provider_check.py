@@ -23,10 +23,10 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import CliSetup
+from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
-from ade_workers.agents.session import NO_DECISIONS, SessionLimits
 
 CHECK_TIMEOUT = 60.0
 CHECK_PROMPT = "This is a connection check. Reply with the single word: ok"

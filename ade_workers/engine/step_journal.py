@@ -27,8 +27,8 @@ from ade_tasks.db.retry import UnitsOfWork, retrying
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.guardrails.human_approval import gate_policy
 from ade_tasks.states import RunStatus
+from ade_workers.actions.agent_session import park_for_tool
 from ade_workers.actions.base import StepOutcome
-from ade_workers.agents.agent_run import park_for_tool
 from ade_workers.engine.run_monitor import Watch
 from ade_workers.engine.run_plan import RunPlan
 from ade_workers.engine.runner_config import INTERRUPTED

@@ -23,10 +23,10 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.settings import Settings
+from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.providers import ModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
-from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools.base import ToolContext
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 

@@ -29,10 +29,10 @@ from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
+from ade_workers.agents.cli.cli_session import run_cli_session
 from ade_workers.agents.cli.outcome import CliSessionOutcome
-from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
-from ade_workers.agents.session import SessionLimits
+from ade_workers.agents.http_session import SessionLimits
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.sandbox import scratch
 from ade_workers.sandbox.engine import agent_sandbox

@@ -17,10 +17,10 @@ from ade_tasks.errors import NotFoundError
 from ade_tasks.rules.agent import ToolPolicy
 from ade_tasks.rules.steps import AgentExecution
 from ade_tasks.secrets import Masker
+from ade_workers.agents.cli.cli_session import run_cli_session
 from ade_workers.agents.cli.outcome import REPORT_INSTRUCTION, CliSessionOutcome, parse_report
-from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup
-from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 from tests.support import wait_until
 
 TESTS = Path(__file__).resolve().parent.parent

@@ -23,10 +23,10 @@ from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ModelPrice, ProviderSettings, Settings
+from ade_workers.agents.cli.cli_session import run_cli_session
 from ade_workers.agents.cli.outcome import CliSessionOutcome
-from ade_workers.agents.cli.session import run_cli_session
 from ade_workers.agents.cli.setup import CliSetup, call_id
-from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_responses import ScriptedResponsesServer, Turn, Usage, add_file_patch
 from tests.real_clis import real_cli

@@ -18,7 +18,7 @@ import httpx
 
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import run_steps as run_steps_db
-from ade_workers.engine.process import OUTPUT_CAP
+from ade_workers.containment.process import OUTPUT_CAP
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished, run_row
 from tests.integration.test_runs_api import sse, start

@@ -18,6 +18,7 @@ import pytest
 
 from ade_tasks.agents.policy import Policy
 from ade_tasks.db.approvals import ToolDecisions
+from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.providers import (
     Message,
     ModelTurn,
@@ -25,7 +26,6 @@ from ade_workers.agents.providers import (
     ToolSpec,
     Usage,
 )
-from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.integrations.http import IntegrationUnavailableError
 

@@ -16,7 +16,7 @@ import pytest
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.settings import Settings
 from ade_workers.actions.run_command import NO_BARE_DISCOVERY
-from ade_workers.engine.agent_user import AgentUser, AgentUserError, AgentUsers
+from ade_workers.containment.agent_user import AgentUser, AgentUserError, AgentUsers
 from ade_workers.integrations import git_lanes as lanes
 from ade_workers.integrations.git_lanes import LaneError
 from tests import agent_user_support
@@ -299,7 +299,7 @@ def test_a_lease_held_by_another_worker_process_is_respected(tmp_path: Path) -> 
 LEASE_HOLDER = """
 import sys, time
 from pathlib import Path
-from ade_workers.engine.agent_user import AgentUsers
+from ade_workers.containment.agent_user import AgentUsers
 from ade_tasks.settings import Settings
 users = AgentUsers.from_settings(Settings(agent_user="nobody", data_dir=Path({data!r})))
 with users.lease(time.monotonic()) as user:

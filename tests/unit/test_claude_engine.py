@@ -18,7 +18,7 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import ToolPolicy
-from ade_workers.agents.agent_run import interrupted_note
+from ade_workers.actions.agent_session import interrupted_note
 from ade_workers.agents.cli import claude_hook
 from ade_workers.agents.cli.claude_calls import CallJudge, call_paths, engine_name
 from ade_workers.agents.cli.decision_server import DecisionServer

@@ -17,7 +17,7 @@ from ade_workers.agents.cli.facts import (
     parse_claude_stream,
     providers_report,
 )
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "agents"

@@ -10,7 +10,7 @@ import pytest
 from ade_api.cli.base import Api
 from ade_api.cli.logs import LogPrinter, stored_rest
 from ade_api.cli.step_lines import LiveLines
-from ade_workers.engine.process import CappedOutput
+from ade_workers.containment.process import CappedOutput
 
 FINISHED = {"index": 0, "step_id": "t", "action_type": "run-command", "status": "succeeded",
             "exit_code": 0, "output_tail": "l1\nl2"}  # fmt: skip

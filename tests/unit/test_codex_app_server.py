@@ -17,7 +17,7 @@ from ade_workers.agents.cli.codex_home import (
     write_session_home,
 )
 from ade_workers.agents.cli.codex_requests import approval_request, item_events
-from ade_workers.engine.containment import ContainedProcess
+from ade_workers.containment.contained_process import ContainedProcess
 
 WORKTREE = Path("/work/tree")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ade_workers.agents.cli.codex_rpc import RpcConnection
-from ade_workers.engine.containment import ContainedProcess
+from ade_workers.containment.contained_process import ContainedProcess
 
 # Answers each request line with a response to its id, after one line that is not JSON, and
 # writes a line to stderr; exits at EOF on stdin.

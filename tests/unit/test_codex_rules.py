@@ -19,7 +19,7 @@ from ade_tasks.secrets import Masker
 from ade_workers.agents.cli.codex_requests import CodexRequest
 from ade_workers.agents.cli.codex_session import CodexJudge, sandbox_for, unenforceable
 from ade_workers.agents.cli.setup import CliSetup, Stop
-from ade_workers.agents.session import NO_DECISIONS, SessionLimits
+from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 
 RULE = """
 id: codex-fix

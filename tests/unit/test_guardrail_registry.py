@@ -24,7 +24,7 @@ from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_tasks.testing import InMemorySender
-from ade_workers.agents import agent_run
+from ade_workers.actions import agent_session
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.unit.conftest import add_rule
@@ -136,7 +136,7 @@ def test_a_registered_guardrail_is_charged_what_an_agent_session_spent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     provider = ClosingProvider(turn(text="All done.", tokens=(10, 5)))
-    monkeypatch.setattr(agent_run, "http_provider", lambda *_: provider)
+    monkeypatch.setattr(agent_session, "http_provider", lambda *_: provider)
     add_rule(session_factory, rules_dir, "r", """id: r
 triggers: [{type: manual}]
 execution: {kind: agent-session, provider: openai, model: m, prompt: "Say hello."}

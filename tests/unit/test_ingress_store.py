@@ -127,6 +127,28 @@ def test_writes_keep_the_table_within_its_bounds(
     assert oldest is not None and oldest > utcnow() - timedelta(days=7)
 
 
+def test_handing_over_sends_one_message_then_applies_the_bounds_when_an_event_calls_for_it(
+    session_factory: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an event a week and a day old, and the broker down
+    monkeypatch.setattr(ingress_db, "PRUNE_EVERY", 10)
+    sender = InMemorySender()
+    old = store(session_factory, sender, "old")
+    with session_factory.begin() as session:
+        session.execute(update(IngressEventRow).values(received_at=utcnow() - timedelta(days=8)))
+    sender.down = True
+    # When events are handed over, the tenth among them
+    assert intake.hand_over(session_factory, sender, [9]) is False
+    with session_factory() as session:
+        assert session.get(IngressEventRow, old) is not None  # no event called for the bounds
+    sender.down = False
+    assert intake.hand_over(session_factory, sender, [10, 11]) is True
+    # Then they were sent, and the bounds were applied
+    assert sender.ingress == [old, 10, 11]
+    with session_factory() as session:
+        assert session.get(IngressEventRow, old) is None
+
+
 def test_the_hard_cap_holds_however_many_events_were_dispatched(
     session_factory: SessionFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

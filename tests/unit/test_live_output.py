@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ade_tasks.secrets import Masker
-from ade_workers.engine.live_output import BATCH_SECONDS, LiveOutput
-from ade_workers.engine.process import run_process
+from ade_workers.actions.live_output import BATCH_SECONDS, LiveOutput
+from ade_workers.containment.process import run_process
 
 ENV = {"PATH": os.environ["PATH"]}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.secrets import Masker
-from ade_workers.engine.containment import ContainedProcess
-from ade_workers.engine.process import OUTPUT_CAP, CappedOutput, run_process
+from ade_workers.containment.contained_process import ContainedProcess
+from ade_workers.containment.process import OUTPUT_CAP, CappedOutput, run_process
 from tests.support import pid_alive, wait_until
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -302,7 +302,7 @@ def test_a_command_that_kills_its_own_process_group_leaves_nothing_behind(tmp_pa
 VICTIM = """
 import json, os, sys, threading
 from pathlib import Path
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 
 argv, cwd = json.loads(sys.argv[1]), Path(sys.argv[2])
 # From a thread, as a worker's pool may call it: the container must notice the *process* dying.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.settings import Settings
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 from ade_workers.sandbox import helpers, host, scratch
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.engine import FORWARDER, agent_sandbox, command_sandbox, engine_paths
@@ -35,7 +35,9 @@ def layout(tmp_path: Path, **fields: object) -> Sandbox:
 def test_a_plan_sandbox_binds_the_worktree_read_only_and_has_no_network(tmp_path):
     argv = layout(tmp_path, writable=False).command(["true"], str(tmp_path / "wt"))
     worktree = str(tmp_path / "wt")
-    assert ["--ro-bind", worktree, worktree] == argv[argv.index(worktree) - 1 : argv.index(worktree) + 2]
+    assert ["--ro-bind", worktree, worktree] == argv[
+        argv.index(worktree) - 1 : argv.index(worktree) + 2
+    ]
     assert "--unshare-net" in argv and "--unshare-pid" in argv and "--die-with-parent" in argv
     assert argv[-2:] == ["--", "true"]
 
@@ -64,7 +66,16 @@ def test_forwarded_ports_run_the_command_under_the_forwarder(tmp_path):
     argv = layout(tmp_path, forwarder=Path("/x/forward.py"), forwards=(Forward(8123, sock),))
     line = argv.command(["claude", "-p"], "/")
     tail = line[line.index("--chdir") + 3 :]
-    assert tail == [sys.executable, "-I", "-S", "/x/forward.py", f"8123={sock}", "--", "claude", "-p"]
+    assert tail == [
+        sys.executable,
+        "-I",
+        "-S",
+        "/x/forward.py",
+        f"8123={sock}",
+        "--",
+        "claude",
+        "-p",
+    ]
 
 
 def test_a_command_steps_layout_has_a_home_of_its_own_and_may_write_git(tmp_path):
@@ -90,7 +101,9 @@ def test_a_launched_supervisor_runs_the_engines_copy_inside(tmp_path):
     copy = tmp_path / "helpers" / "supervisor.py"
     argv = layout(tmp_path).launch(copy, 7)
     assert argv[-5:] == [sys.executable, "-I", "-S", str(copy), "7"]
-    assert ["--ro-bind", str(copy.parent), str(copy.parent)] == argv[argv.index(str(copy.parent)) - 1 :][:3]
+    assert ["--ro-bind", str(copy.parent), str(copy.parent)] == argv[
+        argv.index(str(copy.parent)) - 1 :
+    ][:3]
 
 
 @needs_bwrap
@@ -102,10 +115,17 @@ def test_commands_in_an_equal_sandbox_share_one_and_another_sandbox_is_apart(tmp
 
     def run(network: str, command: str) -> str:
         sandbox = command_sandbox(
-            settings, tmp_path / "wt", network=network, untrusted=False, home=None, what="t"  # type: ignore[arg-type]
+            settings,
+            tmp_path / "wt",
+            network=network,
+            untrusted=False,
+            home=None,
+            what="t",  # type: ignore[arg-type]
         )
         env = {"PATH": "/usr/bin:/bin"}
-        return run_process(["sh", "-c", command], cwd=tmp_path / "wt", env=env, timeout=30, sandbox=sandbox).output
+        return run_process(
+            ["sh", "-c", command], cwd=tmp_path / "wt", env=env, timeout=30, sandbox=sandbox
+        ).output
 
     run("host", "echo left > /tmp/mark")
     assert run("host", "cat /tmp/mark") == "left\n"
@@ -129,7 +149,9 @@ def test_a_worktree_made_again_at_the_same_path_gets_a_fresh_sandbox(tmp_path):
             home=None, what="t",
         )  # fmt: skip
         env = {"PATH": "/usr/bin:/bin"}
-        outputs.append(run_process(["cat", "f"], cwd=worktree, env=env, timeout=30, sandbox=sandbox).output)
+        outputs.append(
+            run_process(["cat", "f"], cwd=worktree, env=env, timeout=30, sandbox=sandbox).output
+        )
     assert outputs == ["first", "second"]
 
 

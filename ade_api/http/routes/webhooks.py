@@ -31,13 +31,7 @@ from ade_tasks.db.retry import retrying
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
 from ade_tasks.ingress.hooks import HookConfig, delivery_id, filters_match, redact_headers
-from ade_tasks.ingress.signatures import SIGNATURE_SCHEMES as SCHEMES
-from ade_tasks.ingress.signatures import (
-    SignatureError,
-    timestamp_age_ok,
-    verify_github,
-    verify_token,
-)
+from ade_tasks.ingress.signatures import SignatureError, verify_github, verify_hook, verify_token
 from ade_tasks.settings import Settings
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
@@ -169,7 +163,8 @@ async def custom_webhook(
     `webhook` trigger naming the hook (and whose `filters` fit the body) run."""
     hook = services.settings.hooks.get(hook_id)
     now = utcnow()
-    # token: a hook with tokens refuses a wrong one before anything else is looked at.
+    # token: a hook with tokens refuses a wrong one before anything else is looked at (and
+    # `verify_hook`, the one verification of a custom hook, checks it again with the rest).
     if hook is not None and (hook.tokens or hook.scheme == "token"):
         try:
             verify_token(hook, token)
@@ -181,11 +176,8 @@ async def custom_webhook(
         body = await read_body(request, hook.max_body_bytes, services.settings.ingress_read_timeout)
     except BodyError as exc:
         return await _reject(services, hook_id, hook, request, b"", now, exc.status, exc.detail)
-    try:
-        timestamp_age_ok(hook, request.headers, now)  # age
-        verifier = SCHEMES.get(hook.scheme)  # signature
-        if verifier is not None:
-            verifier(hook, body, request.headers, now)
+    try:  # age, signature: each timestamped scheme checks its age before the HMAC
+        verify_hook(hook, body, request.headers, now, token)
     except SignatureError as exc:
         return await _reject(services, hook_id, hook, request, body, now, 401, exc.message)
     count = await run_in_threadpool(_count, services, hook_id, now)  # rate

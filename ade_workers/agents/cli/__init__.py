@@ -1,6 +1,6 @@
 """CLI agents: Claude Code and Codex run as the real CLIs, bounded by the engine.
 
-`session.run_cli_session` runs one session through the CLI's driver (`CLI_DRIVERS`:
+`cli_session.run_cli_session` runs one session through the CLI's driver (`CLI_DRIVERS`:
 `claude_driver`, `codex_driver`), each answering the CLI's own protocol: Claude Code's PreToolUse
 hook (`claude_hook`, `claude_calls`) through the worker's `decision_server`, Codex's app-server
 JSON-RPC (`codex_app_server`, `codex_rpc`, `codex_requests`, `codex_home`). Claude Code reaches the

@@ -27,8 +27,8 @@ from ade_workers.agents.cli.outcome import (
     CliSessionOutcome,
     session_outcome,
 )
-from ade_workers.agents.session import SessionStatus
-from ade_workers.engine.process import ProcessResult
+from ade_workers.agents.http_session import SessionStatus
+from ade_workers.containment.process import ProcessResult
 
 #: The longest stream line read (a tool result of megabytes fits).
 LINE_CAP = 16_000_000

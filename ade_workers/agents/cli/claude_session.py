@@ -61,7 +61,7 @@ from ade_workers.agents.cli.setup import (
     session_sandbox,
 )
 from ade_workers.agents.cli.tool_relay import SERVER, ToolRelay, bridged, mcp_name
-from ade_workers.engine.process import ProcessResult, run_process
+from ade_workers.containment.process import ProcessResult, run_process
 from ade_workers.sandbox import helpers
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.layout import Forward

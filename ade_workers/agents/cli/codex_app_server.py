@@ -79,8 +79,8 @@ from ade_workers.agents.cli.codex_requests import (
 )
 from ade_workers.agents.cli.codex_rpc import RpcConnection
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, JOURNAL_CHARS, call_id, cli_install
-from ade_workers.engine.agent_user import AgentUser
-from ade_workers.engine.containment import ContainedProcess
+from ade_workers.containment.agent_user import AgentUser
+from ade_workers.containment.contained_process import ContainedProcess
 from ade_workers.sandbox.bridge import UnixBridge
 from ade_workers.sandbox.egress import PROXY_VARIABLES
 from ade_workers.sandbox.layout import Forward

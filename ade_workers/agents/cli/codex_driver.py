@@ -13,7 +13,7 @@ from ade_workers.agents.cli.outcome import (
     CliSessionOutcome,
     session_outcome,
 )
-from ade_workers.agents.session import SessionStatus
+from ade_workers.agents.http_session import SessionStatus
 
 CODEX_STATUS: dict[str, SessionStatus] = {
     "completed": "completed",

@@ -15,7 +15,7 @@ from collections import deque
 from typing import IO
 
 from ade_workers.agents.cli.codex_requests import Message
-from ade_workers.engine.containment import ContainedProcess
+from ade_workers.containment.contained_process import ContainedProcess
 
 STDERR_LINES = 50
 """How many of codex's last output lines a connection keeps."""

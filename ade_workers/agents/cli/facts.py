@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 
 CliName = Literal["claude-code", "codex"]
 
@@ -290,7 +290,8 @@ class CliFacts:
     """What the engine knows of a CLI agent before running it: its provider name, its binary,
     the prefix of its settings (<prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY), the API it
     reaches by default, how to install it, and whether the system text must go in the prompt
-    (no system prompt flag). Its driver (`ade_workers.agents.cli.session.CLI_DRIVERS`) runs it."""
+    (no system prompt flag). Its driver (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`) runs
+    it."""
 
     name: CliName
     binary: str

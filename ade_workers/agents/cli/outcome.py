@@ -1,6 +1,6 @@
 """What every CLI agent session ends with, whichever CLI ran it: the report instruction the
 prompt ends with, the lenient parser of the report block, and the `CliSessionOutcome`; and the
-`CliDriver` each CLI registers (`ade_workers.agents.cli.session.CLI_DRIVERS`)."""
+`CliDriver` each CLI registers (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli.facts import CapabilityReport, CliFacts
 from ade_workers.agents.cli.setup import CliSetup, Stop
-from ade_workers.agents.session import Record, SessionOutcome, SessionStatus
+from ade_workers.agents.http_session import Record, SessionOutcome, SessionStatus
 from ade_workers.agents.tools.base import Finding
 from ade_workers.agents.tools.notes import FINDING_SEVERITIES
 

@@ -31,10 +31,10 @@ from typing import Any
 from ade_tasks.agents.policy import SERVICE_TOOLS
 from ade_workers.agents.cli.decision_server import LineServer
 from ade_workers.agents.cli.setup import call_id
-from ade_workers.agents.session import REPEATABLE_TOOLS, STARTED_EVENT, Record
+from ade_workers.agents.http_session import REPEATABLE_TOOLS, STARTED_EVENT, Record
 from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
-from ade_workers.engine.agent_user import AgentUser
+from ade_workers.containment.agent_user import AgentUser
 
 SERVER = "ade"
 """The MCP server's name: Claude Code calls its tools `mcp__ade__<tool>`."""

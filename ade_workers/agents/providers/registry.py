@@ -3,7 +3,7 @@
 Adding one: its adapter module here (an `HttpProvider` with `complete`, `DEFAULT_BASE_URL`
 and `MODELS_PATH`), its name in `AgentSession.provider` (`ade_tasks/rules/agent.py`), and one
 entry in `HTTP_PROVIDERS`. The CLI agents (claude-code, codex) are registered apart, in
-`ade_workers/agents/cli/session.py`'s `CLI_DRIVERS`.
+`ade_workers/agents/cli/cli_session.py`'s `CLI_DRIVERS`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import GithubSettings
-from ade_workers.engine.agent_user import AgentUser
+from ade_workers.containment.agent_user import AgentUser
 from ade_workers.sandbox.layout import Sandbox
 
 

@@ -17,7 +17,7 @@ from ade_workers.agents.tools.base import (
     ToolSpec,
     spec,
 )
-from ade_workers.engine.process import run_process
+from ade_workers.containment.process import run_process
 
 BASH_OUTPUT_CAP = 30_000
 SUPERVISOR_KILLED = (

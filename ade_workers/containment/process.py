@@ -1,9 +1,10 @@
 """Run a command in a container of its own, with a deadline, capped output and a clean kill.
 
-Everything the command starts stays in its container (`ade_workers.engine.supervisor`), daemons that
-left its session with `setsid` or a double fork included. All of it is killed (TERM, then KILL
-after a grace period) on timeout or cancellation, at once after a normal exit, and within a few
-seconds when the worker dies, so a step's processes never outlive the step or its worker.
+Everything the command starts stays in its container (`ade_workers.containment.supervisor`),
+daemons that left its session with `setsid` or a double fork included. All of it is killed
+(TERM, then KILL after a grace period) on timeout or cancellation, at once after a normal exit,
+and within a few seconds when the worker dies, so a step's processes never outlive the step or
+its worker.
 Output is read in chunks into a head + tail buffer, so a command printing gigabytes keeps the
 worker's memory flat. Given a `Masker`, secrets are masked as the chunks arrive, before the
 capping, so neither a chunk boundary nor the cap boundary can let part of a secret through.
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ade_tasks.secrets import Masker, StreamMasker
-from ade_workers.engine import supervisor
-from ade_workers.engine.containment import ContainedProcess
+from ade_workers.containment import supervisor
+from ade_workers.containment.contained_process import ContainedProcess
 from ade_workers.sandbox import helpers
 from ade_workers.sandbox.layout import Sandbox
 

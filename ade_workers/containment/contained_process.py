@@ -1,7 +1,7 @@
 """The worker's end of command containers: a command handed to a supervisor, and the
 supervisors a worker process keeps.
 
-`ContainedProcess` hands a command to a supervisor (`ade_workers.engine.supervisor`, which says
+`ContainedProcess` hands a command to a supervisor (`ade_workers.containment.supervisor`, which says
 what a container guarantees) and reads how it ended. A supervisor serves one command at a time
 and is reused: a worker process keeps up to `MAX_IDLE` idle ones, so a short command costs one
 round trip on a socket, not the ~8 ms a fresh Python takes to start (`true` itself takes
@@ -9,7 +9,7 @@ round trip on a socket, not the ~8 ms a fresh Python takes to start (`true` itse
 a copy-on-write snapshot of the worker's memory for as long as the command runs.
 
 A supervisor may itself run somewhere else, given a `Launcher` (inside a sandbox:
-`ade_workers.engine.process.SandboxedSupervisor`): the launcher's command line starts it there,
+`ade_workers.containment.process.SandboxedSupervisor`): the launcher's command line starts it there,
 with no environment of the worker's, and its commands run there too. Idle supervisors are
 reused only for the same launcher, and one idle longer than `MAX_IDLE_SECONDS` is closed rather
 than reused, so a sandbox never outlives by much the directories it was made from. A command in
@@ -32,8 +32,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from ade_workers.engine import supervisor
-from ade_workers.engine.supervisor import Message
+from ade_workers.containment import supervisor
+from ade_workers.containment.supervisor import Message
 
 #: Idle supervisors a worker process keeps for its next commands.
 MAX_IDLE = 4

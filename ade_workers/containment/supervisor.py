@@ -27,7 +27,7 @@ The command's stdout and stderr share one pipe and its stdin is /dev/null, unles
 in (`stdin=True`, `separate_stderr=True`, e.g. `codex app-server`): those pipes ride the request.
 
 The worker's end (`ContainedProcess`, and the idle supervisors a worker keeps for reuse, here
-or inside a sandbox) is `ade_workers.engine.containment`.
+or inside a sandbox) is `ade_workers.containment.contained_process`.
 
 Needs Linux (prctl, /proc), no privileges. A subreaper cannot stop a command that SIGKILLs its
 own supervisor (its parent): what it started goes to the next subreaper (tini, systemd). So

@@ -1,5 +1,6 @@
 """The `agent-session` step: build a session from the step and its run, run the tool loop
-(`session.run_session`, or a CLI agent), and turn its outcome into the step's outcome.
+(`ade_workers.agents.http_session.run_session`, or a CLI agent), and turn its outcome into the
+step's outcome.
 
 A rule whose execution is an agent session runs as a chain of this one step (`session`), so
 a session and a chain's agent step share lanes, approvals, publishing and the review queue.
@@ -41,14 +42,14 @@ from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
 from ade_workers.actions.base import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
-from ade_workers.agents.cli.session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
+from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.providers.registry import http_provider
-from ade_workers.agents.session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.thread_session import close_thread, open_thread, tainted_by
 from ade_workers.agents.tools.base import RunLink, ToolContext
-from ade_workers.engine.agent_user import SETTING as AGENT_USER_SETTING
-from ade_workers.engine.agent_user import AgentUser, AgentUsers
+from ade_workers.containment.agent_user import SETTING as AGENT_USER_SETTING
+from ade_workers.containment.agent_user import AgentUser, AgentUsers
 from ade_workers.sandbox.egress import open_egress
 from ade_workers.sandbox.engine import agent_sandbox
 

@@ -45,8 +45,8 @@ from ade_workers.agents.cli.outcome import (
     CliSessionOutcome,
 )
 from ade_workers.agents.cli.setup import CliSetup
+from ade_workers.agents.http_session import SessionOutcome, SessionStatus
 from ade_workers.agents.providers.registry import CHECK_PROVIDER
-from ade_workers.agents.session import SessionOutcome, SessionStatus
 
 CLI_DRIVERS: dict[str, CliDriver] = {
     driver.facts.name: driver for driver in (claude_driver.DRIVER, codex_driver.DRIVER)
