@@ -1,9 +1,9 @@
 """Real `ade-tasks beat` processes whose machines' clocks are off (libfaketime), on PostgreSQL:
 beats judge slots and stamp claims and runs by the database's clock, and say when theirs is off.
 
-The beats run on a simulated clock six times as fast as the database's (the one test beats use
+The beats run on a simulated clock ten times as fast as the database's (the one test beats use
 to cover several minutes quickly, `ADE_BEAT_CLOCK_*`); what it speeds up is the database's time
-the beats follow, so a beat 90 s fast that judged by its own clock would fire 540 simulated
+the beats follow, so a beat 90 s fast that judged by its own clock would fire 900 simulated
 seconds early."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from tests.scheduler_support import write_minutely_rules
 from tests.support import Child, wait_until
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-RULES = 20
-SPEED = 6
+RULES = 10
+SPEED = 10
 ORIGIN = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)  # the simulated time at the anchor
 #: The simulated clock's rounding (to microseconds), the only slack in "never early".
 ROUNDING = timedelta(milliseconds=1)
@@ -50,7 +50,7 @@ def test_beats_90_s_fast_and_slow_fire_every_slot_once_and_never_early(cluster: 
     # given rules that fire every minute, skipped while a run of theirs is active (the schedule
     # default), a worker that runs them, and a simulated clock starting at 10:00 in a while
     write_minutely_rules(cluster.session_factory, cluster.tmp / "rules", RULES, overlap="skip")
-    # 10 real seconds are a simulated minute: a beat started after now has no slot before 10:00,
+    # 6 real seconds are a simulated minute: a beat started after now has no slot before 10:00,
     # whose run would wait for the worker and have the next one skipped.
     anchor = utcnow() + timedelta(seconds=60 / SPEED)
     cluster.env.update(

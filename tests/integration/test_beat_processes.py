@@ -1,4 +1,5 @@
-"""Real `ade-tasks beat` processes against PostgreSQL and Redis, on the real clock."""
+"""Real `ade-tasks beat` processes against PostgreSQL and Redis, on clocks at real speed or
+simulated faster (`ADE_BEAT_CLOCK_*`)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,23 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
         """,
     )
     cluster.sync_rules(cluster.tmp / "rules")
+    # The beats' clock runs at real speed, set less than a minute off so that a minute begins
+    # about 15 s from now rather than anywhere up to a minute later.
+    anchor = utcnow()
+    origin = anchor.replace(second=45, microsecond=0)
+    cluster.env.update(
+        {
+            "ADE_BEAT_CLOCK_ORIGIN": origin.isoformat(),
+            "ADE_BEAT_CLOCK_ANCHOR": anchor.isoformat(),
+            "ADE_BEAT_CLOCK_SPEED": "1",
+        }
+    )
     cluster.worker()
     cluster.beat()
     cluster.beat()
     # A trigger a beat sees for the first time starts at its next slot: count from the first
     # boundary after both beats have surely loaded the rule (they refresh every 5 s).
-    both_ready = utcnow() + timedelta(seconds=6)
+    both_ready = origin + (utcnow() - anchor) + timedelta(seconds=6)
 
     def first_occurrence() -> ScheduleOccurrenceRow | None:
         with cluster.session_factory() as session:
@@ -67,18 +79,18 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
 
 
 def test_three_beat_processes_with_faults_fire_every_slot_exactly_once(cluster: Cluster) -> None:
-    """200 rules every minute through ten simulated minutes (20x real time), with one beat
-    SIGKILLed at a random moment and another SIGSTOPped past several ticks, then resumed."""
+    """200 rules every minute through four simulated slots (15x real time), with one beat
+    SIGKILLed at a random moment and another SIGSTOPped past two slots' ticks, then resumed."""
     write_minutely_rules(cluster.session_factory, cluster.tmp / "rules", 200)
     anchor = utcnow() + timedelta(seconds=2)
     origin = datetime(2026, 11, 30, 9, 59, 0, tzinfo=UTC)
-    speed = 12.0  # a simulated minute of lateness tolerance is 5 s of real time
+    speed = 15.0  # a simulated minute of lateness tolerance is 4 s of real time
     clock = {
         "ADE_BEAT_CLOCK_ORIGIN": origin.isoformat(),
         "ADE_BEAT_CLOCK_ANCHOR": anchor.isoformat(),
         "ADE_BEAT_CLOCK_SPEED": str(speed),
         "ADE_BEAT_STALE_CLAIM_SECONDS": "3",  # the killed beat's orphaned claims, re-fired soon
-        # No worker runs these 2,000 runs: keep the recovery sweep from re-sending them all.
+        # No worker runs these 800 runs: keep the recovery sweep from re-sending them all.
         "ADE_REQUEUE_AFTER_SECONDS": "3600",
     }
     cluster.env.update(clock)
@@ -90,18 +102,24 @@ def test_three_beat_processes_with_faults_fire_every_slot_exactly_once(cluster: 
     def at(simulated: datetime) -> None:
         wait_until(lambda: simulated_now() >= simulated, 120, f"simulated {simulated:%H:%M:%S}")
 
+    # A beat starts a trigger at its next slot: count from the first slot after every beat has
+    # surely loaded the rules (10:00 unless a busy machine slowed the start-ups).
+    loaded = simulated_now() + timedelta(seconds=2 * speed)
+    first_slot = max(
+        datetime(2026, 11, 30, 10, 0, tzinfo=UTC),
+        loaded.replace(second=0, microsecond=0) + timedelta(minutes=1),
+    )
+    last_slot = first_slot + timedelta(minutes=3)
     rng = random.Random()
-    kill_at = origin + timedelta(seconds=rng.uniform(150, 400))
-    at(origin + timedelta(minutes=3))
+    kill_at = first_slot + timedelta(seconds=rng.uniform(20, 170))
+    at(first_slot + timedelta(seconds=40))
     stopped.signal(signal.SIGSTOP)
     at(kill_at if kill_at > simulated_now() else simulated_now())
     killed.signal(signal.SIGKILL)
-    at(origin + timedelta(minutes=6))
-    stopped.signal(signal.SIGCONT)  # resumes with three simulated minutes of slots behind it
-    last_slot = datetime(2026, 11, 30, 10, 10, tzinfo=UTC)
+    at(first_slot + timedelta(minutes=2, seconds=40))
+    stopped.signal(signal.SIGCONT)  # resumes with two simulated minutes of slots behind it
     at(last_slot + timedelta(seconds=40))
 
-    first_slot = datetime(2026, 11, 30, 10, 1, tzinfo=UTC)
     with cluster.session_factory() as session:
         rows = session.execute(
             select(
@@ -119,5 +137,5 @@ def test_three_beat_processes_with_faults_fire_every_slot_exactly_once(cluster: 
         if first_slot.isoformat() <= trigger["slot"] <= last_slot.isoformat()
     ]
     assert survivor.proc.poll() is None
-    assert len(rows) == 2000 and {outcome for _, _, outcome in rows} == {"fired"}
-    assert len(in_window) == 2000 and len(set(in_window)) == 2000
+    assert len(rows) == 800 and {outcome for _, _, outcome in rows} == {"fired"}
+    assert len(in_window) == 800 and len(set(in_window)) == 800
