@@ -72,6 +72,7 @@ def test_pausing_during_a_running_run_lets_it_finish_and_skips_the_next_slot_wit
 
     resumed = api.post("/api/v1/rules/slow/resume", json={}, headers=operator)
     assert resumed.status_code == 200 and resumed.json()["note"] == "deploy freeze"
+    assert resumed.json()["message"] == "rule 'slow' resumed by oncall; its next slot fires again"
     clock.advance(60)
     assert len(beat.tick().fired) == 1
 

@@ -62,9 +62,11 @@ def resume_rule(
     body = body or ResumeRequest()
     with services.session_factory.begin() as session:
         found = pauses_db.resume(session, rule_id, body.trigger_index)
-    what = "rule" if found.trigger_index is None else f"trigger #{found.trigger_index}"
+    what = f"rule {rule_id!r}"
+    if found.trigger_index is not None:
+        what = f"trigger #{found.trigger_index} of {what}"
     by = actor(request, body.by)
-    return pause_out(found, f"{what} of {rule_id!r} resumed by {by}; its next slot fires again")
+    return pause_out(found, f"{what} resumed by {by}; its next slot fires again")
 
 
 @router.get("/{rule_id}/pauses", responses=NOT_FOUND)
