@@ -17,8 +17,6 @@ from typing import Any
 
 import click
 
-from ade_tasks.gc_pause import paused_gc
-
 #: Commands of `ade-tasks` defined outside `base`, by the module that defines them.
 ROOT = {
     "actions": "ade_api.cli.actions",
@@ -93,7 +91,10 @@ class LazyGroup(click.Group):
     @staticmethod
     def _import(modules: Iterable[str]) -> None:
         # Imports allocate many objects and free few: the cyclic collector would walk them
-        # again and again (ade_tasks.gc_pause), a fifth of a command's import time.
+        # again and again (ade_tasks.gc_pause), a fifth of a command's import time. Imported
+        # here, not above: `--version` imports no domain module.
+        from ade_tasks.gc_pause import paused_gc
+
         with paused_gc():
             for module in dict.fromkeys(modules):  # each registers its commands on its groups
                 importlib.import_module(module)
