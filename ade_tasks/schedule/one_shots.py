@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import grace, span
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
@@ -40,7 +41,6 @@ from ade_tasks.errors import AdeError, AdmissionError, TransientError
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.runs.dispatch import DispatchResult, TaskSender, TriggerEvent, dispatch_many
-from ade_tasks.schedule.slots import grace, span
 from ade_tasks.states import OneShotStatus
 
 log = logging.getLogger(__name__)
