@@ -286,7 +286,7 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))
     note: Mapped[str | None] = mapped_column(Text)
-    #: A gate's policy, fixed when the run parked (`ade_tasks.guardrails.human_approval`): how
+    #: A gate's policy, fixed when the run parked (`ade_tasks.rules.approval_policy`): how
     #: many distinct tokens must approve, whose approval is refused (the requester), and the
     #: approvals counted so far ({token, by, at, note} each).
     approvals_needed: Mapped[int] = mapped_column(Integer, server_default="1")
