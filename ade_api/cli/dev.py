@@ -49,8 +49,8 @@ from ade_tasks.db.rule_sync import SyncReport
 from ade_tasks.db.rules import list_rules, load_rule
 from ade_tasks.logs import configure_logging, uvicorn_log_config
 from ade_tasks.roles import Role
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
-from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app

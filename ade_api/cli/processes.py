@@ -97,7 +97,7 @@ def api(
     from ade_tasks.db.engine import create_db_engine, create_session_factory
     from ade_tasks.errors import AdeError
     from ade_tasks.logs import uvicorn_log_config
-    from ade_tasks.rules.sync import sync_rules_dir
+    from ade_tasks.rule_files.sync import sync_rules_dir
 
     if sync_rules:
         factory = create_session_factory(create_db_engine(settings.effective_database_url))
