@@ -13,8 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from ade_tasks.conditions import ConditionError, parse_condition
+from ade_tasks.hooks.config import JsonFilter, filters_match
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.patterns import (
     MAX_SUBJECT_CHARS,
     PatternError,
@@ -44,7 +44,7 @@ SITES = {
         print(trigger_matches(trigger, event))
     """,
     "hook matches filter": """
-        from ade_tasks.ingress.hooks import JsonFilter
+        from ade_tasks.hooks.config import JsonFilter
         print(JsonFilter(path="title", op="matches", value="(a+)+$").evaluate({"title": POISON}))
     """,
     "step condition matches": """
