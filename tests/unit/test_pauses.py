@@ -15,10 +15,10 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED, InMemorySender, TriggerEvent, dispatch
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import IngressStatus
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_tasks.triggers.local_events import emit
 from tests.scheduler_support import FakeClock
 from tests.unit.conftest import add_rule
