@@ -1,10 +1,17 @@
-"""No module imports another that imports it back, at module level nor through imports inside
-functions (which hide a cycle from Python but not from a reader)."""
+"""No circles at any level: no module imports another that imports it back, at module level nor
+through imports inside functions (which hide a cycle from Python but not from a reader) nor under
+TYPE_CHECKING (which hides it from the interpreter but not from mypy or a reader); and the rooms of
+a package (its subpackages and top-level modules) import one another in the one direction that
+the contracts in pyproject.toml (`[tool.importlinter]`) state."""
 
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
+
+import pytest
+from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ade_tasks", "ade_workers", "ade_api")
@@ -37,8 +44,6 @@ def _imports(modules: dict[str, Path], *, in_functions: bool) -> dict[str, set[s
         def visit(node: ast.AST, inside: bool, module: str = name) -> None:
             for child in ast.iter_child_nodes(node):
                 deeper = inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    continue  # annotations only: never imported at run time
                 if isinstance(child, ast.Import | ast.ImportFrom) and (in_functions or not deeper):
                     targets = (
                         [alias.name for alias in child.names]
@@ -93,7 +98,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_module_imports_one_that_imports_it_back_at_module_level() -> None:
+def test_no_module_imports_one_that_imports_it_back_at_module_level_type_checking_included() -> (
+    None
+):
     assert _cycles(_imports(_modules(), in_functions=False)) == []
 
 
@@ -104,3 +111,59 @@ def test_imports_inside_functions_close_no_cycle_either() -> None:
 def test_the_check_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_the_rooms_keep_the_contracts_in_pyproject() -> None:
+    # Given the contracts of [tool.importlinter] (no circle between rooms at any depth, and the
+    # layers of each package's rooms), when import-linter checks the three packages
+    broken = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    # Then every contract is kept (the report above names each broken import)
+    assert broken == 0
+
+
+def test_the_contracts_count_imports_under_type_checking_and_inside_functions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a package whose lower room imports the upper one only for annotations, and whose
+    # upper room imports a basic that imports it back only inside a function
+    files = {
+        "toy/__init__.py": "",
+        "toy/upper.py": "from toy import lower, basic\n",
+        "toy/lower.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.upper\n",
+        "toy/basic.py": "def later() -> None:\n    import toy.upper\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "contracts.toml").write_text(
+        textwrap.dedent(
+            """\
+            [tool.importlinter]
+            root_packages = ["toy"]
+            [[tool.importlinter.contracts]]
+            id = "acyclic"
+            name = "acyclic"
+            type = "acyclic_siblings"
+            ancestors = ["toy"]
+            [[tool.importlinter.contracts]]
+            id = "layers"
+            name = "layers"
+            type = "layers"
+            containers = ["toy"]
+            layers = ["upper", "lower | basic"]
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # When import-linter checks it, each contract on its own
+    results = {
+        contract: lint_imports(
+            config_filename=str(tmp_path / "contracts.toml"),
+            limit_to_contracts=(contract,),
+            no_cache=True,
+            no_logo=True,
+        )
+        for contract in ("acyclic", "layers")
+    }
+    # Then both are broken (exit code 1)
+    assert results == {"acyclic": 1, "layers": 1}
