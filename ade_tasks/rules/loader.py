@@ -24,8 +24,8 @@ from ade_tasks.errors import ConflictError, RuleProblem
 from ade_tasks.gc_pause import paused_gc
 from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
-from ade_tasks.rules.base import ADMISSION
 from ade_tasks.rules.checks import step_problems
+from ade_tasks.rules.document import ADMISSION
 from ade_tasks.rules.file_digests import KnownFiles, bytes_key, file_digest, unchanged
 from ade_tasks.rules.file_pool import POOL_FROM, map_in_pool
 from ade_tasks.rules.messages import problems_of

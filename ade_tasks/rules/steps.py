@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from ade_tasks.rules.agent import AgentSession
-from ade_tasks.rules.base import (
+from ade_tasks.rules.document import (
     ADE_ACTION_NAME,
     BRANCH_PREFIX,
     DEFAULT_STEP_TIMEOUT_SEC,

@@ -22,7 +22,7 @@ from ade_tasks.cron.grammar import CronSyntaxError, parse_cron
 from ade_tasks.cron.legacy import admitted_day_match
 from ade_tasks.cron.slots import ScheduleSpec, check_not_past, check_zoned
 from ade_tasks.durations import MAX_DURATION
-from ade_tasks.rules.base import (
+from ade_tasks.rules.document import (
     OCCURRENCE_RETENTION,
     REPO_NAME,
     SLUG,
