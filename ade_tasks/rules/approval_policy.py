@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ade_tasks.actors import token_of
+from ade_tasks.access.actors import token_of
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.rules.rule import Rule
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.actors import actor_name, token_of
+from ade_tasks.access.actors import actor_name, token_of
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
