@@ -356,7 +356,7 @@ class IngressEventRow(Base):
     matching: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
-    # Claims by workers before matching (`ingress.dispatcher`): one that kills each is failed.
+    # Claims by workers before matching (`triggers.ingress_events`): one that kills each is failed.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_at: Mapped[datetime | None]
 
