@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from ade_tasks.durations import parse_duration
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.document import (
     ADE_ACTION_NAME,
@@ -22,7 +23,6 @@ from ade_tasks.rules.document import (
     MIN_STEP_TIMEOUT_SEC,
     STEP_ID,
     Document,
-    parse_duration,
 )
 
 
