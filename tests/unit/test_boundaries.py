@@ -1,13 +1,17 @@
-"""Package boundaries (docs/development.md, Layout): the domain never imports celery or fastapi."""
+"""Package boundaries (docs/development.md, Layout): the domain never imports celery or fastapi, and
+only its db/ room writes the cluster's database."""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
 
 import ade_tasks
 from tests.conftest import REPO
+
+WRITES = {"insert", "update", "delete"}
 
 
 def test_ade_tasks_never_imports_celery_or_fastapi() -> None:
@@ -37,3 +41,25 @@ def test_ade_workers_never_imports_fastapi() -> None:
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_sql_writes_of_the_cluster_database_live_in_db() -> None:
+    # Given every module of ade_tasks outside db/, but the relay's store, which writes the relay's
+    # own database (ade_tasks/relay/store.py says why it is not the cluster's)
+    root = REPO / "ade_tasks"
+    paths = [
+        path
+        for path in root.rglob("*.py")
+        if path.relative_to(root).parts[0] != "db" and path != root / "relay" / "store.py"
+    ]
+    # When their imports of SQLAlchemy are read
+    writers = sorted(
+        f"{path.relative_to(REPO)}: {alias.name}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy")
+        for alias in node.names
+        if alias.name in WRITES
+    )
+    # Then none builds an INSERT, UPDATE or DELETE: those are query functions in db/
+    assert len(paths) > 100 and writers == []
