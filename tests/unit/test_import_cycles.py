@@ -98,9 +98,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_module_imports_one_that_imports_it_back_at_module_level_type_checking_included() -> (
-    None
-):
+def test_no_module_imports_one_that_imports_it_back_type_checking_included() -> None:
     assert _cycles(_imports(_modules(), in_functions=False)) == []
 
 
