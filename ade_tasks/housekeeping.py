@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete
 from sqlalchemy.exc import OperationalError
 
 from ade_tasks.db import ingress as ingress_db
@@ -21,9 +20,9 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import run_rollups
+from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
-from ade_tasks.db.schema import RunRow
 from ade_tasks.runs.recovery import recover
 from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
@@ -88,8 +87,7 @@ def standard_jobs(
             # A partitioned history drops whole months instead (the `partitions` job).
             if settings.run_retention_days and not partitions_db.is_partitioned(session):
                 cutoff = now - timedelta(days=settings.run_retention_days)
-                result = session.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
-                pruned["runs"] = int(getattr(result, "rowcount", 0) or 0)
+                pruned["runs"] = runs_db.prune_finished(session, cutoff)
         return pruned
 
     def roll_up(now: datetime) -> object:

@@ -25,7 +25,7 @@ from ade_tasks import api_address
 from ade_tasks.api_address import DEFAULT_API_HOST, DEFAULT_API_PORT, ENV_PREFIX
 from ade_tasks.env_file import check_env_file, env_file_path
 from ade_tasks.errors import NotFoundError
-from ade_tasks.ingress.hooks import HookConfig
+from ade_tasks.hooks.config import HookConfig
 from ade_tasks.rules.notify import NotificationEvent
 
 EMBEDDED_DATA_DIR = api_address.EMBEDDED_DATA_DIR

@@ -1,6 +1,6 @@
 """Step-argument templates: `{{trigger.number}}`, `{{steps.<id>.output}}`, `{{rule.name}}`, ...
 
-One lookup implementation serves rendering here and step conditions (`ade_tasks.conditions`);
+One lookup implementation serves rendering here and step conditions (`ade_tasks.rules.conditions`);
 one name check serves the load-time checks of both. There are no filters, expressions or
 escapes: a `{{` that is not a variable reference is an error, never literal text.
 """

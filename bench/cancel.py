@@ -39,7 +39,7 @@ from typing import TypeVar
 from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings

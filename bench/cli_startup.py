@@ -41,11 +41,11 @@ from pathlib import Path
 import httpx
 
 from ade_api.cli import registry
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from bench.common import BenchError, machine_idle_seconds, percentile, scratch_database
 from bench.run_history import ADMIN_URL, fill_history, serving

@@ -75,13 +75,13 @@ import yaml
 from celery import Celery
 from sqlalchemy import Engine, text
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_rollups
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.roles import Role
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import create_celery_app
 from bench import cluster_load, cluster_mix, cluster_report

@@ -38,11 +38,11 @@ from urllib.parse import urlencode
 import httpx
 from sqlalchemy import make_url, text
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from bench.common import BenchError, percentile, scratch_database
 from bench.run_history import ADMIN_URL, fill_history, line, run_id_of, serving, timed

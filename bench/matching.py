@@ -36,7 +36,7 @@ from ade_tasks.db import rule_triggers
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from bench.common import BenchError, percentile, require_loopback, scratch_database
 from bench.rules_sync import DEFAULT_ADMIN_URL, rule_yaml
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 
 START = datetime(2026, 11, 30, 10, 0, 5, tzinfo=UTC)
 

@@ -76,6 +76,6 @@ def _parameter(field: dict[str, Any]) -> str:
 
 
 def _local_catalog() -> dict[str, Any]:
-    from ade_tasks.action_reference import catalog
+    from ade_tasks.rules.action_reference import catalog
 
     return catalog()

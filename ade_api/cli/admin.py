@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ade_api.cli.base import Api, fail, json_option, main, url_option
+from ade_tasks.access.roles import Role
 from ade_tasks.errors import AdeError
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 
 if TYPE_CHECKING:  # the database modules load only for the commands that use them

@@ -15,7 +15,7 @@ from ade_tasks.settings import Settings
 
 def _zoned(value: str, option: str) -> str:
     """A time option checked before sending: an ISO 8601 timestamp with Z or an offset."""
-    from ade_tasks.schedule.slots import check_zoned
+    from ade_tasks.cron.slots import check_zoned
 
     try:
         return str(check_zoned(value, option).isoformat())

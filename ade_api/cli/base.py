@@ -149,7 +149,7 @@ def rules_validate(settings: Settings, directory: str | None) -> None:
 def rules_sync(settings: Settings, directory: str | None) -> None:
     """Load the rule files into the database (valid rules load even if others are broken)."""
     from ade_tasks.db.engine import create_db_engine, create_session_factory
-    from ade_tasks.rules.sync import sync_rules_dir
+    from ade_tasks.rule_files.sync import sync_rules_dir
 
     factory = create_session_factory(create_db_engine(settings.effective_database_url))
     loaded, report = sync_rules_dir(factory, _rules_dir(settings, directory))

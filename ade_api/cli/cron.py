@@ -40,9 +40,9 @@ def cron(
 ) -> None:
     """Preview EXPRESSION's next fires (local time and UTC; daylight-saving moves marked) as a
     schedule trigger with these options would fire them, or say why it is refused."""
+    from ade_tasks.cron.evaluator import Evaluator
+    from ade_tasks.cron.grammar import parse_cron
     from ade_tasks.errors import AdeError
-    from ade_tasks.schedule.cron import parse_cron
-    from ade_tasks.schedule.evaluator import Evaluator
 
     after = _after(start)
     try:

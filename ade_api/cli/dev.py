@@ -42,15 +42,15 @@ from fastapi import FastAPI
 
 from ade_api.http.app import create_app
 from ade_api.http.header_timeout import HTTP_PROTOCOL
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.rule_sync import SyncReport
 from ade_tasks.db.rules import list_rules, load_rule
 from ade_tasks.logs import configure_logging, uvicorn_log_config
-from ade_tasks.roles import Role
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
-from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app

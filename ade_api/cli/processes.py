@@ -89,7 +89,7 @@ def api(
     settings: Settings, host: str | None, port: int | None, workers: int, sync_rules: bool
 ) -> None:
     """Serve the HTTP API."""
-    from ade_tasks.gc_pause import paused_gc
+    from ade_tasks.rules.gc_pause import paused_gc
 
     with paused_gc():  # the API's imports: about 0.3 s less start-up without the collector
         import uvicorn
@@ -100,7 +100,7 @@ def api(
         from ade_tasks.db.engine import create_db_engine, create_session_factory
         from ade_tasks.errors import AdeError
         from ade_tasks.logs import uvicorn_log_config
-        from ade_tasks.rules.sync import sync_rules_dir
+        from ade_tasks.rule_files.sync import sync_rules_dir
 
     if sync_rules:
         factory = create_session_factory(create_db_engine(settings.effective_database_url))

@@ -91,9 +91,9 @@ class LazyGroup(click.Group):
     @staticmethod
     def _import(modules: Iterable[str]) -> None:
         # Imports allocate many objects and free few: the cyclic collector would walk them
-        # again and again (ade_tasks.gc_pause), a fifth of a command's import time. Imported
+        # again and again (ade_tasks.rules.gc_pause), a fifth of a command's import time. Imported
         # here, not above: `--version` imports no domain module.
-        from ade_tasks.gc_pause import paused_gc
+        from ade_tasks.rules.gc_pause import paused_gc
 
         with paused_gc():
             for module in dict.fromkeys(modules):  # each registers its commands on its groups

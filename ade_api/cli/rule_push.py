@@ -4,7 +4,7 @@ token (a team's CI, no database access), as one versioned change or not at all.
 The push compares first (a dry run, printed as a diff), then applies what it compared against
 that state's revision: a push or sync applied in between makes the API refuse it (409) rather
 than undo the other change unseen; running the push again compares with the new state.
-What a push does to rules the directory does not hold: `ade_tasks.rules.push`.
+What a push does to rules the directory does not hold: `ade_tasks.rule_files.push`.
 """
 
 from __future__ import annotations

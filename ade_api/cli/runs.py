@@ -344,8 +344,8 @@ def run(
 
 def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
     """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
+    from ade_tasks.cron.slots import check_zoned, parse_delay
     from ade_tasks.errors import AdeError
-    from ade_tasks.schedule.slots import check_zoned, parse_delay
 
     if at is None and delay is None:
         return {}

@@ -21,12 +21,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ade_tasks.actors import actor_name
+from ade_tasks.access.actors import actor_name
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import database_fault
 from ade_tasks.errors import PolicyViolationError
-from ade_tasks.roles import Role
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,8 @@ from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import ConflictError
-from ade_tasks.rule_health import (
+from ade_tasks.settings import Settings
+from ade_tasks.triggers.health import (
     LiveState,
     ProviderReadiness,
     RuleHealth,
@@ -34,7 +35,6 @@ from ade_tasks.rule_health import (
     rule_health,
     unreadable,
 )
-from ade_tasks.settings import Settings
 from ade_workers.agents.cli.facts import ProviderStatus, providers_report
 
 PROVIDERS = ("openai", "anthropic", "claude-code", "codex")

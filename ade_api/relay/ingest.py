@@ -2,7 +2,7 @@
 
 The paths are the cluster's own (`POST /api/v1/webhooks/github`, `POST /api/v1/webhooks/{hook}`),
 so moving GitHub's webhook from the cluster to the relay changes only its host. Verification is
-the cluster's code (`ade_tasks.ingress.signatures`: ADE_GITHUB__WEBHOOK_SECRET, the hooks of
+the cluster's code (`ade_tasks.hooks.signatures`: ADE_GITHUB__WEBHOOK_SECRET, the hooks of
 ADE_HOOKS__*), under the same body caps and read timeout (`ADE_GITHUB__MAX_BODY_BYTES`, a hook's
 `max_body_bytes`, `ADE_INGRESS_READ_TIMEOUT`).
 
@@ -32,9 +32,9 @@ from ade_api.http.routes.webhooks import (
 from ade_api.relay.wake import WakeHub
 from ade_tasks.clock import utcnow
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.hooks.config import delivery_id
+from ade_tasks.hooks.signatures import SignatureError, verify_hook
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.hooks import delivery_id
-from ade_tasks.ingress.signatures import SignatureError, verify_hook
 from ade_tasks.relay import store
 from ade_tasks.settings import Settings
 

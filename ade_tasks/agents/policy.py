@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ade_tasks.agents.protected import ProtectedPaths
-from ade_tasks.agents.tool_names import canonical_tool, matching_pattern
 from ade_tasks.rules.agent import ToolPalette, ToolPolicy
+from ade_tasks.rules.tool_names import canonical_tool, matching_pattern
 
 READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})

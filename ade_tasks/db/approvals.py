@@ -14,7 +14,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.run_events import append_event
 from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
-from ade_tasks.guardrails.human_approval import ApprovalPolicy, count_approval
+from ade_tasks.rules.approval_policy import ApprovalPolicy, count_approval
 from ade_tasks.states import ANSWER, PARK, Answer, ApprovalStatus, RunStatus
 
 

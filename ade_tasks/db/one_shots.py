@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -15,10 +15,8 @@ from sqlalchemy.orm import Session
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.states import OneShotStatus
-
-if TYPE_CHECKING:
-    from ade_tasks.schedule.one_shots import TriggerOnce
 
 SCHEDULED = cast(Table, ScheduledRunRow.__table__)
 CLAIM_BATCH = 200  # beats ticking together share the due runs (measured at 200, as cron slots were)
@@ -48,6 +46,28 @@ class Settled:
     status: OneShotStatus
     run_id: str | None
     reason: str | None
+
+
+@dataclass(frozen=True)
+class TriggerOnce:
+    """A rule's one-shot trigger as the beats store it."""
+
+    rule_id: str
+    trigger_index: int
+    trigger: ScheduleTrigger
+    stored_at: datetime  # when the rule's current version was stored
+
+    @property
+    def run_at(self) -> datetime:
+        """The moment it fires: `run_at`, or `delay_seconds` after the version was stored."""
+        if self.trigger.run_at is not None:
+            return self.trigger.run_at.astimezone(UTC)
+        return self.stored_at + timedelta(seconds=self.trigger.delay_seconds or 0)
+
+    @property
+    def key(self) -> str:
+        """Unique per rule, trigger and resolved time: storing it twice stores it once."""
+        return f"trigger:{self.rule_id}:{self.trigger_index}:{self.run_at:%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def _insert(session: Session) -> Any:

@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 from typing import Any, cast
 
 from psycopg.errors import UndefinedTable
-from sqlalchemy import Boolean, String, Table, TextClause, select, text, update
+from sqlalchemy import Boolean, String, Table, TextClause, delete, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, configure_mappers
@@ -447,3 +447,10 @@ def move_in_review_queue(session: Session, run_id: str, queue_status: str) -> Ru
         )
     row.queue_status = queue_status
     return row
+
+
+def prune_finished(session: Session, cutoff: datetime) -> int:
+    """Delete the runs that finished before `cutoff` (the retention of a history that is not
+    partitioned; a partitioned one drops whole months); returns how many."""
+    result = session.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -286,7 +286,7 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(255))
     note: Mapped[str | None] = mapped_column(Text)
-    #: A gate's policy, fixed when the run parked (`ade_tasks.guardrails.human_approval`): how
+    #: A gate's policy, fixed when the run parked (`ade_tasks.rules.approval_policy`): how
     #: many distinct tokens must approve, whose approval is refused (the requester), and the
     #: approvals counted so far ({token, by, at, note} each).
     approvals_needed: Mapped[int] = mapped_column(Integer, server_default="1")
@@ -356,7 +356,7 @@ class IngressEventRow(Base):
     matching: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
-    # Claims by workers before matching (`ingress.dispatcher`): one that kills each is failed.
+    # Claims by workers before matching (`triggers.ingress_events`): one that kills each is failed.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_at: Mapped[datetime | None]
 

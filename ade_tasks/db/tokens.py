@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import ApiTokenRow, AuditRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
-from ade_tasks.roles import Role
 
 TOKEN_PREFIX = "ade_"
 #: `last_used_at` is written at most this often per token, not on every request.

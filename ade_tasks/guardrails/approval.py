@@ -3,8 +3,8 @@ with a side effect, `verify_before_publish` before it publishes."""
 
 from __future__ import annotations
 
-from ade_tasks.ade_action_allowlist import CATALOG
 from ade_tasks.guardrails.base import Guardrail
+from ade_tasks.rules.ade_actions import CATALOG
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AdeActionStep, AgentSessionStep
 

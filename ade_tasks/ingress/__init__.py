@@ -1,4 +1,4 @@
-"""Webhook and event ingress: verifying and normalizing deliveries (GitHub, custom hooks, local
-git and file events, GitHub polling), storing them, and dispatching each stored event on a
-worker. Which rules an event starts is asked of `ade_tasks.triggers`, which imports only the
-normalized event and the hook filters from here."""
+"""Webhook and event ingress: normalizing deliveries (GitHub, custom hooks, local git and file
+events, GitHub polling) and storing them for the workers. Which rules a stored event starts is
+`ade_tasks.triggers.ingress_events`, above this room; a hook's configuration and signature checks
+are `ade_tasks.hooks`, below it."""

@@ -1,6 +1,6 @@
 """The request side of ingress: what a webhook endpoint does between verifying a delivery and
 answering it. One durable write (the event, or the refusal in a hook's delivery log) and a
-message to the ingress workers; matching and dispatching happen there (`ingress.dispatcher`).
+message to the ingress workers; matching and dispatching happen there (`triggers.ingress_events`).
 """
 
 from __future__ import annotations

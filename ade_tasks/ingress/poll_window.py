@@ -8,10 +8,10 @@ the next poll starts at come back for the poller to store in one transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ade_tasks.ingress.poll_cursors import format_time, next_cursor
 from ade_tasks.ingress.poll_inference import (
@@ -26,10 +26,32 @@ from ade_tasks.ingress.poll_inference import (
     time_of,
 )
 
-if TYPE_CHECKING:
-    from ade_tasks.ingress.poller import PollClient
-
 log = logging.getLogger(__name__)
+
+
+class PollClient(Protocol):
+    """The GitHub reads a poll makes; `ade_workers.integrations.github.GithubClient` implements
+    them.
+
+    `list_issues` and `list_issue_comments` are ordered by updated_at, oldest first;
+    `list_issue_events` newest first, back to `since`. Each holds at most `limit` items and
+    raises `TransientError` (with `retry_after` seconds when GitHub said) when GitHub is
+    unavailable.
+    """
+
+    def list_issues(
+        self, repo: str, since: datetime, *, limit: int
+    ) -> Sequence[Mapping[str, object]]: ...
+
+    def list_issue_comments(
+        self, repo: str, since: datetime, *, limit: int
+    ) -> Sequence[Mapping[str, object]]: ...
+
+    def list_issue_events(
+        self, repo: str, since: datetime, *, limit: int
+    ) -> Sequence[Mapping[str, object]]: ...
+
+    def get_pull(self, repo: str, number: int) -> Mapping[str, object]: ...
 
 
 @dataclass

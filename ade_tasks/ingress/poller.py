@@ -54,7 +54,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
 
 from sqlalchemy.exc import IntegrityError
 
@@ -71,7 +70,7 @@ from ade_tasks.ingress.poll_inference import (
     SOURCE,
     PolledDelivery,
 )
-from ade_tasks.ingress.poll_window import read_window
+from ade_tasks.ingress.poll_window import PollClient, read_window
 from ade_tasks.retry import Backoff, retry_after_of
 from ade_tasks.runs.senders import IngressSender
 
@@ -103,31 +102,6 @@ POLLED_TYPES = frozenset(
 MAX_ITEMS = 1000
 #: How often a poller says it is alive (rule health counts it gone after this and a grace).
 HEARTBEAT_SECONDS = 10.0
-
-
-class PollClient(Protocol):
-    """The GitHub reads a poll makes; `ade_workers.integrations.github.GithubClient` implements
-    them.
-
-    `list_issues` and `list_issue_comments` are ordered by updated_at, oldest first;
-    `list_issue_events` newest first, back to `since`. Each holds at most `limit` items and
-    raises `TransientError` (with `retry_after` seconds when GitHub said) when GitHub is
-    unavailable.
-    """
-
-    def list_issues(
-        self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, object]]: ...
-
-    def list_issue_comments(
-        self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, object]]: ...
-
-    def list_issue_events(
-        self, repo: str, since: datetime, *, limit: int
-    ) -> Sequence[Mapping[str, object]]: ...
-
-    def get_pull(self, repo: str, number: int) -> Mapping[str, object]: ...
 
 
 @dataclass

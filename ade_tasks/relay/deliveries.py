@@ -27,9 +27,9 @@ from typing import NoReturn
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
+from ade_tasks.hooks.config import HookConfig, filters_match
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
-from ade_tasks.ingress.hooks import HookConfig, filters_match
 from ade_tasks.relay.wire import RelayedEvent
 from ade_tasks.runs.senders import IngressSender
 

@@ -26,7 +26,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
-from ade_tasks.ingress.hooks import HookConfig
+from ade_tasks.hooks.config import HookConfig
 from ade_tasks.relay.deliveries import PoisonEventError, accept
 from ade_tasks.relay.store import PAGE_LIMIT
 from ade_tasks.relay.wire import RelayPage

@@ -15,8 +15,8 @@ from pydantic import (
     model_validator,
 )
 
-from ade_tasks.agents.tool_names import matching_pattern
-from ade_tasks.rules.base import MAX_TOKENS, MAX_USD, Document, admitting, at_most
+from ade_tasks.rules.document import MAX_TOKENS, MAX_USD, Document, admitting, at_most
+from ade_tasks.rules.tool_names import matching_pattern
 
 
 class ToolPolicy(Document):

@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ade_tasks.ade_action_allowlist import check_step
-from ade_tasks.conditions import check_condition
-from ade_tasks.rules.base import ADE_ACTION_NAME
+from ade_tasks.rules.ade_actions import check_step
+from ade_tasks.rules.conditions import check_condition
+from ade_tasks.rules.document import ADE_ACTION_NAME
 from ade_tasks.rules.references import trigger_fields
 from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id
 from ade_tasks.secrets import check as check_secrets

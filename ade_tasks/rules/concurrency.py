@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from ade_tasks.errors import AdmissionError
-from ade_tasks.rules.base import Document
+from ade_tasks.rules.document import Document
 from ade_tasks.templating import (
     TemplateContext,
     TemplateError,

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from ade_tasks.gc_pause import paused_gc
+from ade_tasks.rules.gc_pause import paused_gc
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pydantic import (
     Field,
 )
 
-from ade_tasks.rules.base import (
+from ade_tasks.rules.document import (
     MAX_CONCURRENT,
     MAX_RUN_SECONDS_PER_DAY,
     MAX_TOKENS,

@@ -21,13 +21,13 @@ import yaml
 from pydantic import ValidationError
 
 from ade_tasks.errors import ConflictError, RuleProblem
-from ade_tasks.gc_pause import paused_gc
 from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import MAX_RULE_FILE_BYTES, DocumentLimitError, check_depth, load_yaml
-from ade_tasks.rules.base import ADMISSION
 from ade_tasks.rules.checks import step_problems
+from ade_tasks.rules.document import ADMISSION
 from ade_tasks.rules.file_digests import KnownFiles, bytes_key, file_digest, unchanged
 from ade_tasks.rules.file_pool import POOL_FROM, map_in_pool
+from ade_tasks.rules.gc_pause import paused_gc
 from ade_tasks.rules.messages import problems_of
 from ade_tasks.rules.rule import Rule
 
@@ -307,7 +307,7 @@ def load_rules_dir(
     `known`: what the database holds per file (`ade_tasks.db.rule_sync.known_files`); a file
     whose bytes still yield exactly that is not parsed again, its rules come from `known`
     (documents None). The rest are parsed, in worker processes from `pool_from` files on.
-    The cyclic collector is paused meanwhile (`ade_tasks.gc_pause`).
+    The cyclic collector is paused meanwhile (`ade_tasks.rules.gc_pause`).
     """
     with paused_gc():
         return _load_dir(directory, known, pool_from)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from ade_tasks.rules.base import PATTERN_HINTS
+from ade_tasks.rules.document import PATTERN_HINTS
 from ade_tasks.rules.steps import KNOWN_ACTION_TYPES
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator
 
-from ade_tasks.rules.base import SLUG, Document
+from ade_tasks.rules.document import SLUG, Document
 
 
 class NotificationEvent(StrEnum):

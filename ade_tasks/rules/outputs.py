@@ -11,7 +11,7 @@ from pydantic import (
     model_validator,
 )
 
-from ade_tasks.rules.base import REPO_NAME, Document
+from ade_tasks.rules.document import REPO_NAME, Document
 
 
 class Disposition(StrEnum):

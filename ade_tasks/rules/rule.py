@@ -10,9 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ade_tasks.rules.agent import ToolPalette
 from ade_tasks.rules.agent_defaults import AgentDefaults, with_agent_defaults
-from ade_tasks.rules.base import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.checks import step_problems
 from ade_tasks.rules.concurrency import Concurrency
+from ade_tasks.rules.document import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.notify import NotifyPolicy
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification, in_declared_order

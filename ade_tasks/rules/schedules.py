@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ade_tasks.cron.slots import ScheduleError, next_fire_times, series_of
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.schedule.slots import ScheduleError, next_fire_times, series_of
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from pydantic import (
     model_validator,
 )
 
+from ade_tasks.durations import parse_duration
 from ade_tasks.rules.agent import AgentSession
-from ade_tasks.rules.base import (
+from ade_tasks.rules.document import (
     ADE_ACTION_NAME,
     BRANCH_PREFIX,
     DEFAULT_STEP_TIMEOUT_SEC,
@@ -22,7 +23,6 @@ from ade_tasks.rules.base import (
     MIN_STEP_TIMEOUT_SEC,
     STEP_ID,
     Document,
-    parse_duration,
 )
 
 
@@ -38,7 +38,7 @@ EnvName = r"[A-Za-z_][A-Za-z0-9_]*"
 class Step(Document):
     """What every step of a built-in chain has, whatever its action.
 
-    `condition` is a small safe expression (see `ade_tasks.conditions`); a false condition
+    `condition` is a small safe expression (see `ade_tasks.rules.conditions`); a false condition
     records the step as skipped. `retry` re-runs a failed step up to 5 times with exponential
     backoff from 400 ms. `always_run` steps run even after an earlier failure, like `finally`,
     and the original failure stays the run's outcome; a step whose condition asks about a
@@ -58,7 +58,7 @@ class Step(Document):
 
     @model_validator(mode="after")
     def _failure_steps_always_run(self) -> Step:
-        from ade_tasks.conditions import asks_about_failure  # it imports templating only
+        from ade_tasks.rules.conditions import asks_about_failure  # it imports templating only
 
         # "Only if an earlier step failed" must not need a second flag to ever be true.
         if self.condition and not self.always_run and asks_about_failure(self.condition):

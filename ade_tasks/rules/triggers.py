@@ -17,8 +17,12 @@ from pydantic import (
     model_validator,
 )
 
-from ade_tasks.rules.base import (
-    MAX_DURATION,
+from ade_tasks.cron.evaluator import ScheduleError, never_fires, zone_named
+from ade_tasks.cron.grammar import CronSyntaxError, parse_cron
+from ade_tasks.cron.legacy import admitted_day_match
+from ade_tasks.cron.slots import ScheduleSpec, check_not_past, check_zoned
+from ade_tasks.durations import MAX_DURATION
+from ade_tasks.rules.document import (
     OCCURRENCE_RETENTION,
     REPO_NAME,
     SLUG,
@@ -28,10 +32,6 @@ from ade_tasks.rules.base import (
     admitting,
 )
 from ade_tasks.rules.github_events import check_github_trigger
-from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
-from ade_tasks.schedule.evaluator import ScheduleError, never_fires, zone_named
-from ade_tasks.schedule.legacy import admitted_day_match
-from ade_tasks.schedule.slots import ScheduleSpec, check_not_past, check_zoned
 from ade_tasks.states import FINAL_STATUSES, QueueStatus
 
 
@@ -172,7 +172,7 @@ class ScheduleTrigger(Document):
     @classmethod
     def _explicit_day_match(cls, data: Any, info: ValidationInfo) -> Any:
         """At admission, write down the day rule where croniter read the days otherwise, so a
-        stored trigger without it is known to be older (`ade_tasks.schedule.legacy`)."""
+        stored trigger without it is known to be older (`ade_tasks.cron.legacy`)."""
         if not (admitting(info) and isinstance(data, dict) and isinstance(data.get("cron"), str)):
             return data
         day_match = data.get("day_match")

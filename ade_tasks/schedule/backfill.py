@@ -2,7 +2,7 @@
 
 `backfill(...)` walks every cron `schedule` trigger of one rule over `[start, end)` (start
 inclusive, end exclusive, so consecutive ranges never share a slot) in the trigger's own time
-zone, with the beats' slot math (`ade_tasks.schedule.slots`, daylight-saving rules included), and
+zone, with the beats' slot math (`ade_tasks.cron.slots`, daylight-saving rules included), and
 for each slot:
 
 * **never claimed**: claims it in `schedule_occurrences` (so no beat can fire it too) and fires it;
@@ -37,6 +37,7 @@ from enum import StrEnum
 from itertools import islice
 
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import ScheduleError, iter_slots, span
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db import rules as rules_db
@@ -50,7 +51,6 @@ from ade_tasks.runs.dispatch import dispatch_many
 from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.schedule.scheduler import STALE_CLAIM, occurrence_outcome, schedule_event
-from ade_tasks.schedule.slots import ScheduleError, iter_slots, span
 from ade_tasks.states import OccurrenceOutcome
 
 #: The most slots one backfill fires; a longer range is refused with where to split it.

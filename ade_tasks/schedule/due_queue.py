@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from ade_tasks.schedule.slots import CronCursor
+from ade_tasks.cron.slots import CronCursor
 
 K = TypeVar("K", bound=Hashable)
 

@@ -24,51 +24,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import grace, span
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.one_shots import TriggerOnce
 from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import AdeError, AdmissionError, TransientError
 from ade_tasks.rules.inputs import resolve_inputs
-from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.runs.dispatch import dispatch_many
 from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.runs.trigger_events import TriggerEvent
-from ade_tasks.schedule.slots import grace, span
 from ade_tasks.states import OneShotStatus
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TriggerOnce:
-    """A rule's one-shot trigger as the beats store it."""
-
-    rule_id: str
-    trigger_index: int
-    trigger: ScheduleTrigger
-    stored_at: datetime  # when the rule's current version was stored
-
-    @property
-    def run_at(self) -> datetime:
-        """The moment it fires: `run_at`, or `delay_seconds` after the version was stored."""
-        if self.trigger.run_at is not None:
-            return self.trigger.run_at.astimezone(UTC)
-        return self.stored_at + timedelta(seconds=self.trigger.delay_seconds or 0)
-
-    @property
-    def key(self) -> str:
-        """Unique per rule, trigger and resolved time: storing it twice stores it once."""
-        return f"trigger:{self.rule_id}:{self.trigger_index}:{self.run_at:%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def schedule_manual_run(

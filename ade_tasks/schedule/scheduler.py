@@ -43,6 +43,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.occurrences import OccurrenceKey
@@ -54,7 +55,6 @@ from ade_tasks.runs.senders import RunSender
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.due_queue import DueQueue
 from ade_tasks.schedule.one_shots import OneShotFirer
-from ade_tasks.schedule.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
 from ade_tasks.schedule.specs import ProblemKey, ScheduleBook, SpecKey
 from ade_tasks.states import OccurrenceOutcome, RunStatus
 

@@ -24,13 +24,13 @@ from datetime import UTC, datetime
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import func, select
 
+from ade_tasks.cron.slots import ScheduleSpec
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.db.one_shots import TriggerOnce
 from ade_tasks.db.rule_triggers import stored_triggers
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.rules.loader import validation_problems
 from ade_tasks.rules.triggers import ScheduleTrigger, Trigger
-from ade_tasks.schedule.one_shots import TriggerOnce
-from ade_tasks.schedule.slots import ScheduleSpec
 
 SpecKey = tuple[str, int, str]
 #: Whose problem it is: (rule id, trigger index), or (rule id, None) for the whole rule.

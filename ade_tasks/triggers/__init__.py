@@ -2,11 +2,11 @@
 that are matched and dispatched without passing through ingress.
 
 One module per trigger family behind the `Matcher` protocol (`base.py`), looked up by trigger kind
-in `registry.py`; the ingress dispatcher and `local_events.py` ask the registry instead of branching
-on the kind. Schedules are claimed by the beat (`ade_tasks.schedule.scheduler`) and manual runs are
-dispatched by the API, so neither needs a matcher.
+in `registry.py`; `ingress_events.py` (stored ingress events, on a worker) and `local_events.py`
+ask the registry instead of branching on the kind. Schedules are claimed by the beat
+(`ade_tasks.schedule.scheduler`) and manual runs are dispatched by the API, so neither needs a
+matcher.
 
-May import the rule models (`ade_tasks.rules`), the normalized event (`ade_tasks.ingress.event`),
-globs and patterns, `ade_tasks.runs.dispatch` and the query functions in `ade_tasks.db`; never the
-ingress dispatcher, which imports this package.
+Above `ade_tasks.ingress` (the normalized event, GitHub's payloads, the stored events),
+`ade_tasks.runs`, `ade_tasks.rules` and `ade_tasks.db`; ingress never imports this room.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ade_tasks.ingress.hooks import JsonFilter, filters_match
+from ade_tasks.hooks.config import JsonFilter, filters_match
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, WebhookTrigger
 from ade_tasks.triggers.base import Refusal, TriggerTest

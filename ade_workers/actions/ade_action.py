@@ -1,5 +1,5 @@
 """The `ade-action` step: one allow-listed internal action
-(`ade_tasks.ade_action_allowlist.CATALOG`).
+(`ade_tasks.rules.ade_actions.CATALOG`).
 
 The chain has already resolved the step's `${env:NAME}` secrets and rendered its `{{...}}`
 templates. The executor drops identity arguments (a rule acts as itself), validates the
@@ -37,19 +37,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ade_tasks.ade_action_allowlist import (
-    CATALOG,
-    CleanupsCancelArgs,
-    CleanupsListArgs,
-    GithubCommentArgs,
-    GithubLabelsArgs,
-    LanesListArgs,
-    NotifySendArgs,
-    RuleIdArgs,
-    RunsCancelArgs,
-    strip_identity,
-    validate_args,
-)
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import run_cancels as run_cancels_db
@@ -68,6 +55,19 @@ from ade_tasks.errors import (
     PolicyViolationError,
 )
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.rules.ade_actions import (
+    CATALOG,
+    CleanupsCancelArgs,
+    CleanupsListArgs,
+    GithubCommentArgs,
+    GithubLabelsArgs,
+    LanesListArgs,
+    NotifySendArgs,
+    RuleIdArgs,
+    RunsCancelArgs,
+    strip_identity,
+    validate_args,
+)
 from ade_tasks.rules.steps import AdeActionStep
 from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
 from ade_workers.actions.base import StepContext, StepOutcome

@@ -12,12 +12,12 @@ from typing import Any
 from celery import Celery, Task
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.ingress.dispatcher import EventDeferredError, dispatch_ingress_event
 from ade_tasks.runs.approvals import expire_inputs
 from ade_tasks.runs.recovery import recover
 from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
+from ade_tasks.triggers.ingress_events import EventDeferredError, dispatch_ingress_event
 from ade_workers.celery.sender import CelerySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig, RunNotice
@@ -113,8 +113,8 @@ def register_tasks(
         """One message carries one event, or (from the API's publisher) a batch of them, each
         dispatched on its own: a failing event is recorded failed, and one the database failed
         under (while reading, matching or recording it) stays `received` for the recovery
-        sweep; either way the next one still runs. Matching is bounded in time
-        (`ade_tasks.ingress.dispatcher.MATCH_DEADLINE_SECONDS`), so no event holds the worker."""
+        sweep; either way the next one still runs. Matching is bounded in time (`ade_tasks.
+        triggers.ingress_events.MATCH_DEADLINE_SECONDS`), so no event holds the worker."""
         assert runtime.sender is not None
         statuses: list[str | None] = []
         for event_id in event_ids:

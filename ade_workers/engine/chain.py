@@ -19,12 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ade_tasks.clock import utcnow
-from ade_tasks.conditions import ConditionError, parse_condition
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
 from ade_tasks.json_document import JsonObject
 from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.rules.conditions import ConditionError, parse_condition
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import TEMPLATED_FIELDS, Action
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable

@@ -25,7 +25,7 @@ from ade_tasks.db.direct import Statements
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import UnitsOfWork, retrying
 from ade_tasks.db.run_steps import StepRecord
-from ade_tasks.guardrails.human_approval import gate_policy
+from ade_tasks.rules.approval_policy import gate_policy
 from ade_tasks.states import RunStatus
 from ade_workers.actions.agent_session import park_for_tool
 from ade_workers.actions.base import StepOutcome

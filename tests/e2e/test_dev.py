@@ -17,7 +17,7 @@ import pytest
 
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.testing import InMemorySender

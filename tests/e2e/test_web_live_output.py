@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.roles import Role
+from ade_tasks.access.roles import Role
 from tests.e2e.test_web_ui import RUN_MS, browser, logged_in, redis_url  # noqa: F401
 from tests.integration.conftest import Cluster
 from tests.integration.test_live_output import LIVE, LIVE_STEP, SECRET

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
-from ade_tasks.roles import Role
 from tests.conftest import REPO, write_rule
 from tests.integration.conftest import Cluster, own_redis_db, require
 from tests.integration.test_web_pages import SECRET, add_run, token, write_web_rules

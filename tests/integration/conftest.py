@@ -20,11 +20,11 @@ import redis
 from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.migrate import upgrade
-from ade_tasks.roles import Role
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app
 from tests.conftest import write_rule

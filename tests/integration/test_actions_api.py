@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import httpx
 
-from ade_tasks.action_reference import catalog
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.roles import Role
+from ade_tasks.rules.action_reference import catalog
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 

@@ -17,7 +17,7 @@ import pytest
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings

@@ -17,12 +17,12 @@ from pydantic import SecretStr
 from ade_api.dev_model import ScriptedAnthropic
 from ade_api.dev_model import Turn as ClaudeTurn
 from ade_api.http.app import create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.agents.threads import CONTINUATION_CHARS, Turn
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
-from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ModelPrice, ProviderSettings, Settings

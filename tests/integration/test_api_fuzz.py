@@ -11,8 +11,8 @@ from xml.etree import ElementTree
 
 import httpx
 
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
-from ade_tasks.roles import Role
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.support import BIN

@@ -18,11 +18,11 @@ import uvicorn
 from sqlalchemy import func, select, text
 
 from ade_api.http.app import create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.schema import ApiTokenRow, AuditRow, RulePauseRow, RunRow
-from ade_tasks.roles import Role
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule

@@ -16,13 +16,13 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.roles import Role
 from ade_tasks.states import OccurrenceOutcome
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster

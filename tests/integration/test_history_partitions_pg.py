@@ -22,6 +22,7 @@ from sqlalchemy import Engine, event, insert, text, update
 from sqlalchemy.orm import Session
 
 from ade_api.http.app import create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import run_views
@@ -37,7 +38,6 @@ from ade_tasks.housekeeping import (
     maintain_partitions,
     standard_jobs,
 )
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender
 

@@ -24,11 +24,11 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from ade_api.http.app import create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import create_db_engine, create_session_factory
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from bench.history import filters
 from bench.run_history import fill_history, run_id_of

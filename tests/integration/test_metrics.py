@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ade_api.http.app import create_app
 from ade_api.http.routes import metrics as metrics_route
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import ApprovalRow, UsageRow
 from ade_tasks.db.tokens import create_token
-from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import Settings

@@ -16,7 +16,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import one_shots as once_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.schema import RunRow, ScheduledRunRow
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.testing import InMemorySender
 from tests.integration.conftest import Cluster

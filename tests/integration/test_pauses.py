@@ -8,9 +8,9 @@ from __future__ import annotations
 import httpx
 from sqlalchemy import select
 
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
-from ade_tasks.roles import Role
 from ade_tasks.schedule.scheduler import Scheduler
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule

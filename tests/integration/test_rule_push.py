@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
-from ade_tasks.roles import Role
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from tests.conftest import write_rule
 
 RULE = """

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db import usage as usage_db
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
-from ade_tasks.roles import Role
 from tests.integration.conftest import Cluster, api_with_hello_rule
 from tests.integration.test_cli_cluster import cli
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import AuditRow, RulePauseRow, RunRow, ScheduledRunRow
-from ade_tasks.roles import Role
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.integration.test_web_pages import browser_like, check_page, token, write_web_rules

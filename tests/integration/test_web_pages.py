@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.schema import RunRow, RunStepRow, ScheduleOccurrenceRow
-from ade_tasks.roles import Role
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.support import redis_db_url, wait_until

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule

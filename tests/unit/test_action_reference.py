@@ -10,9 +10,9 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from ade_tasks import action_reference
-from ade_tasks.action_reference import ade_actions, catalog, common_step_fields, step_types
-from ade_tasks.ade_action_allowlist import CATALOG, AdeAction
+from ade_tasks.rules import action_reference
+from ade_tasks.rules.action_reference import ade_actions, catalog, common_step_fields, step_types
+from ade_tasks.rules.ade_actions import CATALOG, AdeAction
 from ade_tasks.rules.steps import ACTION_MODELS, Step
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from ade_tasks.ade_action_allowlist import (
+from ade_tasks.errors import InvalidInputError
+from ade_tasks.guardrails.approval import approval_gate
+from ade_tasks.rules.ade_actions import (
     CATALOG,
     IDENTITY_FIELDS,
     GithubCommentArgs,
@@ -17,8 +19,6 @@ from ade_tasks.ade_action_allowlist import (
     strip_identity,
     validate_args,
 )
-from ade_tasks.errors import InvalidInputError
-from ade_tasks.guardrails.approval import approval_gate
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AdeActionStep

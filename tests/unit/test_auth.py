@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ade_api.http.auth import _credentials, required_role
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import ApiTokenRow
 from ade_tasks.errors import ConflictError
-from ade_tasks.roles import Role
 
 V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 

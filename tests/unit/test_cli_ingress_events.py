@@ -16,12 +16,12 @@ from fastapi.testclient import TestClient
 from ade_api.cli import main
 from ade_api.cli.base import Api
 from ade_api.http.app import create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_workers.celery.app import create_celery_app
 from tests.unit.conftest import add_rule
 from tests.unit.test_ingress_dispatcher import rule, store_pr

@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ade_tasks.conditions import (
+from ade_tasks.errors import AdeError
+from ade_tasks.rules.conditions import (
     MAX_DEPTH,
     MAX_LENGTH,
     ConditionError,
     check_condition,
     parse_condition,
 )
-from ade_tasks.errors import AdeError
 from ade_tasks.templating import TemplateContext
 
 WHERE = "step 'deploy' condition"

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ade_tasks.schedule.cron import parse_cron
-from ade_tasks.schedule.evaluator import Evaluator
+from ade_tasks.cron.evaluator import Evaluator
+from ade_tasks.cron.grammar import parse_cron
 
 
 def utc(text: str) -> datetime:

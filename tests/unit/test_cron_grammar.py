@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from ade_tasks.cron.slots import ScheduleSpec, next_fire_times
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import ScheduleTrigger
-from ade_tasks.schedule.slots import ScheduleSpec, next_fire_times
 
 AFTER = datetime(2026, 12, 6, 23, 59, tzinfo=UTC)  # the minute before Monday 2026-12-07
 

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import product
 from zoneinfo import ZoneInfo
 
-from ade_tasks.schedule.cron import parse_cron
-from ade_tasks.schedule.evaluator import Evaluator
+from ade_tasks.cron.evaluator import Evaluator
+from ade_tasks.cron.grammar import parse_cron
 
 MINUTE = timedelta(minutes=1)
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Australia/Adelaide")

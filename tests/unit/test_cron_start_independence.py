@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ade_tasks.schedule.cron import parse_cron
-from ade_tasks.schedule.evaluator import Evaluator
-from ade_tasks.schedule.legacy import admitted_day_match
-from ade_tasks.schedule.slots import ScheduleSpec, iter_slots
+from ade_tasks.cron.evaluator import Evaluator
+from ade_tasks.cron.grammar import parse_cron
+from ade_tasks.cron.legacy import admitted_day_match
+from ade_tasks.cron.slots import ScheduleSpec, iter_slots
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Australia/Adelaide")
 #: Local midnights before DST changes of 2026-2027 in those zones (UTC instants).

@@ -41,7 +41,7 @@ from markdown_it import MarkdownIt
 
 from ade_api.cli import main as cli
 from ade_api.dev_model import ScriptError, parse_script
-from ade_tasks.conditions import ConditionError, parse_condition
+from ade_tasks.rules.conditions import ConditionError, parse_condition
 from ade_tasks.rules.loader import load_rules_dir, parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import ACTION_MODELS

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from ade_tasks.cron.slots import CronCursor, ScheduleSpec
 from ade_tasks.schedule.due_queue import DueQueue
-from ade_tasks.schedule.slots import CronCursor, ScheduleSpec
 
 NOW = datetime(2026, 12, 3, 10, 0, 30, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.conditions import parse_condition
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.rules.conditions import parse_condition
 from ade_tasks.rules.loader import load_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from ade_tasks.gc_pause import paused_gc
+from ade_tasks.rules.gc_pause import paused_gc
 
 
 def test_the_collector_is_off_in_the_block_and_on_again_after_even_on_an_error() -> None:

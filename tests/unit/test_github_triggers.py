@@ -16,12 +16,12 @@ from sqlalchemy import select
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RunRow
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.ingress.github import normalize
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.templating import TemplateContext, render
 from ade_tasks.testing import InMemorySender
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 

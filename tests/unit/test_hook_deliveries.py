@@ -21,7 +21,7 @@ from ade_api.http.deps import Services
 from ade_api.http.routes import webhooks
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.ingress.hooks import CHECK_ORDER, HookConfig
+from ade_tasks.hooks.config import CHECK_ORDER, HookConfig
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app

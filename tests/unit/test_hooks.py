@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from ade_tasks.ingress.hooks import (
+from ade_tasks.hooks.config import (
     CHECK_ORDER,
     HookConfig,
     JsonFilter,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks.actors import actor_name, token_of
+from ade_tasks.access.actors import actor_name, token_of
 from ade_tasks.db import approvals as approvals_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import PolicyViolationError
-from ade_tasks.guardrails.human_approval import ApprovalPolicy, count_approval, requester_of
+from ade_tasks.rules.approval_policy import ApprovalPolicy, count_approval, requester_of
 from ade_tasks.rules.guardrails import Guardrails, HumanApproval
 from ade_tasks.runs.approvals import decide_run
 from ade_tasks.runs.dispatch import dispatch

@@ -20,16 +20,16 @@ from ade_tasks.db import rule_triggers
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RuleRow, RunRow
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.dispatcher import (
-    EventDeferredError,
-    dispatch_ingress_event,
-    is_database_error,
-)
 from ade_tasks.ingress.github import normalize
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
+from ade_tasks.triggers.ingress_events import (
+    EventDeferredError,
+    dispatch_ingress_event,
+    is_database_error,
+)
 from ade_workers.celery.app import create_celery_app
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule

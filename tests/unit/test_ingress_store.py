@@ -15,13 +15,13 @@ from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import IngressEventRow, RunRow
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import normalize
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fixtures import GITHUB_FIXTURES

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ade_tasks import junit
-from ade_tasks.junit import JunitError, JunitSummary, parse_junit, summarize_reports
-from ade_tasks.junit import TestCaseFailure as CaseFailure
+from ade_workers.actions import junit
+from ade_workers.actions.junit import JunitError, JunitSummary, parse_junit, summarize_reports
+from ade_workers.actions.junit import TestCaseFailure as CaseFailure
 
 DATA = Path(__file__).parent / "data" / "junit"
 

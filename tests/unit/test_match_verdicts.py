@@ -12,10 +12,10 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.rules import UNTRUSTED
 from ade_tasks.db.schema import RuleRow
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers import verdicts
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from tests.unit.conftest import add_rule
 from tests.unit.test_ingress_dispatcher import event_of, rule, store_pr
 

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ade_api.http.app import OPENAPI_ASSETS, create_app
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.roles import Role
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender
 from ade_workers.celery.app import create_celery_app

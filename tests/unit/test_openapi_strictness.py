@@ -20,9 +20,9 @@ from ade_api.http.schemas.params import (
     TRIGGER_TYPE_NAMES,
     VERSION_CURSOR,
 )
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.roles import Role
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ade_tasks.conditions import ConditionError, parse_condition
+from ade_tasks.hooks.config import JsonFilter, filters_match
 from ade_tasks.ingress.event import NormalizedEvent
-from ade_tasks.ingress.hooks import JsonFilter, filters_match
 from ade_tasks.patterns import (
     MAX_SUBJECT_CHARS,
     PatternError,
     SubjectTooLongError,
     compile_pattern,
 )
+from ade_tasks.rules.conditions import ConditionError, parse_condition
 from ade_tasks.rules.loader import load_rules_dir
 from ade_tasks.rules.rule import Rule
 from ade_tasks.triggers.filters import why_not
@@ -44,12 +44,12 @@ SITES = {
         print(trigger_matches(trigger, event))
     """,
     "hook matches filter": """
-        from ade_tasks.ingress.hooks import JsonFilter
+        from ade_tasks.hooks.config import JsonFilter
         print(JsonFilter(path="title", op="matches", value="(a+)+$").evaluate({"title": POISON}))
     """,
     "step condition matches": """
         from datetime import UTC, datetime
-        from ade_tasks.conditions import parse_condition
+        from ade_tasks.rules.conditions import parse_condition
         from ade_tasks.templating import TemplateContext
         context = TemplateContext({"title": POISON}, {}, {}, datetime.now(UTC))
         print(parse_condition("trigger.title matches '(a+)+$'", "here").evaluate(context))

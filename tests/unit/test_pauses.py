@@ -15,12 +15,12 @@ from ade_tasks.db import pauses as pauses_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdmissionError, InvalidInputError, NotFoundError
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED, dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_tasks.triggers.local_events import emit
 from tests.scheduler_support import FakeClock
 from tests.unit.conftest import add_rule

@@ -21,7 +21,7 @@ from ade_tasks.relay.wire import (
     page_document,
     parse_page,
 )
-from ade_tasks.rule_health import LiveState, rule_health
+from ade_tasks.triggers.health import LiveState, rule_health
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.test_rule_health import rule
 

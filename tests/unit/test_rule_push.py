@@ -13,10 +13,10 @@ from ade_tasks.db import rule_sync as rule_sync_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
 from ade_tasks.errors import ConflictError
+from ade_tasks.rule_files.push import PushedFile, PushPlan, load_pushed, push_rules
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.loader import load_rules_dir
-from ade_tasks.rules.push import PushedFile, PushPlan, load_pushed, push_rules
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.sync import sync_rules_dir
 from tests.conftest import write_rule
 
 

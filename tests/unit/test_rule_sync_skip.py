@@ -12,9 +12,9 @@ from sqlalchemy import delete, select
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.rule_sync import SyncReport
 from ade_tasks.db.schema import RuleRow
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules import file_digests
 from ade_tasks.rules.loader import LoadResult
-from ade_tasks.rules.sync import sync_rules_dir
 from tests.conftest import write_rule
 
 RULE = """

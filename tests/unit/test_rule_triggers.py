@@ -16,8 +16,8 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.ingress.poller import GithubPoller
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.rules.triggers import Trigger
 from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import matching_rules

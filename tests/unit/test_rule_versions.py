@@ -18,8 +18,8 @@ from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session
 from ade_tasks.db.migrate import upgrade
 from ade_tasks.db.schema import RuleRow, RuleVersionRow, RunRow, RunStepRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus

@@ -17,7 +17,6 @@ from ade_tasks.db import run_cancels
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
-from ade_tasks.rule_health import LiveState, rule_health
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger
@@ -31,6 +30,7 @@ from ade_tasks.triggers.finished_runs import (
     emit_run_finished,
     sweep_finished_runs,
 )
+from ade_tasks.triggers.health import LiveState, rule_health
 from ade_tasks.triggers.run_finished import MAX_CHAIN_DEPTH, starts_on
 from ade_workers.actions.registry import registry
 from ade_workers.engine.runner import execute_run

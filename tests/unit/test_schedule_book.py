@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from ade_tasks.cron import slots
+from ade_tasks.cron.slots import CronCursor, ScheduleSpec, iter_slots
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.schedule import slots
-from ade_tasks.schedule.slots import CronCursor, ScheduleSpec, iter_slots
 from ade_tasks.schedule.specs import ScheduleBook
 from tests.unit.conftest import schedule_rule
 

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import ScheduleError, ScheduleSpec
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RuleRow, ScheduleOccurrenceRow
 from ade_tasks.housekeeping import HOUSEKEEPING
@@ -19,7 +20,6 @@ from ade_tasks.rules.loader import content_hash
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.schedule.scheduler import Scheduler
-from ade_tasks.schedule.slots import ScheduleError, ScheduleSpec
 from ade_tasks.states import OccurrenceOutcome
 from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
@@ -168,7 +168,7 @@ def test_rule_schedules_give_each_trigger_its_times_or_its_problem() -> None:
 
 def test_an_unknown_stored_time_zone_is_a_schedule_error() -> None:
     with pytest.raises(ScheduleError, match="time zone"):
-        from ade_tasks.schedule.slots import CronCursor
+        from ade_tasks.cron.slots import CronCursor
 
         CronCursor(ScheduleSpec("r", 0, "* * * * *", "Mars/Olympus_Mons"), utcnow())
 

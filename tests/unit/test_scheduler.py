@@ -182,7 +182,7 @@ def test_a_rule_disabled_between_claim_and_fire_does_not_run(
 def test_a_tick_between_slots_looks_at_no_trigger_and_the_next_slot_is_known(
     session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ade_tasks.schedule.slots import CronCursor
+    from ade_tasks.cron.slots import CronCursor
 
     write_minutely_rules(session_factory, rules_dir, 3)
     clock = FakeClock()  # 10:00:05

@@ -1,4 +1,4 @@
-"""Schedule math, daylight-saving changes included (the semantics are in ade_tasks/schedule/slots.py)."""
+"""Schedule math, daylight-saving changes included (the semantics are in ade_tasks/cron/slots.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ade_tasks.schedule.slots import CronCursor, ScheduleSpec, iter_slots, next_fire_times
+from ade_tasks.cron.slots import CronCursor, ScheduleSpec, iter_slots, next_fire_times
 
 
 def utc(text: str) -> datetime:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ade_tasks.errors import AdeError
-from ade_tasks.ingress.hooks import HookConfig
-from ade_tasks.ingress.signatures import (
+from ade_tasks.hooks.config import HookConfig
+from ade_tasks.hooks.signatures import (
     SignatureError,
     timestamp_age_ok,
     verify_github,

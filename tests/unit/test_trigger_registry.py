@@ -12,12 +12,12 @@ from pydantic import TypeAdapter
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import NotFoundError
 from ade_tasks.ingress import intake
-from ade_tasks.ingress.dispatcher import dispatch_ingress_event
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, TriggerType
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers.base import Refusal
+from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_tasks.triggers.lane import lane_event
 from ade_tasks.triggers.registry import MATCHERS, follow_on_events, matcher_for
 from tests.unit.test_ingress_dispatcher import event_of

@@ -12,7 +12,7 @@ from ade_tasks.db import rule_trust as rule_trust_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdmissionError, NotFoundError
-from ade_tasks.rules.sync import sync_rules_dir
+from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus

@@ -1,5 +1,5 @@
 """What a rule's chain can call: the `ade-action` allow-list (arguments, who may call each) and
-the built-in step types (fields), as `ade_tasks.action_reference` derives them from their
+the built-in step types (fields), as `ade_tasks.rules.action_reference` derives them from their
 declarations. Any token may read it (`viewer`): it holds no secret and no cluster state."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from ade_tasks.action_reference import catalog
+from ade_tasks.rules.action_reference import catalog
 
 router = APIRouter(prefix="/api/v1/actions", tags=["actions"])
 

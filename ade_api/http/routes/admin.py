@@ -12,9 +12,9 @@ from ade_api.http.auth import Principal
 from ade_api.http.deps import ServicesDep, SessionDep
 from ade_api.http.schemas.params import MAX_ID, Instant, RowId
 from ade_api.http.schemas.problem import problem_responses
+from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])

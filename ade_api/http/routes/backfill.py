@@ -16,6 +16,7 @@ from ade_api.http.routes.rules import NOT_FOUND
 from ade_api.http.schemas.actor import By
 from ade_api.http.schemas.params import Instant
 from ade_api.http.schemas.problem import Problem, Responses
+from ade_tasks.cron.slots import check_zoned
 from ade_tasks.schedule.backfill import (
     MAX_SLOTS,
     BackfillReport,
@@ -23,7 +24,6 @@ from ade_tasks.schedule.backfill import (
     SlotReport,
     backfill,
 )
-from ade_tasks.schedule.slots import check_zoned
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
 REFUSED: Responses = {

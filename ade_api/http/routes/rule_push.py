@@ -1,5 +1,5 @@
 """Rules from git with a token: a rules directory pushed as one versioned change
-(`ade_tasks.rules.push` says what a push does)."""
+(`ade_tasks.rule_files.push` says what a push does)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ade_api.http.deps import ServicesDep
 from ade_api.http.schemas.problem import problem_responses
 from ade_api.http.schemas.rule_push import PushOut, PushProblemOut, PushProblems, RulesPush
 from ade_tasks.errors import RuleProblem
-from ade_tasks.rules.push import PushedFile, load_pushed, push_rules
+from ade_tasks.rule_files.push import PushedFile, load_pushed, push_rules
 
 router = APIRouter(prefix="/api/v1/rules", tags=["rules"])
 PROBLEM = "application/problem+json"

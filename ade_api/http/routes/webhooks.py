@@ -6,7 +6,7 @@ duplicate. Every outcome lands in the hook's delivery log (body up to 64 KiB, cr
 redacted), on one of two rings of 50: deliveries refused before they passed authentication
 (token, size, age, signature) count on the hook's `rejected_per_minute` and are logged apart
 from authentic ones, which alone count on `rate_per_minute`; so forgeries can never get an
-authentic delivery refused or push it out of the log (`ade_tasks.ingress.hooks`).
+authentic delivery refused or push it out of the log (`ade_tasks.hooks.config`).
 
 The GitHub endpoint has no rate limit or delivery log for forgeries to use up: a delivery whose
 signature does not verify is answered 401 and leaves nothing behind.
@@ -28,10 +28,10 @@ from ade_api.http.schemas.problem import Problem, Responses
 from ade_tasks.clock import utcnow
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.retry import retrying
+from ade_tasks.hooks.config import HookConfig, delivery_id, filters_match, redact_headers
+from ade_tasks.hooks.signatures import SignatureError, verify_github, verify_hook, verify_token
 from ade_tasks.ingress import intake
 from ade_tasks.ingress.github import normalize
-from ade_tasks.ingress.hooks import HookConfig, delivery_id, filters_match, redact_headers
-from ade_tasks.ingress.signatures import SignatureError, verify_github, verify_hook, verify_token
 from ade_tasks.settings import Settings
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])

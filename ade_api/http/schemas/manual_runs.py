@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ade_tasks.rules.base import Duration
+from ade_tasks.cron.slots import check_not_past, check_zoned
+from ade_tasks.rules.document import Duration
 from ade_tasks.rules.triggers import check_catchup_window, check_delay
-from ade_tasks.schedule.slots import check_not_past, check_zoned
 
 
 class ManualRunRequest(BaseModel):

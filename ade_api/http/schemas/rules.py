@@ -13,7 +13,7 @@ from ade_api.http.schemas.problem import Problem
 
 
 class TriggerHealthOut(BaseModel):
-    """One trigger's delivery status (`ade_tasks.rule_health`)."""
+    """One trigger's delivery status (`ade_tasks.triggers.health`)."""
 
     index: int = Field(description="its position in the rule's `triggers`")
     type: str

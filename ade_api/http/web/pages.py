@@ -24,8 +24,8 @@ from ade_api.http.auth import Principal
 from ade_api.http.deps import Services
 from ade_api.http.problems import retry_after, status_of
 from ade_api.http.web.charts import duration_text
+from ade_tasks.access.roles import Role
 from ade_tasks.errors import AdeError
-from ade_tasks.roles import Role
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED
 
 log = logging.getLogger(__name__)

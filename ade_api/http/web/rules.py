@@ -35,11 +35,11 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db.schema import RuleRow, ScheduledRunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, NotFoundError
-from ade_tasks.rule_health import RuleHealth
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType
 from ade_tasks.states import OneShotStatus
+from ade_tasks.triggers.health import RuleHealth
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

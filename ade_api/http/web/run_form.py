@@ -43,13 +43,13 @@ from ade_api.http.web.pages import (
 )
 from ade_api.http.web.rule_rows import has_manual_trigger, no_manual_trigger, stored_rule
 from ade_tasks.clock import utcnow
+from ade_tasks.cron.slots import parse_delay
 from ade_tasks.db import rules as rules_db
 from ade_tasks.errors import AdeError, InvalidInputError
 from ade_tasks.rules.outputs import InputSpec
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.one_shots import schedule_manual_run
-from ade_tasks.schedule.slots import parse_delay
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

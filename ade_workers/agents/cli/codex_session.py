@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from ade_tasks.agents.policy import WRITE_TOOLS, Decision, decide
 from ade_tasks.agents.protected import DATA_DIR_NAME
-from ade_tasks.agents.tool_names import matching_pattern
 from ade_tasks.rules.agent import AgentSession
+from ade_tasks.rules.tool_names import matching_pattern
 from ade_workers.agents.cli.codex_app_server import CodexOutcome, run_codex_session
 from ade_workers.agents.cli.codex_home import Sandbox
 from ade_workers.agents.cli.codex_requests import CodexRequest, request_call

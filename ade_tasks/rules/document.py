@@ -3,8 +3,6 @@ of counts, durations and timeouts, the admission context, and the strict base mo
 
 from __future__ import annotations
 
-import math
-import re
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -13,10 +11,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    TypeAdapter,
     ValidationInfo,
 )
 
+from ade_tasks.durations import parse_duration
 from ade_tasks.patterns import check_pattern
 
 SLUG = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -46,7 +44,6 @@ DEFAULT_STEP_TIMEOUT_SEC = 300.0
 OCCURRENCE_RETENTION = timedelta(days=35)
 
 
-MAX_DURATION = timedelta(days=366)  # the longest duration any field takes, before its own bound
 #: Upper bounds of counts and amounts (admission only, see `ADMISSION`).
 MAX_CONCURRENT = 10_000
 MAX_TOKENS = 10**12
@@ -75,28 +72,6 @@ def at_most(limit: int) -> AfterValidator:
         return value
 
     return AfterValidator(check)
-
-
-def parse_duration(value: Any) -> timedelta:
-    """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> timedelta (a bare number is seconds); at most
-    `MAX_DURATION` (366 days) either way, so `1e300` is refused, not an overflow."""
-    if isinstance(value, timedelta):
-        seconds: float = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = value
-    elif isinstance(value, str) and value.startswith("P"):  # ISO 8601, as stored in the database
-        seconds = TypeAdapter(timedelta).validate_python(value).total_seconds()
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
-        if not match:
-            raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 15m, 2h or 1d")
-        number, unit = float(match[1]), match[2] or "s"
-        seconds = number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
-    if isinstance(seconds, float) and not math.isfinite(seconds):
-        raise ValueError(f"{value!r} is not a finite duration")
-    if abs(seconds) > MAX_DURATION.total_seconds():
-        raise ValueError(f"{value!r} is longer than {MAX_DURATION.days} days, the longest duration")
-    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

@@ -8,7 +8,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.rule_sync import SyncReport, known_files, sync_file_rules
-from ade_tasks.gc_pause import paused_gc
+from ade_tasks.rules.gc_pause import paused_gc
 from ade_tasks.rules.loader import LoadResult, load_rules_dir
 
 

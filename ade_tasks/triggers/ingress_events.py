@@ -1,5 +1,5 @@
 """The worker side of ingress: match a stored event to the rules whose triggers fit it and
-dispatch it to each (`ade.ingress.dispatch`).
+dispatch it to each (`ade.ingress.dispatch`). In the triggers room, which ingress never imports.
 
 Every outcome is recorded on the event: the runs it started, the rules that refused it, or the
 error that stopped it. An event that raises is marked `failed` and never blocks the next one,

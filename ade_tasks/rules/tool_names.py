@@ -1,8 +1,8 @@
 """How tool names are compared: the patterns of a rule's tool policy against the names tools
 really have (`mcp__server__tool` written `mcp:server:tool`, case-folded, `*` as a prefix).
 
-Apart from the policy so the rule models can check a policy without importing the policy,
-which imports them."""
+In the rules room, apart from the policy (`ade_tasks.agents.policy`), so the rule models can
+check a policy without importing the policy, which imports them."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.base import SLUG
+from ade_tasks.rules.document import SLUG
 from ade_tasks.rules.messages import describe
 
 #: Markers of a value that is only known once the step runs: a template or a secret reference.

@@ -2,7 +2,7 @@
 beats keep between ticks.
 
 A slot is identified by its UTC minute, so the same occurrence has the same key on every beat.
-What the expression means (grammar, day rule, daylight-saving policy) is `cron` and `evaluator`;
+What the expression means (grammar, day rule, daylight-saving policy) is `grammar` and `evaluator`;
 this module shares one evaluator walk among every trigger of the same cron, zone and policy.
 
 A stored trigger that this version cannot evaluate (a cron outside the grammar or whose meaning
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ade_tasks.cron.evaluator import Evaluator, ScheduleError
+from ade_tasks.cron.grammar import CronSyntaxError, parse_cron
+from ade_tasks.cron.legacy import meaning_change
+from ade_tasks.durations import parse_duration
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.rules.base import parse_duration
-from ade_tasks.schedule.cron import CronSyntaxError, parse_cron
-from ade_tasks.schedule.evaluator import Evaluator, ScheduleError
-from ade_tasks.schedule.legacy import meaning_change
 
 __all__ = ["LATE_TOLERANCE", "CronCursor", "ScheduleError", "ScheduleSpec"]
 

@@ -10,7 +10,7 @@ meaning it now has, or edited to say which one it means.
 
 from __future__ import annotations
 
-from ade_tasks.schedule.cron import ALIASES, CronExpr
+from ade_tasks.cron.grammar import ALIASES, CronExpr
 
 
 def meaning_change(expr: CronExpr, day_match: str | None) -> str | None:

@@ -2,7 +2,7 @@
 `GET /api/v1/actions`: the allow-listed `ade-action`s with their arguments and who may call them,
 and the built-in step types with their fields.
 
-Nothing here is a second list: the actions come from `ade_action_allowlist.CATALOG` and their
+Nothing here is a second list: the actions come from `rules.ade_actions.CATALOG` and their
 argument models, the step types from `rules.steps.ACTION_MODELS`, and each argument's type,
 default and limits from the pydantic model's JSON schema. A new action or step type shows up
 here, in the API and in the CLI without an edit.
@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
-from ade_tasks.ade_action_allowlist import CATALOG, AdeAction
+from ade_tasks.rules.ade_actions import CATALOG, AdeAction
 from ade_tasks.rules.steps import ACTION_MODELS, Step
 
 #: Where a rule can come from, and whether its `ade-action`s count as an administrator's

@@ -19,9 +19,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ade_tasks.cron.grammar import CronExpr, WallClock
+from ade_tasks.cron.zones import MINUTE, Span, spans_of
 from ade_tasks.errors import AdeError
-from ade_tasks.schedule.cron import CronExpr, WallClock
-from ade_tasks.schedule.zones import MINUTE, Span, spans_of
 
 DST_GAPS = ("skip", "shift")
 DST_REPEATS = ("first", "last", "both")

@@ -28,16 +28,14 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from pydantic import SecretStr
 
 from ade_tasks.errors import AdeError
-
-if TYPE_CHECKING:
-    # Only for annotations: hooks.py imports this module at run time.
-    from ade_tasks.ingress.hooks import HookConfig
 
 GITHUB_HEADER = "X-Hub-Signature-256"
 GITHUB_LEGACY_HEADER = "X-Hub-Signature"
@@ -51,6 +49,26 @@ _UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
 _MISMATCH = (
     "signature does not match the body: check the secret, and that nothing re-serialized the body"
 )
+
+
+class SignedHook(Protocol):
+    """What the checks read of a hook; `ade_tasks.hooks.config.HookConfig` is one (it imports
+    this module, so the checks name the fields they need instead of the model)."""
+
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def secrets(self) -> Sequence[SecretStr]: ...
+    @property
+    def tokens(self) -> Sequence[SecretStr]: ...
+    @property
+    def header(self) -> str: ...
+    @property
+    def encoding(self) -> str: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def tolerance(self) -> int: ...
 
 
 class SignatureError(AdeError):
@@ -89,7 +107,7 @@ def verify_github(
 
 
 def verify_hmac_sha256(
-    hook: HookConfig,
+    hook: SignedHook,
     body: bytes,
     headers: Mapping[str, str],
     now: datetime,  # noqa: ARG001 - every scheme takes the same arguments
@@ -119,7 +137,7 @@ def verify_hmac_sha256(
 
 
 def verify_standard_webhooks(
-    hook: HookConfig, body: bytes, headers: Mapping[str, str], now: datetime
+    hook: SignedHook, body: bytes, headers: Mapping[str, str], now: datetime
 ) -> None:
     """Check a Standard Webhooks (or Svix) delivery: timestamp within tolerance, v1 signature."""
     parts = _standard_parts(headers)
@@ -142,7 +160,7 @@ def verify_standard_webhooks(
     _match_any(keys, signed, signatures)
 
 
-def verify_stripe(hook: HookConfig, body: bytes, headers: Mapping[str, str], now: datetime) -> None:
+def verify_stripe(hook: SignedHook, body: bytes, headers: Mapping[str, str], now: datetime) -> None:
     """Check `Stripe-Signature: t=...,v1=...` with the timestamp within the hook's tolerance."""
     timestamp_raw, timestamp, signatures = _stripe_parts(headers)
     _check_skew(timestamp, now, hook.tolerance, f"{STRIPE_HEADER} t=")
@@ -154,7 +172,7 @@ def verify_stripe(hook: HookConfig, body: bytes, headers: Mapping[str, str], now
     _match_any(keys, signed, given)
 
 
-def verify_token(hook: HookConfig, token: str | None) -> None:
+def verify_token(hook: SignedHook, token: str | None) -> None:
     """Check the token from the hook URL against every one of the hook's tokens."""
     if not token:
         raise SignatureError(
@@ -169,7 +187,7 @@ def verify_token(hook: HookConfig, token: str | None) -> None:
         raise SignatureError("the hook token does not match any of the hook's tokens")
 
 
-SchemeVerifier = Callable[["HookConfig", bytes, Mapping[str, str], datetime], None]
+SchemeVerifier = Callable[[SignedHook, bytes, Mapping[str, str], datetime], None]
 
 #: The signature check of each scheme that signs the body (`token` signs nothing).
 SIGNATURE_SCHEMES: dict[str, SchemeVerifier] = {
@@ -180,7 +198,7 @@ SIGNATURE_SCHEMES: dict[str, SchemeVerifier] = {
 
 
 def verify_hook(
-    hook: HookConfig, body: bytes, headers: Mapping[str, str], now: datetime, token: str | None
+    hook: SignedHook, body: bytes, headers: Mapping[str, str], now: datetime, token: str | None
 ) -> None:
     """Authenticate a custom-hook delivery: its URL token (if the hook has any), then its scheme."""
     _require_aware(now)
@@ -192,7 +210,7 @@ def verify_hook(
         verifier(hook, body, headers, now)
 
 
-def timestamp_age_ok(hook: HookConfig, headers: Mapping[str, str], now: datetime) -> None:
+def timestamp_age_ok(hook: SignedHook, headers: Mapping[str, str], now: datetime) -> None:
     """Refuse a delivery whose signed timestamp is outside the hook's tolerance (if it has one).
 
     Cheap, so the endpoint runs it before the HMAC; the scheme's verifier checks it again.

@@ -11,6 +11,9 @@ The requester is the token that asked for the run (a manual run from the CLI, th
 web form, or an operator's scheduled manual run). A run a schedule, a webhook or an event
 started has no requesting token, so nobody is excluded from approving it: a GitHub login is
 not a token name, and the engine does not guess that they are the same person.
+
+In the rules room (it reads only the rule and the trigger) so the approvals' queries in `db` can
+count a vote without importing the guardrails, which import `db`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ade_tasks.actors import token_of
+from ade_tasks.access.actors import token_of
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.rules.rule import Rule
 

@@ -1,8 +1,8 @@
 """Custom webhook configuration: how a hook authenticates, what it admits, and what is logged.
 
 A hook is configured in settings (`HookConfig`); the endpoint `POST /api/v1/webhooks/{hook_id}`
-runs the checks of `CHECK_ORDER` with the functions of this module and of `signatures.py`, and
-writes a delivery log with `redact_headers`.
+runs the checks of `CHECK_ORDER` with the functions of this module and of
+`ade_tasks.hooks.signatures`, and writes a delivery log with `redact_headers`.
 
 Authentication comes before the rate limit, so that only authentic deliveries count on
 `rate_per_minute`: one refused before it passed authentication (a wrong token or signature, a
@@ -51,7 +51,7 @@ from pydantic import (
     model_validator,
 )
 
-from ade_tasks.ingress.signatures import (
+from ade_tasks.hooks.signatures import (
     DEFAULT_TOLERANCE_SECONDS,
     SignatureError,
     header_value,
