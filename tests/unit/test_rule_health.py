@@ -12,8 +12,6 @@ from ade_api.http.health_state import provider_readiness
 from ade_tasks.db.heartbeats import BEAT, POLLER, Heartbeat, PollOutcome
 from ade_tasks.db.pauses import Pause
 from ade_tasks.rule_health import (
-    GITHUB_REFUSED,
-    NO_BEAT,
     LiveState,
     ProviderReadiness,
     Untrusted,
@@ -22,6 +20,7 @@ from ade_tasks.rule_health import (
 from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import ProviderSettings, Settings
+from ade_tasks.triggers.readiness import GITHUB_REFUSED, NO_BEAT
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BUILTIN = {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]}
