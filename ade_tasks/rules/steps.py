@@ -67,6 +67,9 @@ class Step(Document):
     #: The fields of this step type that may hold `{{...}}` templates and `${env:NAME}` secret
     #: references, in the order they are rendered.
     templated: ClassVar[tuple[str, ...]] = ()
+    #: Does a step of this type change nothing outside the run, so it may run before a
+    #: `require_human` gate? (`ade-action` and `agent-session` steps decide per step.)
+    side_effect_free: ClassVar[bool] = False
     if TYPE_CHECKING:
         type: str  # each step type narrows it to its own literal
 
@@ -178,6 +181,7 @@ class PredictConflictsAction(Step):
     target: str | None = None
     base: str | None = None
     templated = ("base", "target")
+    side_effect_free = True
 
 
 class AdeActionStep(Step):

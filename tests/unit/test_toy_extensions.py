@@ -13,6 +13,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.guardrails import registry as guardrail_registry
+from ade_tasks.guardrails.approval import approval_gate
 from ade_tasks.limits import load_yaml
 from ade_tasks.rule_health import LiveState, rule_health
 from ade_tasks.rules import steps, triggers
@@ -116,6 +117,17 @@ def test_a_toy_action_runs_with_its_templated_field_rendered(
         recorded = run_steps_db.list_steps(session, run.id)
     assert status == RunStatus.SUCCEEDED
     assert [(step.step_id, step.output) for step in recorded] == [("greet", "HELLO R")]
+
+
+@pytest.mark.usefixtures("toys")
+def test_a_side_effect_free_toy_action_runs_before_the_approval_gate() -> None:
+    document = load_yaml(RULE.format(id="r", description=""))
+    document["guardrails"] = {"require_human": True}
+    document["execution"]["actions"].append({"type": "run-command", "command": "true"})
+    rule = parse_rule(document, "toy.yaml")
+
+    assert isinstance(rule, Rule)
+    assert approval_gate(rule) == 1
 
 
 @pytest.mark.usefixtures("toys")

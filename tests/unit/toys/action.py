@@ -15,6 +15,7 @@ class ShoutAction(Step):
     type: Literal["shout"]
     text: str
     templated = ("text",)
+    side_effect_free = True  # it may run before a `require_human` gate
 
 
 def shout(action: ShoutAction, context: StepContext) -> StepOutcome:
