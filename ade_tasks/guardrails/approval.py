@@ -6,11 +6,7 @@ from __future__ import annotations
 from ade_tasks.guardrails.base import Guardrail
 from ade_tasks.rules.ade_actions import CATALOG
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.steps import AdeActionStep, AgentSessionStep
-
-#: Action types that change nothing outside the run; `require_human` lets them run before the
-#: gate (so may an `ade-action` whose catalog entry is side-effect free).
-SIDE_EFFECT_FREE = frozenset({"predict-conflicts"})
+from ade_tasks.rules.steps import AdeActionStep, AgentSessionStep, Step
 
 
 def approval_gate(rule: Rule) -> int | None:
@@ -37,7 +33,7 @@ def is_side_effect_free(action: object) -> bool:
         return spec is not None and spec.side_effect_free
     if isinstance(action, AgentSessionStep):  # plan mode: read-only tools and the report
         return action.permission_mode == "plan"
-    return getattr(action, "type", None) in SIDE_EFFECT_FREE
+    return isinstance(action, Step) and action.side_effect_free
 
 
 class ApprovalGate(Guardrail):

@@ -20,7 +20,7 @@ from ade_tasks.rules.ade_actions import check_step
 from ade_tasks.rules.conditions import check_condition
 from ade_tasks.rules.document import ADE_ACTION_NAME
 from ade_tasks.rules.references import trigger_fields
-from ade_tasks.rules.steps import ACTION_MODELS, TEMPLATED_FIELDS, default_step_id
+from ade_tasks.rules.steps import ACTION_MODELS, default_step_id, templated_fields
 from ade_tasks.secrets import check as check_secrets
 from ade_tasks.templating import TriggerFields, check_name, variables
 from ade_tasks.templating import check as check_template
@@ -70,9 +70,9 @@ def _problems_of_step(
             found += check_template(
                 text, earlier_steps=earlier, where=f"{where}.{name}", trigger_fields=fields
             )
-    for name in TEMPLATED_FIELDS:
-        if name not in action or (model is not None and name not in model.model_fields):
-            continue  # a field the step does not have is reported as unknown
+    for name in templated_fields() if model is None else model.templated:
+        if name not in action:
+            continue
         value = action[name]
         found += check_secrets(value, f"{where}.{name}")
         found += [

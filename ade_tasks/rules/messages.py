@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from ade_tasks.rules.document import PATTERN_HINTS
-from ade_tasks.rules.steps import KNOWN_ACTION_TYPES
-from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES
+from ade_tasks.rules.steps import known_action_types
+from ade_tasks.rules.triggers import known_trigger_types
 
 # Discriminator tags pydantic puts into error locations; users never wrote them as fields.
-_UNION_TAGS = KNOWN_TRIGGER_TYPES | {"built-in", "agent-session", *KNOWN_ACTION_TYPES}
+_UNION_TAGS = frozenset({"built-in", "agent-session"})
 # Location parts naming a member of a plain union: `str`, `list[str]`, `dict[str,any]`.
 _MEMBER = re.compile(r"^(str|int|float|bool|none|[a-z]+\[.*\])$")
 _KINDS = {
@@ -136,7 +136,13 @@ def _union_problems(errors: list[ErrorDetails]) -> list[tuple[str, str]]:
 
 
 def _internal(part: str) -> bool:
-    return part in _UNION_TAGS or part.startswith("function-") or _is_member(part)
+    return (
+        part in _UNION_TAGS
+        or part in known_action_types()
+        or part in known_trigger_types()
+        or part.startswith("function-")
+        or _is_member(part)
+    )
 
 
 def _is_member(part: int | str) -> bool:

@@ -1,10 +1,18 @@
 """What runs: the built-in step types of a chain, the registry of their models, and the two
-executions (a chain of steps, or one agent session)."""
+executions (a chain of steps, or one agent session).
+
+An action type declares itself once, as its step model: the `type` literal names it, the class
+variable `templated` lists the fields that may hold templates, and `ACTION_TYPES` registers it
+(one line). `ACTION_MODELS` and the `Action` union are derived from that tuple; its executor
+registers against the same name in `ade_workers.actions.registry`.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from functools import reduce
+from operator import or_
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -56,6 +64,15 @@ class Step(Document):
     timeout_sec: StepTimeout = DEFAULT_STEP_TIMEOUT_SEC
     lane: str | None = None
 
+    #: The fields of this step type that may hold `{{...}}` templates and `${env:NAME}` secret
+    #: references, in the order they are rendered.
+    templated: ClassVar[tuple[str, ...]] = ()
+    #: Does a step of this type change nothing outside the run, so it may run before a
+    #: `require_human` gate? (`ade-action` and `agent-session` steps decide per step.)
+    side_effect_free: ClassVar[bool] = False
+    if TYPE_CHECKING:
+        type: str  # each step type narrows it to its own literal
+
     @model_validator(mode="after")
     def _failure_steps_always_run(self) -> Step:
         from ade_tasks.rules.conditions import asks_about_failure  # it imports templating only
@@ -99,6 +116,7 @@ class RunCommandAction(CommandStep):
     """Run a command in the project: a string runs through `/bin/sh -c`, a list runs as argv."""
 
     type: Literal["run-command"]
+    templated = ("command", "cwd", "env")
 
 
 class RunTestsAction(CommandStep):
@@ -110,6 +128,7 @@ class RunTestsAction(CommandStep):
 
     type: Literal["run-tests"]
     junit: list[str] = Field(default_factory=list)
+    templated = ("command", "cwd", "env", "junit")
 
 
 class CreateLaneAction(Step):
@@ -119,6 +138,7 @@ class CreateLaneAction(Step):
     name: str = "{{rule.id}} {{date}}"
     base: str = "HEAD"
     branch_prefix: str = Field(default="ade/", pattern=BRANCH_PREFIX)
+    templated = ("name", "base")
 
 
 class DeleteLaneAction(Step):
@@ -134,6 +154,7 @@ class DeleteLaneAction(Step):
     #: false keeps the lane's local branch (only the worktree goes).
     delete_branch: bool = True
     delete_remote_branch: bool | None = None
+    templated = ("target",)
 
     @model_validator(mode="after")
     def _remote_consistent(self) -> DeleteLaneAction:
@@ -159,6 +180,8 @@ class PredictConflictsAction(Step):
     type: Literal["predict-conflicts"]
     target: str | None = None
     base: str | None = None
+    templated = ("base", "target")
+    side_effect_free = True
 
 
 class AdeActionStep(Step):
@@ -167,6 +190,7 @@ class AdeActionStep(Step):
     type: Literal["ade-action"]
     action: str = Field(pattern=ADE_ACTION_NAME)
     args: dict[str, Any] = Field(default_factory=dict)
+    templated = ("args",)
 
 
 class AgentSessionStep(Step, AgentSession):
@@ -177,43 +201,62 @@ class AgentSessionStep(Step, AgentSession):
     timeout_sec: StepTimeout = MAX_STEP_TIMEOUT_SEC
 
 
-ACTION_MODELS: dict[str, type[Step]] = {
-    "run-command": RunCommandAction,
-    "run-tests": RunTestsAction,
-    "create-lane": CreateLaneAction,
-    "delete-lane": DeleteLaneAction,
-    "predict-conflicts": PredictConflictsAction,
-    "ade-action": AdeActionStep,
-    "agent-session": AgentSessionStep,
-}
-KNOWN_ACTION_TYPES = tuple(ACTION_MODELS)
-#: Step fields that may hold `{{...}}` templates and `${env:NAME}` secret references.
-TEMPLATED_FIELDS = ("command", "cwd", "env", "junit", "name", "base", "target", "args")
+#: The action types rules may name, in the order they are listed: one line per type.
+ACTION_TYPES: tuple[type[Step], ...] = (
+    RunCommandAction,
+    RunTestsAction,
+    CreateLaneAction,
+    DeleteLaneAction,
+    PredictConflictsAction,
+    AdeActionStep,
+    AgentSessionStep,
+)
+
+
+def action_name(model: type[Step]) -> str:
+    """The `type` a step model answers to (its `type` literal)."""
+    (name,) = get_args(model.model_fields["type"].annotation)
+    return str(name)
+
+
+ACTION_MODELS: dict[str, type[Step]] = {action_name(model): model for model in ACTION_TYPES}
 LANE_STEPS = ("create-lane", "delete-lane", "predict-conflicts")
 
 
+def known_action_types() -> tuple[str, ...]:
+    """The action types rules may name, as registered now."""
+    return tuple(ACTION_MODELS)
+
+
+def templated_fields() -> tuple[str, ...]:
+    """Every field some step type templates, once each, in the order they are rendered."""
+    return tuple(
+        dict.fromkeys(name for model in ACTION_MODELS.values() for name in model.templated)
+    )
+
+
 def _known_action(value: Any) -> Any:
-    if isinstance(value, dict) and value.get("type") not in KNOWN_ACTION_TYPES:
-        available = ", ".join(KNOWN_ACTION_TYPES)
+    known = known_action_types()
+    if isinstance(value, dict) and value.get("type") not in known:
+        available = ", ".join(known)
         if "type" not in value:
             raise ValueError(f"the step has no type; add `type:` with one of: {available}")
         raise ValueError(f"unknown action type {value['type']!r} (available: {available})")
     return value
 
 
-Action = Annotated[
-    Annotated[
-        RunCommandAction
-        | RunTestsAction
-        | CreateLaneAction
-        | DeleteLaneAction
-        | PredictConflictsAction
-        | AdeActionStep
-        | AgentSessionStep,
-        Field(discriminator="type"),
-    ],
-    BeforeValidator(_known_action),
-]
+def action_union() -> Any:
+    """The pydantic type of one step: the registered step models, told apart by `type`."""
+    members = reduce(or_, ACTION_MODELS.values())
+    return Annotated[
+        Annotated[members, Field(discriminator="type")], BeforeValidator(_known_action)
+    ]
+
+
+if TYPE_CHECKING:
+    Action: TypeAlias = Step
+else:
+    Action = action_union()
 
 
 class BuiltinExecution(Document):

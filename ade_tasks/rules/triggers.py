@@ -1,5 +1,11 @@
 """When a rule runs: its trigger types and the model of each (schedules, manual runs, webhooks,
-GitHub, git, lane and file events)."""
+GitHub, git, lane and file events).
+
+A trigger model names the kinds it answers to in its `type` literal; `TRIGGER_MODELS` registers
+it (one line), and the `Trigger` union and the known kinds are derived from that tuple. What
+else a kind needs (its matcher, its readiness check) its declaration in `ade_tasks.triggers`
+says.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import functools
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import Annotated, Any, Literal
+from functools import reduce
+from operator import or_
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -90,7 +98,6 @@ class TriggerType(StrEnum):
 
 
 GITHUB_TYPES = tuple(t.value for t in TriggerType if t.value.startswith("github."))
-KNOWN_TRIGGER_TYPES = frozenset(t.value for t in TriggerType)
 
 
 def canonical_trigger_type(name: str) -> str:
@@ -114,8 +121,9 @@ def _normalize_trigger(value: Any) -> Any:
                 "lane.archived is not a trigger here: ADE Tasks lanes are created and deleted, "
                 "never archived; use lane.deleted to run when a lane is deleted"
             )
-        if kind not in KNOWN_TRIGGER_TYPES:
-            known = ", ".join(sorted(KNOWN_TRIGGER_TYPES))
+        known_types = known_trigger_types()
+        if kind not in known_types:
+            known = ", ".join(sorted(known_types))
             raise ValueError(f"unknown trigger type {value['type']!r} (known: {known})")
         return {**value, "type": kind}
     return value
@@ -124,7 +132,14 @@ def _normalize_trigger(value: Any) -> Any:
 # --- triggers ------------------------------------------------------------------------------
 
 
-class ScheduleTrigger(Document):
+class TriggerDocument(Document):
+    """What every trigger model is: a document whose `type` literal names its kinds."""
+
+    if TYPE_CHECKING:
+        type: str  # each trigger model narrows it to its own literal
+
+
+class ScheduleTrigger(TriggerDocument):
     """Fire on a 5-field cron expression (or an `@hourly`-style alias) in an IANA time zone, or
     once: at `run_at` (a timestamp with `Z` or an offset), or `delay_seconds` after the rule's
     current version was stored (so an unchanged rule file synced again does not fire again;
@@ -278,13 +293,13 @@ _ONE_WHEN = (
 )
 
 
-class ManualTrigger(Document):
+class ManualTrigger(TriggerDocument):
     """An operator's run from the CLI or the API."""
 
     type: Literal["manual"]
 
 
-class WebhookTrigger(Document):
+class WebhookTrigger(TriggerDocument):
     """A custom webhook `POST /api/v1/webhooks/{hook}` whose JSON body matches `filters`."""
 
     type: Literal["webhook"]
@@ -297,7 +312,7 @@ def _one_or_more(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-class GithubTrigger(Document):
+class GithubTrigger(TriggerDocument):
     """A GitHub webhook event, narrowed by filters (all given filters must match).
 
     `github.event` runs on any GitHub event named by `event`; `actions` narrows any GitHub
@@ -341,7 +356,7 @@ class GithubTrigger(Document):
         return self
 
 
-class GitTrigger(Document):
+class GitTrigger(TriggerDocument):
     """A push or commit in a configured repository."""
 
     type: Literal["git.push", "git.commit"]
@@ -351,7 +366,7 @@ class GitTrigger(Document):
     include_own: bool | None = None  # a push by the engine's own identity (see GithubTrigger)
 
 
-class LaneTrigger(Document):
+class LaneTrigger(TriggerDocument):
     """A lane (git worktree) created or deleted by another run, or its branch merged (a
     merged GitHub pull request from the lane's branch)."""
 
@@ -359,7 +374,7 @@ class LaneTrigger(Document):
     lanes: list[str] = Field(default_factory=list)
 
 
-class FileTrigger(Document):
+class FileTrigger(TriggerDocument):
     """Files matching `paths` changed in the project; paths matching `exclude` do not count."""
 
     type: Literal["file.changed"]
@@ -379,7 +394,7 @@ RUN_FINISHED_STATUSES = (
 RULE_GLOB = r"^[a-z0-9*?\[][a-z0-9*?\[\]!_.-]*$"
 
 
-class RunFinishedTrigger(Document):
+class RunFinishedTrigger(TriggerDocument):
     """A run of another rule finished: `rule` names the rules it follows (ids or globs over
     ids, `fix-*`), `status` the outcomes it starts on (none given: every outcome). A rule
     following itself is refused (`Rule`); longer loops are bounded by the chain depth
@@ -411,17 +426,47 @@ class RunFinishedTrigger(Document):
         return any(fnmatchcase(rule_id, glob) for glob in self.rule)
 
 
-Trigger = Annotated[
-    Annotated[
-        ScheduleTrigger
-        | ManualTrigger
-        | WebhookTrigger
-        | GithubTrigger
-        | GitTrigger
-        | LaneTrigger
-        | FileTrigger
-        | RunFinishedTrigger,
-        Field(discriminator="type"),
-    ],
-    BeforeValidator(_normalize_trigger),
-]
+#: The trigger models rules may name: one line per model.
+TRIGGER_MODELS: tuple[type[TriggerDocument], ...] = (
+    ScheduleTrigger,
+    ManualTrigger,
+    WebhookTrigger,
+    GithubTrigger,
+    GitTrigger,
+    LaneTrigger,
+    FileTrigger,
+    RunFinishedTrigger,
+)
+
+
+def trigger_kinds(model: type[TriggerDocument]) -> tuple[str, ...]:
+    """The kinds (`type` values) a trigger model answers to."""
+    return tuple(str(kind) for kind in get_args(model.model_fields["type"].annotation))
+
+
+def known_trigger_types() -> frozenset[str]:
+    """Every trigger kind a rule may name, as registered now."""
+    return _kinds_of(TRIGGER_MODELS)
+
+
+@functools.lru_cache(maxsize=4)
+def _kinds_of(models: tuple[type[TriggerDocument], ...]) -> frozenset[str]:
+    """Cached: every trigger a rule names is checked against them."""
+    return frozenset(kind for model in models for kind in trigger_kinds(model))
+
+
+KNOWN_TRIGGER_TYPES = known_trigger_types()
+
+
+def trigger_union() -> Any:
+    """The pydantic type of one trigger: the registered models, told apart by `type`."""
+    members = reduce(or_, TRIGGER_MODELS)
+    return Annotated[
+        Annotated[members, Field(discriminator="type")], BeforeValidator(_normalize_trigger)
+    ]
+
+
+if TYPE_CHECKING:
+    Trigger: TypeAlias = TriggerDocument
+else:
+    Trigger = trigger_union()

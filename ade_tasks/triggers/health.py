@@ -3,7 +3,8 @@
 `rule_health(rule, state)` is a pure function of a rule and a `LiveState` snapshot (what the
 settings configure and which beats and pollers are alive, `ade_tasks.db.heartbeats`); the API
 builds the snapshot (`ade_api.http.health_state`). Per trigger it answers `ready` with the path that
-will fire it, or the setup error in words:
+will fire it, or the setup error in words, as its kind's readiness check
+(`ade_tasks.triggers.readiness`, named by the kind's declaration) says:
 
 - `schedule`: ready when a beat's heartbeat is within its interval; path `beat <id>`.
 - `manual`: always ready; path `manual run (API, CLI)`.
@@ -37,37 +38,17 @@ paused, so a paused rule whose only trigger is manual stays ready.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from ade_tasks.db.heartbeats import BEAT, POLLER, RELAY_DRAIN, Heartbeat
+from ade_tasks.db.heartbeats import Heartbeat
 from ade_tasks.db.pauses import Pause, holding
-from ade_tasks.ingress.poller import POLLED_TYPES
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
-from ade_tasks.rules.triggers import (
-    FileTrigger,
-    GithubTrigger,
-    GitTrigger,
-    LaneTrigger,
-    ManualTrigger,
-    RunFinishedTrigger,
-    ScheduleTrigger,
-    WebhookTrigger,
-)
-
-GITHUB_UNSIGNED = "GitHub deliveries are refused: ADE_GITHUB__WEBHOOK_SECRET is not set"
-GITHUB_REFUSED = f"{GITHUB_UNSIGNED}; set it or run `ade-tasks poll github`"
-NO_BEAT = (
-    "no beat is running (none has sent a heartbeat within its interval): schedules fire only "
-    "from a beat; start `ade-tasks beat` (or `ade-tasks dev`, or a worker with -B)"
-)
-#: A poller whose latest poll of a repository failed still counts as a path for it while it
-#: polled it successfully this recently (one failed poll among good ones is a blip, not an
-#: outage); one that never polled it successfully does not count from its first failure.
-POLL_FAILING_AFTER = timedelta(minutes=5)
+from ade_tasks.rules.steps import AgentSessionStep
+from ade_tasks.triggers.registry import readiness_check
 
 
 @dataclass(frozen=True)
@@ -179,7 +160,7 @@ def rule_health(rule: Rule, state: LiveState, untrusted: Untrusted | None = None
         if index in schedule_problems:
             path, error = None, schedule_problems[index]
         else:
-            path, error = _CHECKS[type(trigger)](trigger, state)
+            path, error = readiness_check(type(trigger))(trigger, state)
         pause = None if trigger.type == "manual" else holding(pauses, [index])
         if pause is not None:
             error = pause.reason if error is None else f"{pause.reason}; besides, {error}"
@@ -212,147 +193,5 @@ def _providers(rule: Rule) -> list[str]:
     """The agent providers a rule's runs call (its session's, or its agent steps'), once each."""
     execution = rule.execution
     names: list[str] = [execution.provider] if execution.kind == "agent-session" else []
-    names += [step.provider for step in execution.actions if step.type == "agent-session"]
+    names += [step.provider for step in execution.actions if isinstance(step, AgentSessionStep)]
     return list(dict.fromkeys(names))
-
-
-Check = Callable[[Any, LiveState], tuple[str | None, str | None]]
-
-
-def _schedule(_trigger: ScheduleTrigger, state: LiveState) -> tuple[str | None, str | None]:
-    beats = state.alive(BEAT)
-    if not beats:
-        return None, NO_BEAT
-    more = f" (and {len(beats) - 1} more)" if len(beats) > 1 else ""
-    return f"beat {beats[0].process_id}{more}", None
-
-
-def _manual(_trigger: ManualTrigger, _state: LiveState) -> tuple[str | None, str | None]:
-    return "manual run (API, CLI)", None
-
-
-def _webhook(trigger: WebhookTrigger, state: LiveState) -> tuple[str | None, str | None]:
-    if trigger.hook in state.hooks:
-        return f"POST /api/v1/webhooks/{trigger.hook}", None
-    return None, (
-        f"custom webhook {trigger.hook!r} is not configured: deliveries to "
-        f"POST /api/v1/webhooks/{trigger.hook} are refused (404); configure it with "
-        f"ADE_HOOKS__{trigger.hook}='{{\"scheme\": ...}}'"
-    )
-
-
-def _github(trigger: GithubTrigger, state: LiveState) -> tuple[str | None, str | None]:
-    if state.github_secret:
-        return "GitHub webhook (POST /api/v1/webhooks/github)", None
-    drains = state.alive(RELAY_DRAIN)
-    if drains and drains[0].error is None:
-        return f"relay {drains[0].relay} (drained by beat {_beat_of(drains[0])})", None
-    pollers = state.alive(POLLER)
-    if drains and not pollers:
-        return None, (
-            f"{GITHUB_UNSIGNED}, and the drain of relay {drains[0].relay} is failing: "
-            f"{drains[0].error}"
-        )
-    if not pollers:
-        return None, GITHUB_REFUSED
-    if trigger.type not in POLLED_TYPES:
-        # github.event: polling infers a few deliveries only, never an event named by a rule.
-        what = f"{trigger.type} ({trigger.event})" if trigger.event else trigger.type
-        return None, (
-            f"{GITHUB_UNSIGNED}, and polling cannot see {what} events; set the "
-            "secret and point a GitHub webhook at POST /api/v1/webhooks/github"
-        )
-    covering = [poller for poller in pollers if _polls(poller, trigger.repo)]
-    failures = [_poll_failure(poller, trigger.repo, state.now) for poller in covering]
-    for poller, failure in zip(covering, failures, strict=True):
-        if failure is None:
-            polled = ", ".join(poller.repos) if poller.repos else "repositories of enabled rules"
-            return f"poller {poller.process_id} ({polled})", None
-    wanted = trigger.repo or "the repositories"
-    if failures:
-        return None, (
-            f"{GITHUB_UNSIGNED}, and the polls of {wanted} fail: {'; '.join(map(str, failures))}"
-        )
-    return None, (
-        f"{GITHUB_UNSIGNED}, and no running poller polls {wanted}; set the secret, set "
-        f"`repo` on the trigger, or run `ade-tasks poll github --repos "
-        f"{trigger.repo or 'OWNER/NAME'}`"
-    )
-
-
-def _polls(poller: Heartbeat, repo: str | None) -> bool:
-    """Does this poller poll `repo` (None: a trigger of any repository)?"""
-    if poller.repos is None:
-        return repo is not None  # it polls the `repo` filters of enabled triggers
-    return repo is None or repo.lower() in {r.lower() for r in poller.repos}
-
-
-def _poll_failure(poller: Heartbeat, repo: str | None, now: datetime) -> str | None:
-    """Why this poller's polls of `repo` (None: of every repository it polled) fail, or None
-    while one of them succeeds (or none was tried yet)."""
-    outcomes = [
-        (name, found)
-        for name, found in poller.polls.items()
-        if repo is None or name == repo.lower()
-    ]
-    if not outcomes or any(
-        not found.failing or (found.ok_at and now - found.ok_at <= POLL_FAILING_AFTER)
-        for _, found in outcomes
-    ):
-        return None
-    name, found = max(outcomes, key=lambda item: item[1].failed_at or now)
-    last = f"{found.ok_at:%Y-%m-%d %H:%M:%S} UTC" if found.ok_at else "never"
-    return (
-        f"poller {poller.process_id} last polled {name} at {found.failed_at:%H:%M:%S} UTC and "
-        f"failed ({found.error}); its last successful poll: {last}"
-    )
-
-
-def _beat_of(drain: Heartbeat) -> str:
-    return drain.process_id.removesuffix("/relay")
-
-
-def _local(trigger: GitTrigger | FileTrigger, _state: LiveState) -> tuple[str | None, str | None]:
-    if trigger.type == "git.push":
-        return "GitHub push webhooks or local events (`ade-tasks emit`, its git hooks)", None
-    if trigger.type == "file.changed":
-        return "local events (`ade-tasks watch`, `ade-tasks emit`)", None
-    return "local events (`ade-tasks emit`, the git hooks it installs)", None
-
-
-def _lane(trigger: LaneTrigger, state: LiveState) -> tuple[str | None, str | None]:
-    if trigger.type == "lane.merged":  # a merged pull request from the lane's branch
-        return _github(GithubTrigger(type="github.pr_merged"), state)
-    return "lane events of runs (the engine's own)", None
-
-
-def _run_finished(trigger: RunFinishedTrigger, state: LiveState) -> tuple[str | None, str | None]:
-    followed = ", ".join(trigger.rule)
-    if state.rules is None:
-        return f"runs of rule {followed} finishing", None
-    found = sorted(rule_id for rule_id in state.rules if trigger.follows(rule_id))
-    enabled = [rule_id for rule_id in found if state.rules[rule_id]]
-    if enabled:
-        return f"runs of rule {', '.join(enabled)} finishing", None
-    if found:
-        return None, (
-            f"the rules it follows ({', '.join(found)}) are disabled, so only their manual runs "
-            "finish; enable one of them"
-        )
-    return None, (
-        f"no stored rule matches {followed}, so no run it follows ever finishes; check the "
-        "rule ids (`ade-tasks rules list`)"
-    )
-
-
-#: One check per trigger model; a new trigger type adds its check here.
-_CHECKS: dict[type, Check] = {
-    ScheduleTrigger: _schedule,
-    ManualTrigger: _manual,
-    WebhookTrigger: _webhook,
-    GithubTrigger: _github,
-    GitTrigger: _local,
-    FileTrigger: _local,
-    LaneTrigger: _lane,
-    RunFinishedTrigger: _run_finished,
-}

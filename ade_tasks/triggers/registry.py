@@ -1,58 +1,113 @@
-"""The trigger matchers by trigger kind: one module per trigger family, and one line per kind.
+"""The trigger kinds: one declaration per trigger model, and this one line per model.
 
-Adding a trigger kind: its model in `ade_tasks/rules/triggers.py` (a `TriggerType` value and a
-model in the `Trigger` union), its family's matcher module here in `ade_tasks/triggers/`, and
-one entry in `MATCHERS`. Schedules (claimed by the beat) and manual runs (dispatched by the API)
-are never matched against an event, so they have none.
+A `TriggerKind` says everything the engine needs of a trigger model beside the model itself: the
+check that says whether it can fire (rule health), the matcher that tests it against an event,
+and the further events one of its events stands for. `MATCHERS`, `FOLLOW_ONS` and the readiness
+checks are derived from `KINDS`.
+
+Adding a trigger kind: its model in `ade_tasks/rules/triggers.py` (a `type` literal and one line
+in `TRIGGER_MODELS`, from which the `Trigger` union is derived), and its declaration here: its
+matcher module in `ade_tasks/triggers/` and its readiness check. Schedules (claimed by the beat)
+and manual runs (dispatched by the API) are never matched against an event, so they have none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import not_registered
-from ade_tasks.rules.triggers import GITHUB_TYPES, TriggerType
+from ade_tasks.rules.triggers import (
+    FileTrigger,
+    GithubTrigger,
+    GitTrigger,
+    LaneTrigger,
+    ManualTrigger,
+    RunFinishedTrigger,
+    ScheduleTrigger,
+    TriggerDocument,
+    TriggerType,
+    WebhookTrigger,
+    trigger_kinds,
+)
 from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.triggers import readiness
 from ade_tasks.triggers.base import Matcher, TriggerTest
 from ade_tasks.triggers.filters import filter_matcher
 from ade_tasks.triggers.lane import lane_matcher, merged_lane_events
+from ade_tasks.triggers.readiness import ReadinessCheck
 from ade_tasks.triggers.run_finished import run_finished_matcher
 from ade_tasks.triggers.webhook import webhook_matcher
-
-MATCHERS: dict[str, Matcher] = {
-    **dict.fromkeys(GITHUB_TYPES, filter_matcher),
-    TriggerType.GIT_PUSH.value: filter_matcher,
-    TriggerType.GIT_COMMIT.value: filter_matcher,
-    TriggerType.FILE_CHANGED.value: filter_matcher,
-    TriggerType.WEBHOOK.value: webhook_matcher,
-    TriggerType.LANE_CREATED.value: lane_matcher,
-    TriggerType.LANE_DELETED.value: lane_matcher,
-    TriggerType.LANE_MERGED.value: lane_matcher,
-    TriggerType.RUN_FINISHED.value: run_finished_matcher,
-}
 
 FollowOn = Callable[[SessionFactory, Mapping[str, object]], list[tuple[str, TriggerEvent]]]
 """The further events one event stands for, as (source, event): each is matched and
 dispatched like its own event."""
 
-#: Trigger kind -> the events it also stands for (a merged pull request merges lanes too).
-FOLLOW_ONS: dict[str, FollowOn] = {
-    TriggerType.GITHUB_PR_MERGED.value: merged_lane_events,
-}
+
+@dataclass(frozen=True)
+class TriggerKind:
+    """Everything about one trigger model: the kinds it answers to are its `type` literal."""
+
+    model: type[TriggerDocument]
+    #: Can a trigger of this model fire, and by which path (rule health).
+    ready: ReadinessCheck
+    #: Its test against an event; None: never matched against an event.
+    matcher: Matcher | None = None
+    #: Kind -> the events an event of that kind also stands for.
+    follow_ons: Mapping[str, FollowOn] = field(default_factory=dict)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The trigger kinds (`type` values) it declares."""
+        return trigger_kinds(self.model)
+
+
+KINDS: tuple[TriggerKind, ...] = (
+    TriggerKind(ScheduleTrigger, readiness.schedule_ready),
+    TriggerKind(ManualTrigger, readiness.manual_ready),
+    TriggerKind(WebhookTrigger, readiness.webhook_ready, webhook_matcher),
+    TriggerKind(
+        GithubTrigger,
+        readiness.github_ready,
+        filter_matcher,
+        # a merged pull request merges lanes too
+        {TriggerType.GITHUB_PR_MERGED.value: merged_lane_events},
+    ),
+    TriggerKind(GitTrigger, readiness.local_ready, filter_matcher),
+    TriggerKind(LaneTrigger, readiness.lane_ready, lane_matcher),
+    TriggerKind(FileTrigger, readiness.local_ready, filter_matcher),
+    TriggerKind(RunFinishedTrigger, readiness.run_finished_ready, run_finished_matcher),
+)
+
+
+def matchers() -> dict[str, Matcher]:
+    """Trigger kind -> its matcher, for every kind matched against events."""
+    return {
+        kind: declared.matcher
+        for declared in KINDS
+        if declared.matcher is not None
+        for kind in declared.kinds
+    }
 
 
 def matcher_for(kind: str) -> Matcher:
     """The matcher of trigger kind `kind`; NotFoundError listing the kinds this worker knows."""
+    known = matchers()
     try:
-        return MATCHERS[kind]
+        return known[kind]
     except KeyError:
         raise not_registered(
             "a trigger kind",
             kind,
-            MATCHERS,
+            known,
             "update the workers to the version that stored the event",
         ) from None
+
+
+def readiness_check(model: type[TriggerDocument]) -> ReadinessCheck:
+    """The readiness check of a trigger model's kind."""
+    return next(declared.ready for declared in KINDS if declared.model is model)
 
 
 def trigger_test(source: str, kind: str, payload: Mapping[str, object]) -> TriggerTest:
@@ -64,5 +119,8 @@ def follow_on_events(
     session_factory: SessionFactory, kind: str, payload: Mapping[str, object]
 ) -> list[tuple[str, TriggerEvent]]:
     """The further events an event of `kind` stands for (none for most kinds)."""
-    follow_on = FOLLOW_ONS.get(kind)
-    return follow_on(session_factory, payload) if follow_on is not None else []
+    for declared in KINDS:
+        follow_on = declared.follow_ons.get(kind)
+        if follow_on is not None:
+            return follow_on(session_factory, payload)
+    return []

@@ -26,7 +26,7 @@ from ade_tasks.paths import resolve_inside
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.conditions import ConditionError, parse_condition
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.steps import TEMPLATED_FIELDS, Action
+from ade_tasks.rules.steps import Action
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
@@ -140,7 +140,7 @@ def prepare(
     rendered; template values inserted into a shell command string are shell-quoted, so a PR
     title can never inject shell syntax.
     """
-    raw = {name: getattr(action, name) for name in TEMPLATED_FIELDS if hasattr(action, name)}
+    raw = {name: getattr(action, name) for name in action.templated}
     _, masker = resolve(raw, env, where)  # every referenced secret must be set
     sealed, seals = seal(raw)
     rendered = {}

@@ -17,7 +17,7 @@ import httpx
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import heartbeats as heartbeats_db
-from ade_tasks.triggers.health import GITHUB_REFUSED, NO_BEAT
+from ade_tasks.triggers.readiness import GITHUB_REFUSED, NO_BEAT
 from tests.conftest import write_rule
 from tests.fake_http import ScriptedServer
 from tests.integration.conftest import Cluster

@@ -15,13 +15,12 @@ from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import ProviderSettings, Settings
 from ade_tasks.triggers.health import (
-    GITHUB_REFUSED,
-    NO_BEAT,
     LiveState,
     ProviderReadiness,
     Untrusted,
     rule_health,
 )
+from ade_tasks.triggers.readiness import GITHUB_REFUSED, NO_BEAT
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BUILTIN = {"kind": "built-in", "actions": [{"type": "run-command", "command": "true"}]}
