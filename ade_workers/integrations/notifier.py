@@ -52,12 +52,16 @@ class Notifier:
     def sweep(self, now: datetime) -> dict[str, int]:
         """Queue the new events and start delivering the due notifications of idle routes."""
         queued = queue_events(self._session_factory, self._settings, now, link_base=self._link_base)
-        with self._lock:
-            busy = {route for route, futures in self._running.items() if futures}
+        busy = self.busy_routes()
         claimed = delivery.claim(self._session_factory, self._owner, now, busy_routes=busy)
         for notification in claimed:
             self._start(notification)
         return {"queued": queued, "delivering": len(claimed)}
+
+    def busy_routes(self) -> set[str]:
+        """The routes still delivering: a sweep leaves their due notifications unclaimed."""
+        with self._lock:
+            return {route for route, futures in self._running.items() if futures}
 
     def wait(self, timeout: float) -> None:
         """Wait for the deliveries started so far (tests, shutdown)."""

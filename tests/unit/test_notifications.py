@@ -344,12 +344,9 @@ def test_a_slow_route_holds_up_only_its_own_notifications(
     assert notifier.sweep(utcnow()) == {"queued": 2, "delivering": 2}
     second = finished_run(session_factory, nightly, "failed", "two")
 
-    def fast_route_idle() -> bool:  # its first notification is settled, so it can take another
-        with session_factory() as session:
-            rows = outbox.list_notifications(session)
-        return [r.status for r in rows if r.route == "fast"] == ["sent"]
-
-    wait_until(fast_route_idle, 10, "the fast route to deliver the first notification")
+    wait_until(
+        lambda: notifier.busy_routes() == {"slow"}, 10, "the fast route to deliver the first"
+    )
     # While the slow route hangs, the fast one delivers both, and the slow one's second
     # notification stays unclaimed instead of queueing behind the first.
     result = notifier.sweep(utcnow())
