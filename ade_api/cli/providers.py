@@ -14,7 +14,7 @@ import httpx
 from ade_api.cli.base import Api, json_option, main, url_option
 from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli.facts import ProviderStatus, providers_report
+from ade_workers.agents.readiness import ProviderStatus, providers_report
 
 CLUSTER_VIEW = "/api/v1/cluster/view"
 #: A shell with no cluster must not wait long to be told so.

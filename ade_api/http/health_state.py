@@ -26,6 +26,7 @@ from ade_tasks.db import rule_edits as rule_edits_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import ConflictError
+from ade_tasks.rules.providers.registry import PROVIDERS
 from ade_tasks.settings import Settings
 from ade_tasks.triggers.health import (
     LiveState,
@@ -35,9 +36,7 @@ from ade_tasks.triggers.health import (
     rule_health,
     unreadable,
 )
-from ade_workers.agents.cli.facts import ProviderStatus, providers_report
-
-PROVIDERS = ("openai", "anthropic", "claude-code", "codex")
+from ade_workers.agents.readiness import ProviderStatus, providers_report
 
 
 def live_state(
@@ -74,9 +73,9 @@ def provider_statuses(
     """`providers_report` fed the settings a run uses (its fixes name the engine's settings):
     what `ade-tasks providers` prints as the cluster's view."""
     env = {"PATH": os.environ.get("PATH", os.defpath)}
-    for name in PROVIDERS:
+    for name, provider in PROVIDERS.items():
         configured = settings.provider(name)
-        prefix = f"ADE_PROVIDERS__{name.upper().replace('-', '_')}__"
+        prefix = provider.settings_prefix
         if configured is not None and configured.api_key is not None:
             env[prefix + "API_KEY"] = "set"  # presence only: no secret leaves the settings
         if configured is not None and configured.base_url:

@@ -8,15 +8,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    GetJsonSchemaHandler,
+    PlainValidator,
     SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from ade_tasks.rules.document import MAX_TOKENS, MAX_USD, Document, admitting, at_most
-from ade_tasks.rules.tool_names import matching_pattern
+from ade_tasks.rules.providers.registry import PROVIDERS, provider_names
 
 
 class ToolPolicy(Document):
@@ -54,7 +57,28 @@ ToolPalette = Literal["repo", "git", "tests", "github", "notify"]
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 HOST_NAME = re.compile(rf"(?i){_LABEL}(?:\.{_LABEL})*")
 
-ProviderName = Literal["openai", "anthropic", "claude-code", "codex"]
+
+def _registered(value: object) -> str:
+    # Read at each validation, so a provider registered later (a test's toy) is known; the
+    # error is the one a Literal of the names gives.
+    if isinstance(value, str) and value in PROVIDERS:
+        return value
+    raise PydanticCustomError(
+        "literal_error", "Input should be {expected}", {"expected": provider_names()}
+    )
+
+
+class _Listed:
+    """A provider name's JSON schema: the names registered when the schema is made."""
+
+    def __get_pydantic_json_schema__(
+        self, _schema: CoreSchema, _handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        return {"enum": list(PROVIDERS), "type": "string"}
+
+
+#: The name of a registered agent provider (`ade_tasks.rules.providers.registry`).
+ProviderName = Annotated[str, PlainValidator(_registered), _Listed()]
 
 
 class AgentSession(Document):
@@ -105,47 +129,7 @@ class AgentSession(Document):
     @model_validator(mode="after")
     def _enforceable(self, info: ValidationInfo) -> AgentSession:
         if admitting(info):
-            problem = unenforceable_on_codex(self) if self.provider == "codex" else None
+            problem = PROVIDERS[self.provider].refusal(self)
             if problem is not None:
                 raise ValueError(problem)
         return self
-
-
-def unenforceable_on_codex(session: AgentSession) -> str | None:
-    """What a codex session of this rule could do that the engine could not stop, or None.
-
-    Codex (0.169, workspace-write) applies file changes inside its workspace without asking
-    its client, and has no turn limit; a rule that relies on either is refused, not run and
-    reported afterwards.
-    """
-    if "max_turns" in session.model_fields_set:
-        return (
-            "max_turns cannot be enforced on provider codex (it has no turn limit): remove it; "
-            "timeout_sec, max_tokens and max_cost_usd bound a codex session"
-        )
-    if session.permission_mode == "plan":
-        return None
-    policy = session.policy
-    writes = ("write_file", "edit_file")
-    denied = [t for t in writes if matching_pattern(t, policy.denied_tools)]
-    allowed = all(matching_pattern(t, policy.allowed_tools) for t in writes)
-    unset = "fallback" not in policy.model_fields_set  # edit's writes in the worktree allowed
-    if (
-        not denied
-        and policy.sandbox_root is None
-        and (allowed or unset or policy.fallback == "allow")
-    ):
-        return None
-    why = (
-        f"policy.denied_tools names {', '.join(denied)}"
-        if denied
-        else "policy.sandbox_root is set"
-        if policy.sandbox_root is not None
-        else f"its fallback {policy.fallback} applies to writes no allowed_tools entry names"
-    )
-    return (
-        f"policy cannot be enforced on provider codex in permission_mode {session.permission_mode}"
-        f": codex applies file changes inside its workspace without asking, so the engine cannot "
-        f"refuse or ask for them ({why}). Allow writes (policy.allowed_tools: [write_file, "
-        "edit_file], no sandbox_root), use permission_mode: plan, or use provider claude-code"
-    )

@@ -26,12 +26,13 @@ from typing import Any
 from pydantic import ValidationError, field_validator, model_validator
 
 from ade_tasks.rules.agent import AgentSession, ProviderName
+from ade_tasks.rules.providers.registry import PROVIDERS
 
 #: Policy lists that merge as a union (the rule's entries first) instead of being replaced.
 UNION_POLICY_FIELDS = ("allowed_tools", "denied_tools")
 #: What a session gets for a required field whose default is wrong: the rule is refused at
 #: `agent.<field>` anyway, and this keeps each session from also reporting the field missing.
-_STAND_INS = {"provider": "openai", "model": "(the rule's agent.model)"}
+_STAND_INS = {"provider": next(iter(PROVIDERS)), "model": "(the rule's agent.model)"}
 
 
 class AgentDefaults(AgentSession):

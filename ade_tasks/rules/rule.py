@@ -17,6 +17,7 @@ from ade_tasks.rules.document import QUEUE_NAME, SLUG, Document, admitting
 from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.notify import NotifyPolicy
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification, in_declared_order
+from ade_tasks.rules.providers.registry import PROVIDERS
 from ade_tasks.rules.steps import BuiltinExecution, Execution, action_union
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, trigger_union
 
@@ -115,14 +116,11 @@ class Rule(Document):
             palette = set(getattr(step, "tool_palette", ()))
             if step.type != "agent-session" or not palette & {"github", "notify"}:
                 continue
-            provider = getattr(step, "provider", "")
-            # Claude Code reaches them through the engine's MCP relay; codex has none yet.
-            if provider == "codex":
+            provider = PROVIDERS.get(getattr(step, "provider", ""))
+            if provider is not None and provider.without_engine_tools is not None:
                 raise ValueError(
                     f"tool_palette github and notify are engine tools, which provider "
-                    f"{provider} cannot call yet (it uses its own tools): use provider "
-                    "claude-code, openai or anthropic for them, or publish through outputs / "
-                    "an ade-action step"
+                    f"{provider.name} cannot call yet {provider.without_engine_tools}"
                 )
             if "notify" in palette and not self.outputs.notify_url:
                 raise ValueError(

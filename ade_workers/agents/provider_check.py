@@ -23,14 +23,13 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli.cli_session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.cli_session import CLI_DRIVERS, run_cli_session
 from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.http_session import NO_DECISIONS, SessionLimits
 from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
 
 CHECK_TIMEOUT = 60.0
 CHECK_PROMPT = "This is a connection check. Reply with the single word: ok"
-DEFAULT_MODELS = {"claude-code": "claude-haiku-4-5", "codex": "gpt-5-mini"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,9 @@ def check_provider(
 ) -> CheckResult:
     """Make the one real call that tells whether `name` works with these settings."""
     started = time.monotonic()
-    if name in DEFAULT_MODELS:
-        ok, detail = _check_cli(name, settings, model or DEFAULT_MODELS[name], timeout)
+    driver = CLI_DRIVERS.get(name)
+    if driver is not None:
+        ok, detail = _check_cli(name, settings, model or driver.facts.check_model, timeout)
     elif name in HTTP_PROVIDERS:
         ok, detail = _check_http(name, settings, timeout)
     else:
@@ -59,7 +59,7 @@ def check_provider(
 
 def _check_cli(name: str, settings: Settings, model: str, timeout: float) -> tuple[bool, str]:
     provider = settings.provider(name)
-    binary = (provider.binary if provider else None) or CLI_BINARIES[name]
+    binary = (provider.binary if provider else None) or CLI_DRIVERS[name].facts.binary
     execution = AgentSession(
         provider=name,
         model=model,

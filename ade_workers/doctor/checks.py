@@ -38,7 +38,7 @@ from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import current_revision, schema_lag
 from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.settings import Settings
-from ade_workers.agents.cli.facts import providers_report
+from ade_workers.agents.readiness import providers_report
 from ade_workers.celery.app import (
     CONTROL_QUEUE,
     DEFAULT_QUEUES,

@@ -12,11 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from ade_api.cli import main
-from ade_workers.agents.cli.facts import (
-    Usage,
-    parse_claude_stream,
-    providers_report,
-)
+from ade_workers.agents.cli.facts import Usage, parse_claude_stream
+from ade_workers.agents.readiness import providers_report
 from ade_workers.containment.process import run_process
 
 TESTS = Path(__file__).resolve().parent.parent

@@ -3,8 +3,9 @@
 `run_cli_session` runs the session through the CLI's driver (`CLI_DRIVERS`: `claude_driver`,
 `codex_driver`; the engine decides every tool call, holds the key, meters the budget, contains the
 processes) and turns what the CLI did into the same run events and `SessionOutcome` the HTTP
-tool loop gives. Adding a CLI agent: its facts in `facts` (a `CliFacts`), its driver
-module, one entry in `CLI_DRIVERS`, and its name in `AgentSession.provider`.
+tool loop gives. Adding a CLI agent: its declaration in `ade_tasks/rules/providers/` (and
+its registry line), its facts in `facts` (a `CliFacts`, listed in `CLI_FACTS`), its driver
+module, and one entry in `CLI_DRIVERS`.
 
 Choices, in order of what happens:
 

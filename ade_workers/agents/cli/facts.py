@@ -1,5 +1,6 @@
 """The pure parts of the CLI agent providers (Claude Code, Codex): the capability report's
-shape, Claude's stream-json parser, and the `ade-tasks providers` report.
+shape, Claude's stream-json parser, and what the engine knows of each CLI before running it
+(`CliFacts`, by name in `CLI_FACTS`; `ade_workers.agents.readiness` reads them).
 
 Nothing here starts an agent session (`claude_session`, `codex_session` do). The stream format
 follows the recordings in `tests/fixtures/agents/claude-code/`.
@@ -8,20 +9,13 @@ follows the recordings in `tests/fixtures/agents/claude-code/`.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
-from ade_workers.containment.process import run_process
-
-CliName = Literal["claude-code", "codex"]
-
-VERSION_TIMEOUT = 5.0
-
+from ade_tasks.rules.providers import claude_code, codex
+from ade_tasks.rules.providers.declaration import AgentProvider
 
 # --- capability report --------------------------------------------------------------------
 
@@ -47,7 +41,7 @@ class Capability:
 class CapabilityReport:
     """Every aspect of a ToolPolicy + permission mode mapped onto one CLI; nothing left out."""
 
-    cli: CliName
+    cli: str
     items: tuple[Capability, ...]
 
     def get(self, aspect: str) -> Capability:
@@ -243,164 +237,50 @@ def _claude_result(transcript: CliTranscript, obj: dict[str, Any]) -> None:
         transcript.error(f"claude ended with {subtype or 'an error'}", subtype=subtype)
 
 
-# --- providers report ---------------------------------------------------------------------
-
-
-class Which(Protocol):
-    """`shutil.which`'s shape."""
-
-    def __call__(self, cmd: str, mode: int = ..., path: str | None = ...) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class ProviderStatus:
-    """Is one provider usable from this machine, and if not, how to fix it. Never a secret."""
-
-    name: str
-    ready: bool
-    credentials: str | None  # where they were found (a variable or file name), never a value
-    base_url: str | None = None
-    binary: str | None = None
-    version: str | None = None
-    fixes: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready form."""
-        return {
-            "name": self.name,
-            "ready": self.ready,
-            "credentials": self.credentials,
-            "base_url": self.base_url,
-            "binary": self.binary,
-            "version": self.version,
-            "fixes": list(self.fixes),
-        }
-
-
-@dataclass(frozen=True)
-class _Api:
-    name: str
-    key_vars: tuple[str, ...]
-    url_vars: tuple[str, ...]
-    default_url: str
+# --- what a CLI is ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CliFacts:
-    """What the engine knows of a CLI agent before running it: its provider name, its binary,
-    the prefix of its settings (<prefix>API_KEY, <prefix>BASE_URL, <prefix>BINARY), the API it
-    reaches by default, how to install it, and whether the system text must go in the prompt
-    (no system prompt flag). Its driver (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`) runs
-    it."""
+    """What the engine knows of a CLI agent before running it: its provider, its binary, the
+    API it reaches by default, how to install it, the model a connection check asks, and
+    whether the system text must go in the prompt (no system prompt flag). Its settings are
+    <prefix>API_KEY, <prefix>BASE_URL and <prefix>BINARY. Its driver
+    (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`) runs it."""
 
-    name: CliName
+    provider: AgentProvider
     binary: str
-    prefix: str
     default_url: str
     install: str
+    check_model: str
     system_in_prompt: bool = False
+
+    @property
+    def name(self) -> str:
+        """The provider name rules use."""
+        return self.provider.name
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of its settings (`ADE_PROVIDERS__CLAUDE_CODE__`)."""
+        return self.provider.settings_prefix
 
 
 CLAUDE_CODE = CliFacts(
-    "claude-code",
+    claude_code.PROVIDER,
     "claude",
-    "ADE_PROVIDERS__CLAUDE_CODE__",
     "https://api.anthropic.com",
     "npm install -g @anthropic-ai/claude-code",
+    "claude-haiku-4-5",
 )
 CODEX = CliFacts(
+    codex.PROVIDER,
     "codex",
-    "codex",
-    "ADE_PROVIDERS__CODEX__",
     "https://api.openai.com/v1",
     "npm install -g @openai/codex",
+    "gpt-5-mini",
     system_in_prompt=True,
 )
 
-
-_APIS = (
-    _Api(
-        "openai",
-        ("ADE_PROVIDERS__OPENAI__API_KEY", "OPENAI_API_KEY"),
-        ("ADE_PROVIDERS__OPENAI__BASE_URL", "OPENAI_BASE_URL"),
-        "https://api.openai.com/v1",
-    ),
-    _Api(
-        "anthropic",
-        ("ADE_PROVIDERS__ANTHROPIC__API_KEY", "ANTHROPIC_API_KEY"),
-        ("ADE_PROVIDERS__ANTHROPIC__BASE_URL", "ANTHROPIC_BASE_URL"),
-        "https://api.anthropic.com",
-    ),
-)
-_CLIS = (CLAUDE_CODE, CODEX)
-
-
-def run_version(binary: str) -> str | None:
-    """The first line of `<binary> --version`, or None if it fails or takes over 5 s."""
-    try:
-        result = run_process(
-            [binary, "--version"],
-            cwd=Path.cwd(),
-            env=os.environ,
-            timeout=VERSION_TIMEOUT,
-            kill_grace=0.5,
-            cap=4096,
-        )
-    except OSError:
-        return None
-    if result.exit_code != 0:
-        return None
-    lines = result.output.strip().splitlines()
-    return lines[0].strip() if lines else None
-
-
-def _first_var(env: Mapping[str, str], names: Sequence[str]) -> str | None:
-    return next((name for name in names if env.get(name)), None)
-
-
-def providers_report(
-    env: Mapping[str, str],
-    which: Which = shutil.which,
-    run_version: Callable[[str], str | None] = run_version,
-    home: Path | None = None,
-) -> list[ProviderStatus]:
-    """Which providers are usable here: credentials (by name), base URLs, installed CLIs.
-
-    Reads only `env` and the home directory; no network calls."""
-    home = home or Path(env.get("HOME") or Path.home())
-    report: list[ProviderStatus] = []
-    for api in _APIS:
-        key = _first_var(env, api.key_vars)
-        url_var = _first_var(env, api.url_vars)
-        report.append(
-            ProviderStatus(
-                name=api.name,
-                ready=key is not None,
-                credentials=key,
-                base_url=env[url_var] if url_var else api.default_url,
-                fixes=() if key else (f"export {api.key_vars[-1]}=... (or {api.key_vars[0]})",),
-            )
-        )
-    for cli in _CLIS:
-        # A CLI session runs with a private home and reaches the provider only through the
-        # engine's model proxy, so the CLI's own login (~/.claude, ~/.codex) does not apply:
-        # the engine's settings are its credentials.
-        path = which(env.get(cli.prefix + "BINARY") or cli.binary, path=env.get("PATH"))
-        version = run_version(path) if path else None
-        key = cli.prefix + "API_KEY"
-        credentials = key if env.get(key) else None
-        fixes = ([] if path else [cli.install]) + (
-            [] if credentials else [f"export {key}=... (it reaches only the engine's proxy)"]
-        )
-        report.append(
-            ProviderStatus(
-                name=cli.name,
-                ready=path is not None and credentials is not None,
-                credentials=credentials,
-                base_url=env.get(cli.prefix + "BASE_URL") or cli.default_url,
-                binary=path,
-                version=version,
-                fixes=tuple(fixes),
-            )
-        )
-    return report
+#: The CLI agents by provider name, for what must not import their drivers (`readiness`).
+CLI_FACTS: dict[str, CliFacts] = {facts.name: facts for facts in (CLAUDE_CODE, CODEX)}

@@ -23,6 +23,7 @@ import httpx
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.rules.providers.declaration import AgentProvider
 from ade_workers.integrations.http import IntegrationClient, IntegrationUnavailableError, excerpt
 
 DEFAULT_POLICY = RetryPolicy(attempts=3)
@@ -105,9 +106,14 @@ def call_fields(call: ToolCall | Mapping[str, Any]) -> tuple[str, str, dict[str,
 
 class HttpProvider:
     """What the HTTP adapters share: a named endpoint, its key as the adapter's auth headers,
-    and one pooled client that `close` releases. Each adapter says where its API lives by
-    default and where it lists models (what `ade-tasks providers --check` asks)."""
+    and one pooled client that `close` releases. Each adapter says which provider it runs
+    (its `ade_tasks.rules.providers` declaration), the prefix of its vendor's own variables
+    (`OPENAI_` for OPENAI_API_KEY and OPENAI_BASE_URL, which `ade-tasks providers` accepts in a
+    shell), where its API lives by default and where it lists models (what
+    `ade-tasks providers --check` asks)."""
 
+    PROVIDER: ClassVar[AgentProvider]
+    VENDOR_PREFIX: ClassVar[str]
     DEFAULT_BASE_URL: ClassVar[str]
     MODELS_PATH: ClassVar[str]
 

@@ -11,6 +11,7 @@ import httpx
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.rules.providers import anthropic as declared
 from ade_workers.agents.providers import (
     DEFAULT_POLICY,
     HttpProvider,
@@ -31,6 +32,8 @@ PATH = "/v1/messages"
 class AnthropicProvider(HttpProvider):
     """A `ModelProvider` for the Anthropic Messages API."""
 
+    PROVIDER = declared.PROVIDER
+    VENDOR_PREFIX = "ANTHROPIC_"
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
     MODELS_PATH = "/v1/models"
 

@@ -13,6 +13,7 @@ import httpx
 
 from ade_tasks.errors import InvalidInputError
 from ade_tasks.retry import RetryPolicy
+from ade_tasks.rules.providers import openai as declared
 from ade_workers.agents.providers import (
     DEFAULT_POLICY,
     HttpProvider,
@@ -32,6 +33,8 @@ PATH = "/chat/completions"
 class OpenAIProvider(HttpProvider):
     """A `ModelProvider` for any Chat Completions endpoint."""
 
+    PROVIDER = declared.PROVIDER
+    VENDOR_PREFIX = "OPENAI_"
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
     MODELS_PATH = "/models"
 

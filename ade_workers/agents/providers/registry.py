@@ -1,8 +1,10 @@
 """The LLM APIs the engine drives itself (`execution.provider` of an agent session), by name.
 
-Adding one: its adapter module here (an `HttpProvider` with `complete`, `DEFAULT_BASE_URL`
-and `MODELS_PATH`), its name in `AgentSession.provider` (`ade_tasks/rules/agent.py`), and one
-entry in `HTTP_PROVIDERS`. The CLI agents (claude-code, codex) are registered apart, in
+Adding one: its declaration in `ade_tasks/rules/providers/` (and a line in its registry), its
+adapter module here (an `HttpProvider` with `complete` and the class attributes that say which
+provider it runs, its vendor's variables, its default URL and its models path), and one line in
+`HTTP_PROVIDERS`. Rule validation, rule health, `ade-tasks providers` and `--check` follow from
+those. The CLI agents (claude-code, codex) are registered apart, in
 `ade_workers/agents/cli/cli_session.py`'s `CLI_DRIVERS`.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ade_tasks.errors import not_registered
+from ade_tasks.rules.providers.declaration import AgentProvider
 from ade_tasks.settings import Settings
 from ade_workers.agents.providers import HttpModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
@@ -18,8 +21,11 @@ from ade_workers.agents.providers.openai import OpenAIProvider
 
 
 class HttpAdapter(Protocol):
-    """An adapter class: its defaults, and built from a base URL and a key."""
+    """An adapter class: its provider, its vendor's variables, its defaults, and built from a
+    base URL and a key."""
 
+    PROVIDER: AgentProvider
+    VENDOR_PREFIX: str
     DEFAULT_BASE_URL: str
     MODELS_PATH: str
 
@@ -28,8 +34,7 @@ class HttpAdapter(Protocol):
 
 CHECK_PROVIDER = "check the rule's execution.provider"
 HTTP_PROVIDERS: dict[str, HttpAdapter] = {
-    "openai": OpenAIProvider,
-    "anthropic": AnthropicProvider,
+    adapter.PROVIDER.name: adapter for adapter in (OpenAIProvider, AnthropicProvider)
 }
 
 
