@@ -4,8 +4,8 @@ a rule that relies on any of these is refused, not run and reported afterwards."
 
 from __future__ import annotations
 
-from ade_tasks.agents.tool_names import matching_pattern
 from ade_tasks.rules.providers.declaration import AgentProvider, SessionShape
+from ade_tasks.rules.tool_names import matching_pattern
 
 
 def unenforceable_on_codex(session: SessionShape) -> str | None:
