@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import yaml
+
+from ade_tasks.json_document import JsonObject
 
 _ids = itertools.count(1)
 
@@ -38,7 +39,7 @@ _ids = itertools.count(1)
 class Turn:
     """One scripted assistant message: text and/or tool_use blocks, and the usage it reports."""
 
-    blocks: tuple[dict[str, Any], ...]
+    blocks: tuple[JsonObject, ...]
     input_tokens: int = 10
     output_tokens: int = 5
     delay: float = 0.0  # seconds the server waits before it answers (a hung model call)
@@ -51,7 +52,7 @@ class Turn:
         return cls(({"type": "text", "text": text},), input_tokens, output_tokens)
 
     @classmethod
-    def tool(cls, name: str, usage: dict[str, int] | None = None, **tool_input: Any) -> Turn:
+    def tool(cls, name: str, usage: dict[str, int] | None = None, **tool_input: object) -> Turn:
         usage = usage or {}
         tokens = usage.get("input_tokens", 10), usage.get("output_tokens", 5)
         return cls((tool_use(name, tool_input),), *tokens)
@@ -67,7 +68,7 @@ class Seen:
 
     path: str
     headers: dict[str, str]
-    body: dict[str, Any]
+    body: JsonObject
 
     @property
     def conversation(self) -> bool:
@@ -78,7 +79,7 @@ class Seen:
 class _State:
     key: str | None = None  # when set, a request with another x-api-key gets a 401
     turns: list[Turn] = field(default_factory=list)
-    answer: Callable[[dict[str, Any]], Turn] | None = None  # a conversation's turn from its body
+    answer: Callable[[JsonObject], Turn] | None = None  # a conversation's turn from its body
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -90,7 +91,7 @@ class ScriptedAnthropic:
         self,
         key: str | None = None,
         port: int = 0,
-        answer: Callable[[dict[str, Any]], Turn] | None = None,
+        answer: Callable[[JsonObject], Turn] | None = None,
     ) -> None:
         self._state = _State(key=key, answer=answer)
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self._state))
@@ -115,7 +116,7 @@ class ScriptedAnthropic:
         """The session's own model calls, in order."""
         return [seen for seen in self.requests if seen.conversation]
 
-    def tool_results(self) -> list[dict[str, Any]]:
+    def tool_results(self) -> list[JsonObject]:
         """Every tool_result block the CLI sent back in its last conversation request."""
         calls = self.conversation
         return _tool_results(calls[-1].body.get("messages", [])) if calls else []
@@ -136,12 +137,12 @@ class ScriptedAnthropic:
         self._server.server_close()
 
 
-def tool_use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+def tool_use(name: str, tool_input: JsonObject) -> JsonObject:
     """A tool_use block with a fresh id."""
     return {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name, "input": tool_input}
 
 
-def result_text(block: dict[str, Any]) -> str:
+def result_text(block: JsonObject) -> str:
     """A tool_result block's text, whichever shape its content has."""
     content = block.get("content")
     if isinstance(content, list):
@@ -149,8 +150,8 @@ def result_text(block: dict[str, Any]) -> str:
     return str(content or "")
 
 
-def _events(turn: Turn, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    message: dict[str, Any] = {
+def _events(turn: Turn, model: str) -> Iterator[tuple[str, JsonObject]]:
+    message: JsonObject = {
         "id": f"msg_{next(_ids):04d}",
         "type": "message",
         "role": "assistant",
@@ -162,8 +163,8 @@ def _events(turn: Turn, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
     }
     yield "message_start", {"type": "message_start", "message": message}
     for index, block in enumerate(turn.blocks):
-        start: dict[str, Any]
-        delta: dict[str, Any]
+        start: JsonObject
+        delta: JsonObject
         if block["type"] == "text":
             start = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": block["text"]}
@@ -245,7 +246,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def _header_names_lowered(self) -> dict[str, str]:
             return {k.lower(): v for k, v in self.headers.items()}
 
-        def _json(self, status: int, body: dict[str, Any]) -> None:
+        def _json(self, status: int, body: JsonObject) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -256,7 +257,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _message(turn: Turn, model: str) -> dict[str, Any]:
+def _message(turn: Turn, model: str) -> JsonObject:
     return {
         "id": f"msg_{next(_ids):04d}",
         "type": "message",
@@ -290,7 +291,7 @@ class ScriptAnswer:
     def __init__(self, turns: list[Turn] | None = None) -> None:
         self.turns = turns
 
-    def __call__(self, body: dict[str, Any]) -> Turn:
+    def __call__(self, body: JsonObject) -> Turn:
         messages = body.get("messages") or []
         position = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         if self.turns is not None:
@@ -309,7 +310,7 @@ class ScriptAnswer:
         )
 
 
-def _tool_results(messages: list[Any]) -> list[dict[str, Any]]:
+def _tool_results(messages: list[object]) -> list[JsonObject]:
     results = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
@@ -356,7 +357,7 @@ def _value(node: yaml.Node | None, key: str) -> yaml.Node | None:
     return None
 
 
-def _turn(item: Any, where: str) -> Turn:
+def _turn(item: object, where: str) -> Turn:
     if not isinstance(item, dict):
         raise ScriptError(f"{where}: expected a mapping; {SCRIPT_HELP}")
     unknown = sorted(set(item) - {"text", "tool", "input"})
@@ -373,7 +374,7 @@ def _turn(item: Any, where: str) -> Turn:
         raise ScriptError(f"{where}: `input` must be a mapping, e.g. input: {{path: README.md}}")
     if tool is None and "input" in item:
         raise ScriptError(f"{where}: `input` without `tool`; add `tool: NAME`")
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text is not None else []
+    blocks: list[JsonObject] = [{"type": "text", "text": text}] if text is not None else []
     if tool is not None:
         blocks.append(tool_use(tool, tool_input))
     return Turn(tuple(blocks))

@@ -6,11 +6,11 @@ own catalog instead, without an API (the cluster may run another version)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, json_option, main, url_option
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 ORIGIN_WORDS = {
@@ -40,7 +40,7 @@ def actions_list(settings: Settings, url: str | None, as_json: bool, local: bool
         click.echo(line)
 
 
-def catalog_lines(catalog: dict[str, Any]) -> list[str]:
+def catalog_lines(catalog: JsonObject) -> list[str]:
     """The catalog in words, an action or step type per paragraph."""
     lines = ["ade-actions (a step `type: ade-action` with `action: NAME` and `args:`):"]
     for action in catalog["ade_actions"]:
@@ -63,7 +63,7 @@ def catalog_lines(catalog: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _parameter(field: dict[str, Any]) -> str:
+def _parameter(field: JsonObject) -> str:
     """`name: description; type, required or its default, limits`."""
     parts = [field["type"]]
     if field["required"]:
@@ -75,7 +75,7 @@ def _parameter(field: dict[str, Any]) -> str:
     return f"{field['name']}: {described}{', '.join(parts)}"
 
 
-def _local_catalog() -> dict[str, Any]:
+def _local_catalog() -> JsonObject:
     from ade_tasks.rules.action_reference import catalog
 
     return catalog()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ade_api.cli.base import Api, fail, json_option, main, url_option
 from ade_tasks.access.roles import Role
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 if TYPE_CHECKING:  # the database modules load only for the commands that use them
@@ -29,7 +30,7 @@ def _sessions(settings: Settings) -> SessionFactory:
     return create_session_factory(create_db_engine(settings.effective_database_url))
 
 
-def _token_data(row: ApiTokenRow) -> dict[str, Any]:
+def _token_data(row: ApiTokenRow) -> JsonObject:
     return {
         "id": row.id,
         "name": row.name,
@@ -42,7 +43,7 @@ def _token_data(row: ApiTokenRow) -> dict[str, Any]:
     }
 
 
-def _token_line(item: dict[str, Any]) -> str:
+def _token_line(item: JsonObject) -> str:
     state = f"revoked {item['revoked_at'][:19]}" if item["revoked_at"] else "active"
     used = item["last_used_at"][:19] if item["last_used_at"] else "never"
     return (

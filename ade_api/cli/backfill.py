@@ -5,11 +5,11 @@ summary line."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, by_option, fail, json_option, rules, url_option
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 
@@ -23,7 +23,7 @@ def _zoned(value: str, option: str) -> str:
         fail(str(exc))
 
 
-def slot_line(slot: dict[str, Any]) -> str:
+def slot_line(slot: JsonObject) -> str:
     """One slot as the CLI prints it: when (UTC and local), which trigger, what, and why."""
     local = slot["local"][:16].replace("T", " ")
     when = f"{slot['slot'][:16].replace('T', ' ')} UTC ({local} {slot['timezone']})"
@@ -61,7 +61,7 @@ def rules_backfill(
     """Fire the slots of RULE_ID's cron schedules in [--from, --to) that were missed or never
     claimed, once each, under the rule's overlap policy, and explain every slot. Times carry Z
     or an offset (2026-11-28T00:00:00+01:00); at most 1,000 slots per call."""
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "from": _zoned(start, "--from"),
         "to": _zoned(end, "--to"),
         "dry_run": dry_run,

@@ -404,7 +404,7 @@ def rules_next(
     """Preview the next fire times of RULE_ID's schedules (trigger zone and UTC, with the fires a
     daylight-saving change moved or doubled marked), or the problem of a schedule that cannot
     fire (as the API and `rules show` report it). `ade-tasks cron` previews any expression."""
-    params: dict[str, Any] = {"count": count}
+    params: dict[str, object] = {"count": count}
     if start is not None:
         params["from"] = start
     preview = Api(settings, url).call("GET", f"/api/v1/rules/{rule_id}/schedule", params=params)

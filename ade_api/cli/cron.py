@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 
 from ade_api.cli.base import fail, json_option, main
+from ade_tasks.json_document import JsonObject
 
 
 @main.command("cron")
@@ -64,7 +64,7 @@ def cron(
         "dst_repeat": evaluator.dst_repeat,
     }
     if as_json:
-        answer: dict[str, Any] = {"cron": expression, "timezone": timezone, **policy}
+        answer: JsonObject = {"cron": expression, "timezone": timezone, **policy}
         answer["fires"] = [
             {"utc": t.isoformat(), "local": t.astimezone(evaluator.zone).isoformat(), "dst": note}
             for t, note in fires

@@ -11,10 +11,10 @@ import itertools
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 import httpx
@@ -22,8 +22,12 @@ import httpx
 from ade_api.cli import git_hooks
 from ade_api.cli.base import Api, fail, json_option, main, url_option
 from ade_tasks.globs import path_matches
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.triggers import canonical_trigger_type
 from ade_tasks.settings import Settings
+
+if TYPE_CHECKING:
+    from watchfiles import Change
 
 EVENTS_PATH = "/api/v1/ingress/events"
 # The API refuses more paths than this in one event (LocalEvent.paths).
@@ -37,10 +41,11 @@ class ApiCallError(Exception):
     """The API could not be reached or refused a call; the message says what to do."""
 
 
-def api_request(api: Api, method: str, path: str, **kwargs: Any) -> Any:
-    """Like `Api.call`, but raising `ApiCallError` so a long-running command can go on."""
+def api_request(api: Api, method: str, path: str, body: object = None) -> Any:
+    """Like `Api.call` (`body` sent as JSON), but raising `ApiCallError` so a long-running
+    command can go on."""
     try:
-        response = api.client.request(method, path, **kwargs)
+        response = api.client.request(method, path, json=body)
     except httpx.TransportError as exc:
         raise ApiCallError(
             f"cannot reach the ADE API at {api.base} ({exc}); start it with `ade-tasks dev` "
@@ -198,7 +203,7 @@ def emit(
     api = Api(settings, url)
     api.client.timeout = httpx.Timeout(timeout)
     try:
-        accepted = api_request(api, "POST", EVENTS_PATH, json=payload)
+        accepted = api_request(api, "POST", EVENTS_PATH, payload)
     except ApiCallError as exc:
         fail(str(exc), code=1)
     if as_json:
@@ -259,7 +264,7 @@ def hooks_uninstall(repo_path: Path) -> None:
 # --- watch ---------------------------------------------------------------------------------
 
 
-def file_change_excludes(rules: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+def file_change_excludes(rules: Iterable[JsonObject]) -> list[list[str]]:
     """The `exclude` globs of each file.changed trigger of every rule that can run."""
     excludes = []
     for rule in rules:
@@ -280,7 +285,7 @@ def is_ignored(path: str, excludes: Sequence[Sequence[str]]) -> bool:
 
 
 def changed_paths(
-    changes: Iterable[tuple[Any, str]],
+    changes: Iterable[tuple[object, str]],
     root: Path,
     excludes: Sequence[Sequence[str]],
     is_dir: Callable[[Path], bool] = Path.is_dir,
@@ -302,7 +307,7 @@ def changed_paths(
 
 
 def watch_loop(
-    batches: Iterable[Iterable[tuple[Any, str]]],
+    batches: Iterable[Iterable[tuple[object, str]]],
     root: Path,
     load_excludes: Callable[[], list[list[str]]],
     send: Callable[[list[str]], str],
@@ -340,11 +345,13 @@ def watch_loop(
             pending.difference_update(paths)
 
 
-def _watch_filter(root: Path, default: Callable[[Any, str], bool]) -> Callable[[Any, str], bool]:
+def _watch_filter(
+    root: Path, default: Callable[[Change, str], bool]
+) -> Callable[[Change, str], bool]:
     """watchfiles' default filter (editor swap files, caches, virtualenvs), applied to the path
     relative to `root` so that the directories above the project never count, plus ours."""
 
-    def keep(change: Any, raw: str) -> bool:
+    def keep(change: Change, raw: str) -> bool:
         try:
             relative = Path(raw).relative_to(root).as_posix()
         except ValueError:
@@ -394,7 +401,7 @@ def watch(settings: Settings, path: Path | None, debounce_ms: int, url: str | No
             "file.changed", repo=repo, branch=None, sha=None, title=None, paths=paths
         )
         body = {"type": "file.changed", "repo": repo, "paths": paths, "summary": summary}
-        accepted = api_request(api, "POST", EVENTS_PATH, json=body)
+        accepted = api_request(api, "POST", EVENTS_PATH, body)
         return "duplicate" if accepted["duplicate"] else f"event {accepted['event_id']}"
 
     try:

@@ -4,10 +4,10 @@ prints its trust state alone."""
 
 from __future__ import annotations
 
-from typing import Any
+from ade_tasks.json_document import JsonObject
 
 
-def trust_line(rule: dict[str, Any]) -> str | None:
+def trust_line(rule: JsonObject) -> str | None:
     """The untrusted-config line of an API that reports no health."""
     if rule["trust_state"] == "trusted":
         return None
@@ -17,7 +17,7 @@ def trust_line(rule: dict[str, Any]) -> str | None:
     )
 
 
-def state_word(rule: dict[str, Any]) -> str:
+def state_word(rule: JsonObject) -> str:
     """`disabled`, `paused` (enabled, every automatic trigger held) or `enabled`."""
     if not rule["enabled"]:
         return "disabled"
@@ -25,12 +25,12 @@ def state_word(rule: dict[str, Any]) -> str:
     return "paused" if paused else "enabled"
 
 
-def pause_lines(rule: dict[str, Any]) -> list[str]:
+def pause_lines(rule: JsonObject) -> list[str]:
     """One line per pause: what it holds, who paused it, since when, the note, how to resume."""
     return [f"paused: {pause['message']}" for pause in rule.get("pauses") or ()]
 
 
-def not_ready_lines(rule: dict[str, Any]) -> list[str]:
+def not_ready_lines(rule: JsonObject) -> list[str]:
     """One line per pause and per reason the rule cannot fire (none when it can), as `rules
     list` prints (a paused trigger is said once, by its pause's line)."""
     health = rule.get("health")
@@ -48,7 +48,7 @@ def not_ready_lines(rule: dict[str, Any]) -> list[str]:
     )
 
 
-def health_lines(rule: dict[str, Any]) -> list[str]:
+def health_lines(rule: JsonObject) -> list[str]:
     """The rule's health with every trigger's path or error, as `rules show` prints."""
     health = rule.get("health")
     if health is None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ade_api.cli.base import Api, ApiTarget, json_option, runs, url_option
 from ade_api.cli.run_stream import step_event_data
 from ade_api.cli.step_lines import approval_line, step_line
+from ade_tasks.json_document import JsonObject
 
 if TYPE_CHECKING:
     from ade_tasks.settings import Settings
@@ -54,7 +55,7 @@ def duration(started: str | None, finished: str | None, status: str) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def run_row(run: dict[str, Any]) -> str:
+def run_row(run: JsonObject) -> str:
     """One run as a row under HEADER; a manual run's trigger names who asked for it."""
     requester = (run.get("trigger") or {}).get("requested_by")
     return _ROW.format(
@@ -97,7 +98,7 @@ def runs_list(
         click.echo("(more: raise --limit, or page with `ade-tasks runs page --cursor`)")
 
 
-def _print_rows(items: list[dict[str, Any]], *, header: bool) -> None:
+def _print_rows(items: list[JsonObject], *, header: bool) -> None:
     if not items:
         click.echo("(no runs)")
         return
@@ -136,7 +137,7 @@ def runs_page(
 ) -> None:
     """List runs a page at a time with every filter, newest first (--all: every page)."""
     api = Api(settings, url)
-    params: dict[str, Any] = {"rule": rule, "status": status, "queue_status": queue_status,
+    params: dict[str, object] = {"rule": rule, "status": status, "queue_status": queue_status,
                               "trigger_type": trigger_type, "since": since, "until": until,
                               "limit": limit}  # fmt: skip
     params = {k: v for k, v in params.items() if v is not None}

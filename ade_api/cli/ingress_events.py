@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, json_option, main, url_option
 from ade_tasks.ingress.event import EVENT_SOURCES
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 from ade_tasks.states import IngressStatus
 from ade_tasks.triggers import verdicts
@@ -52,7 +52,7 @@ def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     return stamp.isoformat()
 
 
-def event_row(event: dict[str, Any]) -> str:
+def event_row(event: JsonObject) -> str:
     """One event as a row under HEADER."""
     return _ROW.format(
         id=event["id"],
@@ -65,7 +65,7 @@ def event_row(event: dict[str, Any]) -> str:
     )
 
 
-def verdict_line(entry: dict[str, Any]) -> str:
+def verdict_line(entry: JsonObject) -> str:
     """One rule's verdict: `pr-fix  trigger #0  refused by labels: missing label(s) x`."""
     trigger = f"trigger #{entry['trigger']}" if entry.get("trigger") is not None else ""
     verdict = entry["verdict"]
@@ -79,7 +79,7 @@ def verdict_line(entry: dict[str, Any]) -> str:
     return f"{line}: {detail}" if detail else line
 
 
-def matching_lines(matching: dict[str, Any] | None) -> list[str]:
+def matching_lines(matching: JsonObject | None) -> list[str]:
     """What `events show` prints of an event's matching record."""
     if matching is None:
         return ["  matching: not recorded (not matched yet, or matched before verdicts were kept)"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, runs, url_option
 from ade_api.cli.run_stream import merged, run_events_of, sse_events
 from ade_api.cli.step_lines import capped_line, step_line
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 #: Events read per page of a run that is not followed.
@@ -54,7 +54,7 @@ class LogPrinter:
         self._shown: dict[int, int] = {}  # characters of live output written per step
         self._ends_line = True
 
-    def event(self, kind: str, event: dict[str, Any]) -> None:
+    def event(self, kind: str, event: JsonObject) -> None:
         data = event.get("data") or {}
         if kind == "step.started":
             self._line(f"==> {step_line(kind, data)[0].strip()}")
@@ -109,7 +109,7 @@ def runs_logs(settings: Settings, run_id: str, follow: bool, url: str | None) ->
         for kind, event in sse_events(api, run_id):
             printer.event(kind, event)
         return
-    stored: list[dict[str, Any]] = []
+    stored: list[JsonObject] = []
     while True:
         after = stored[-1]["id"] if stored else 0
         page = api.call("GET", f"/api/v1/runs/{run_id}/events",

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, by_option, json_option, main, runs, url_option
 from ade_api.cli.step_lines import approval_line
+from ade_tasks.json_document import JsonObject
 from ade_tasks.runs.review import QUEUE_ACTIONS
 from ade_tasks.settings import Settings
 from ade_tasks.states import Answer
 
 
-def _echo(data: Any, as_json: bool, line: Callable[[dict[str, Any]], str]) -> None:
+def _echo(
+    data: JsonObject | list[JsonObject], as_json: bool, line: Callable[[JsonObject], str]
+) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -27,7 +29,7 @@ def _echo(data: Any, as_json: bool, line: Callable[[dict[str, Any]], str]) -> No
         click.echo("(none)")
 
 
-def _run_line(item: dict[str, Any]) -> str:
+def _run_line(item: JsonObject) -> str:
     confidence = "-" if item["confidence"] is None else f"{item['confidence']:.2f}"
     return (
         f"{item['id']}  {item['status']:<10} {item['queue_status'] or '-':<22} "
@@ -74,7 +76,7 @@ def inputs() -> None:
     """Pending inputs: agents' tool calls and gates waiting for an operator's answer."""
 
 
-def _input_line(item: dict[str, Any]) -> str:
+def _input_line(item: JsonObject) -> str:
     if item.get("kind") == "question":
         what = f"question: {str((item['arguments'] or {}).get('question', ''))[:200]}"
     elif item["tool"]:
@@ -191,7 +193,7 @@ def cleanups() -> None:
     """Scheduled lane deletions (delete-lane with after_minutes)."""
 
 
-def _cleanup_line(row: dict[str, Any]) -> str:
+def _cleanup_line(row: JsonObject) -> str:
     return f"{row['id']:>6}  {row['status']:<10} due {row['due_at'][:19]}  lane {row['lane_id']}"
 
 

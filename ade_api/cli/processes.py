@@ -3,13 +3,14 @@ only when it starts)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ade_api.cli.base import fail, main
 
 if TYPE_CHECKING:
+    from ade_api.cli.serve import ServeOptions
     from ade_tasks.settings import Settings
 
 
@@ -107,9 +108,8 @@ def api(
         loaded, _ = sync_rules_dir(factory, settings.rules_dir)
         for problem in loaded.problems:
             click.echo(f"rule problem: {problem}", err=True)
-    options: dict[str, Any] = {
-        "host": host or settings.api_host,
-        "port": port or settings.api_port,
+    host, port = host or settings.api_host, port or settings.api_port
+    options: ServeOptions = {
         "log_level": "info",
         "access_log": settings.api_access_log,
         "http": HTTP_PROTOCOL,  # closes connections whose headers do not arrive in 10 s
@@ -119,8 +119,14 @@ def api(
         options["log_config"] = log_config
     if workers > 1:  # each process builds its app from the environment (ade_api.cli.serve)
         try:
-            serve("ade_api.http.app:app_from_environment", workers=workers, **options)
+            serve(
+                "ade_api.http.app:app_from_environment",
+                workers=workers,
+                host=host,
+                port=port,
+                **options,
+            )
         except AdeError as exc:
             fail(exc.message)
     else:
-        uvicorn.run(app_from_environment(), **options)
+        uvicorn.run(app_from_environment(), host=host, port=port, **options)

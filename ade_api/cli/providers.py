@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import click
 import httpx
 
 from ade_api.cli.base import Api, json_option, main, url_option
 from ade_tasks.env_file import environment_with_env_file
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 from ade_workers.agents.readiness import ProviderStatus, providers_report
 
@@ -28,7 +28,7 @@ def _print_statuses(report: list[ProviderStatus]) -> None:
             click.echo(f"{'':<12} fix: {fix}")
 
 
-def cluster_view(settings: Settings, url: str | None) -> tuple[dict[str, Any] | None, str]:
+def cluster_view(settings: Settings, url: str | None) -> tuple[JsonObject | None, str]:
     """The cluster's own view (`GET /api/v1/cluster/view`) and the API's address; or None and
     why it could not be had (a CLI without a cluster still shows its own view)."""
     api = Api(settings, url)
@@ -45,7 +45,7 @@ def cluster_view(settings: Settings, url: str | None) -> tuple[dict[str, Any] | 
             f"the API at {api.base} answered {response.status_code} ({detail}); set "
             "ADE_API_TOKEN to a viewer token"
         )
-    view: dict[str, Any] = response.json()
+    view: JsonObject = response.json()
     return view, api.base
 
 

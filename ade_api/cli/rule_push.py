@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, by_option, counted, fail, json_option, rules, url_option
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 PUSH = "/api/v1/rules/push"
@@ -48,7 +48,7 @@ def _label(directory: str) -> str:
     return "" if name == "." else name
 
 
-def _post(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+def _post(api: Api, body: JsonObject) -> JsonObject:
     """The API's answer to a push; a directory with problems prints every one and exits 1."""
     response = api.send("POST", PUSH, json=body, timeout=PUSH_TIMEOUT)
     if response.status_code == 422 and "errors" in response.json():
@@ -59,11 +59,11 @@ def _post(api: Api, body: dict[str, Any]) -> dict[str, Any]:
             "was applied (`ade-tasks rules validate DIR` checks them without the API)",
             code=1,
         )
-    answer: dict[str, Any] = api.answer(response, "POST", PUSH)
+    answer: JsonObject = api.answer(response, "POST", PUSH)
     return answer
 
 
-def _print_plan(plan: dict[str, Any]) -> None:
+def _print_plan(plan: JsonObject) -> None:
     for sign, kind in (("+", "added"), ("~", "updated"), ("-", "removed")):
         for rule_id in plan[kind]:
             click.echo(f"{sign} {kind:<8} {rule_id}")
@@ -74,7 +74,7 @@ def _print_plan(plan: dict[str, Any]) -> None:
         click.echo(diff.rstrip("\n"))
 
 
-def _changes(plan: dict[str, Any]) -> str:
+def _changes(plan: JsonObject) -> str:
     return ", ".join(f"{len(plan[kind])} {kind}" for kind in ("added", "updated", "removed"))
 
 
@@ -99,7 +99,7 @@ def rules_push(
         fail(f"{directory} is not a directory; give the rules directory of your checkout")
     files, unreadable = read_directory(Path(directory))
     api = Api(settings, url)
-    body: dict[str, Any] = {"directory": _label(directory), "files": files, "by": by}
+    body: JsonObject = {"directory": _label(directory), "files": files, "by": by}
     for problem in unreadable:
         click.echo(problem, err=True)
     plan = _post(api, {**body, "dry_run": True})

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import sys
 from datetime import date, datetime
-from typing import Any
 
 import click
 import yaml
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, rules, url_option
 from ade_api.cli.health import health_lines, state_word
+from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings
 
@@ -36,7 +36,7 @@ def _read(file: str) -> str:
         fail(f"cannot read {file}: {exc}")
 
 
-def _summary(rule: dict[str, Any]) -> str:
+def _summary(rule: JsonObject) -> str:
     state = state_word(rule)
     where = rule["source_file"] or rule["source"]
     return f"rule {rule['id']} v{rule['version']} ({state}, from {where})"
@@ -66,7 +66,7 @@ def rules_show(settings: Settings, rule_id: str, url: str | None, as_json: bool)
     click.echo(yaml.safe_dump(rule["document"], sort_keys=False).rstrip())
 
 
-def _problems(api: Api, rule: dict[str, Any]) -> list[str]:
+def _problems(api: Api, rule: JsonObject) -> list[str]:
     """The rule's problems as the API reports them (its schedules' preview)."""
     triggers = rule["document"].get("triggers") or []
     if not any(isinstance(t, dict) and t.get("type") == "schedule" for t in triggers):
@@ -237,7 +237,7 @@ def usage(
     as_json: bool,
 ) -> None:
     """Usage per billing code and UTC day (run time, agent tokens, cost) with totals."""
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, object] = {"limit": limit}
     if billing_code is not None:
         params["billing_code"] = billing_code
     for name, value in (("since", since), ("until", until)):

@@ -10,9 +10,10 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ade_api.cli.base import Api, fail
+from ade_tasks.json_document import JsonObject
 
 if TYPE_CHECKING:
     import httpx
@@ -26,7 +27,7 @@ FINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
 
 def sse_events(
     api: Api, run_id: str, *, after: int = 0, deadline: float | None = None
-) -> Iterator[tuple[str, dict[str, Any]]]:
+) -> Iterator[tuple[str, JsonObject]]:
     """(kind, event) pairs of the run's event stream until its `end` event (included); a
     `timeout` pair when `deadline` (time.monotonic) passes first. Reconnects from the last event
     id after a dropped connection (at most RECONNECTS times in a row)."""
@@ -81,7 +82,7 @@ def _refused(response: httpx.Response, path: str) -> None:
     fail(f"GET {path} answered {response.status_code}: {detail}", code=1)
 
 
-def _parse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _parse(lines: Iterator[str]) -> Iterator[tuple[str, JsonObject]]:
     """Server-Sent Events: `event:` and `data:` lines up to a blank line; comments skipped."""
     kind, data = "message", list[str]()
     for line in lines:
@@ -104,7 +105,7 @@ def _parse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
                 data.append(value)
 
 
-def step_status(step: dict[str, Any], run: dict[str, Any]) -> str:
+def step_status(step: JsonObject, run: JsonObject) -> str:
     """What happened to the step: a step the run's cancel ended is `cancelled` (it is recorded
     `failed`, with the cancel's reason, at or after the cancel), as `--follow` shows it."""
     if step["status"] != "failed" or run["status"] != "cancelled":
@@ -116,7 +117,7 @@ def step_status(step: dict[str, Any], run: dict[str, Any]) -> str:
     return str(step["status"])
 
 
-def step_event_data(step: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def step_event_data(step: JsonObject, run: JsonObject) -> JsonObject:
     """A step of `GET /api/v1/runs/{id}` as the data of the `step.finished` event the follow
     stream sends for it."""
     data = {key: step[key] for key in ("index", "step_id", "action_type", "exit_code", "error",
@@ -128,7 +129,7 @@ def step_event_data(step: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]
     return data
 
 
-def run_events_of(run: dict[str, Any]) -> list[dict[str, Any]]:
+def run_events_of(run: JsonObject) -> list[JsonObject]:
     """The `step.started`, `step.finished` and `end` events the follow stream sends for a run,
     rebuilt from the run as `GET /api/v1/runs/{id}` shows it (the API stores no such events)."""
     events = []
@@ -147,13 +148,13 @@ def run_events_of(run: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def _synthetic(at: str, kind: str, step_index: int | None, data: dict[str, Any]) -> dict[str, Any]:
+def _synthetic(at: str, kind: str, step_index: int | None, data: JsonObject) -> JsonObject:
     return {"id": None, "at": at, "kind": kind, "step_index": step_index, "data": data}
 
 
 def merged(
-    stored: list[dict[str, Any]], synthetic: list[dict[str, Any]], until: datetime | None
-) -> list[dict[str, Any]]:
+    stored: list[JsonObject], synthetic: list[JsonObject], until: datetime | None
+) -> list[JsonObject]:
     """The stored events and the rebuilt step events in the order they happened (those after
     `until`, the last stored event of a full page, wait for that page's successor: none)."""
     kept = [e for e in synthetic if until is None or datetime.fromisoformat(e["at"]) <= until]

@@ -13,17 +13,17 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import click
 
 from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
 from ade_api.cli.run_stream import FINAL, TIMED_OUT, merged, run_events_of, sse_events
 from ade_api.cli.step_lines import LiveLines, step_line
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 
 
-def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> dict[str, Any]:
+def follow_run(api: Api, run_id: str, timeout: float, *, quiet: bool) -> JsonObject:
     """Stream the run's progress (status changes, steps as they start and end, a running
     step's output as it prints) until it ends; returns the run as `GET /api/v1/runs/{id}`
     shows it then. Exits 1 after `timeout` s."""
@@ -73,12 +73,12 @@ def _worth_saying(status: str | None, said: list[str]) -> bool:
     return news and not (first and status == "queued")
 
 
-def _summary(data: dict[str, Any], width: int = 140) -> str:
+def _summary(data: JsonObject, width: int = 140) -> str:
     text = json.dumps(data, separators=(",", ":"), default=str)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def event_line(event: dict[str, Any]) -> str:
+def event_line(event: JsonObject) -> str:
     """One event as a line: id, time, kind, its data (shortened)."""
     at = str(event.get("at") or "")
     try:
@@ -143,7 +143,7 @@ def runs_events(
         click.echo(f"(more: --after {last})")
 
 
-def _run_summary(run: dict[str, Any]) -> str:
+def _run_summary(run: JsonObject) -> str:
     error = f"  {run['error']}" if run.get("error") else ""
     return f"{run['id']}  {run['status']:<10} {run['rule_id']}{error}"
 
@@ -200,7 +200,7 @@ def runs_retry(
 
 
 def report_started(
-    api: Api, accepted: dict[str, Any], what: str, wait: bool, timeout: float, as_json: bool
+    api: Api, accepted: JsonObject, what: str, wait: bool, timeout: float, as_json: bool
 ) -> None:
     """Say a run was started; with `wait`, follow it to its end and exit 0 only if it
     succeeded (`run --wait`, `runs retry --wait`)."""
@@ -216,7 +216,7 @@ def report_started(
     sys.exit(0 if final["status"] == "succeeded" else 1)
 
 
-def report_scheduled(scheduled: dict[str, Any], as_json: bool) -> None:
+def report_scheduled(scheduled: JsonObject, as_json: bool) -> None:
     """Say a run was scheduled (`run --at/--in`)."""
     if as_json:
         click.echo(json.dumps(scheduled, indent=2))
@@ -240,7 +240,7 @@ def runs_scheduled(
 ) -> None:
     """Scheduled runs (one-shot triggers and `run --at/--in`), soonest first: pending ones
     unless --all."""
-    params: dict[str, Any] = {"limit": 1000}
+    params: dict[str, object] = {"limit": 1000}
     if rule_id:
         params["rule_id"] = rule_id
     if not show_all:
@@ -328,7 +328,7 @@ def run(
 ) -> None:
     """Start a manual run of RULE_ID now, or schedule it with --at or --in (listed by `runs
     scheduled`, cancelled by `runs cancel-scheduled` until it fires)."""
-    body: dict[str, Any] = {"inputs": _parse_inputs(inputs)}
+    body: JsonObject = {"inputs": _parse_inputs(inputs)}
     body.update(_when(at, delay, wait))
     api = Api(settings, url)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -342,7 +342,7 @@ def run(
     report_started(api, accepted, f"run {accepted['run_id']}", wait, timeout, as_json)
 
 
-def _when(at: str | None, delay: str | None, wait: bool) -> dict[str, Any]:
+def _when(at: str | None, delay: str | None, wait: bool) -> JsonObject:
     """`--at` / `--in` as the request's `run_at` / `delay_seconds`, checked before sending."""
     from ade_tasks.cron.slots import check_zoned, parse_delay
     from ade_tasks.errors import AdeError

@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TypedDict, Unpack
 
 from uvicorn.config import STARTUP_FAILURE
 
@@ -52,11 +52,30 @@ class PortInUseError(AdeError):
     """Something else listens on the API's address."""
 
 
+class ServeOptions(TypedDict, total=False):
+    """The uvicorn.Config options `ade-tasks api` sets besides the app, host and port."""
+
+    log_level: str
+    access_log: bool
+    http: str  # a protocol class's import string
+    log_config: dict[str, object] | None
+    backlog: int
+
+
+class ProcessConfig(ServeOptions):
+    """Every process's uvicorn.Config: the app factory's import string, the address, the rest."""
+
+    app: str
+    factory: bool
+    host: str
+    port: int
+
+
 SocketAddress = tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]
 """An address `getaddrinfo` gives: IPv4 (host, port), IPv6 (host, port, flow, scope), raw."""
 
 
-def serve(app: str, *, workers: int, host: str, port: int, **options: Any) -> None:
+def serve(app: str, *, workers: int, host: str, port: int, **options: Unpack[ServeOptions]) -> None:
     """Serve the `app` factory (an import string) from `workers` processes on host:port;
     `options` are uvicorn.Config's. Returns when the processes have stopped."""
     options.setdefault("http", HTTP_PROTOCOL)
@@ -68,7 +87,7 @@ def serve(app: str, *, workers: int, host: str, port: int, **options: Any) -> No
     if port == 0:
         raise PortInUseError("--workers needs a fixed port: each process binds it on its own")
     _check_free(host, port)
-    config = {"app": app, "factory": True, "host": host, "port": port, **options}
+    config: ProcessConfig = {"app": app, "factory": True, "host": host, "port": port, **options}
     Supervisor(workers, config).run()
 
 
@@ -102,7 +121,7 @@ def _listening(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def worker_main(config: dict[str, Any], sock: socket.socket) -> None:
+def worker_main(config: ProcessConfig, sock: socket.socket) -> None:
     """One API process: uvicorn accepting from its own socket until SIGTERM (or until the
     supervisor dies: Linux sends SIGTERM then, so no orphan keeps the port)."""
     import uvicorn
@@ -122,7 +141,7 @@ def worker_main(config: dict[str, Any], sock: socket.socket) -> None:
 class Supervisor:
     """Starts, watches and stops the API processes."""
 
-    def __init__(self, workers: int, config: dict[str, Any]) -> None:
+    def __init__(self, workers: int, config: ProcessConfig) -> None:
         self.config = config
         backlog = config.get("backlog", BACKLOG)
         self.sockets = [_listening(config["host"], config["port"], backlog) for _ in range(workers)]

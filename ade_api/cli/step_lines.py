@@ -4,14 +4,14 @@ import each other)."""
 
 from __future__ import annotations
 
-from typing import Any
+from ade_tasks.json_document import JsonObject
 
 
-def _step_label(data: dict[str, Any]) -> str:
+def _step_label(data: JsonObject) -> str:
     return f"step {int(data['index']) + 1} {data['step_id']} ({data['action_type']})"
 
 
-def step_line(kind: str, data: dict[str, Any]) -> list[str]:
+def step_line(kind: str, data: JsonObject) -> list[str]:
     """The progress lines of a `step.started` / `step.finished` event: what happened, and
     why (the error of a step that did not succeed, the reason a step was skipped)."""
     if kind == "step.started":
@@ -45,7 +45,7 @@ class LiveLines:
         self._partial: dict[int, str] = {}
         self._capped: set[int] = set()
 
-    def feed(self, index: int, data: dict[str, Any]) -> list[str]:
+    def feed(self, index: int, data: JsonObject) -> list[str]:
         """The lines the event completes, each shown as output."""
         *complete, self._partial[index] = (self._partial.get(index, "") + data["text"]).split("\n")
         if data.get("capped") and index not in self._capped:
@@ -55,7 +55,7 @@ class LiveLines:
             self._partial[index] = ""
         return [f"      | {line}" for line in complete]
 
-    def finished(self, data: dict[str, Any]) -> list[str]:
+    def finished(self, data: JsonObject) -> list[str]:
         """The lines of a `step.finished` event: the step's last partial line if it streamed,
         then its status line; its output tail only if it did not stream (or hit the cap)."""
         index = int(data["index"])
@@ -72,7 +72,7 @@ class LiveLines:
         return lines
 
 
-def approval_line(approval: dict[str, Any]) -> str:
+def approval_line(approval: JsonObject) -> str:
     """A run's approval on one line; a gate needing several approvals says how far it got."""
     decided = f" by {approval['decided_by']}" if approval["decided_by"] else ""
     line = f"approval before step {approval['step_index'] + 1}: {approval['status']}{decided}"

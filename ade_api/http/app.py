@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
-from typing import Any
 
 from celery import Celery
 from fastapi import FastAPI, Request
@@ -59,6 +58,7 @@ from ade_api.http.web import run_actions as web_run_actions
 from ade_api.http.web import run_form as web_run_form
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import CelerySender, create_celery_app
@@ -242,13 +242,13 @@ def create_app(
     return app
 
 
-UNAVAILABLE: dict[str, Any] = {
+UNAVAILABLE: JsonObject = {
     "description": "the database (or the broker) is unavailable: try again after `Retry-After`",
     "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
 }
 
 
-def _openapi_with_security(app: FastAPI, metrics_public: bool) -> dict[str, Any]:
+def _openapi_with_security(app: FastAPI, metrics_public: bool) -> JsonObject:
     """The OpenAPI document with the bearer scheme and, per operation, the role it needs and
     its 401/403 answers (and the 503 of a database fault), so a generated client knows what to
     send and what to expect."""

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from fastapi import Request
 from sqlalchemy.orm import Session
@@ -24,6 +23,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db import run_steps as run_steps_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db.engine import SessionFactory
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import FINAL_STATUSES, RunStatus, StepStatus
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class _Feed:
     steps: dict[int, str] = field(default_factory=dict)
     done: bool = False
 
-    def emit(self, kind: str, data: dict[str, Any], event_id: int | None = None,
+    def emit(self, kind: str, data: JsonObject, event_id: int | None = None,
              step_index: int | None = None, at: datetime | None = None) -> None:  # fmt: skip
         body = {"id": event_id, "at": (at or utcnow()).isoformat(), "kind": kind,
                 "step_index": step_index, "data": data}  # fmt: skip
@@ -201,7 +201,7 @@ class _Pending:
 
     at: datetime
     kind: str
-    data: dict[str, Any]
+    data: JsonObject
     event_id: int | None = None
     step_index: int | None = None
 

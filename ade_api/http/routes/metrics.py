@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -47,12 +47,18 @@ from ade_tasks.db.migrate import schema_lag
 from ade_tasks.db.retry import retrying
 from ade_workers.celery.metrics import queue_depths
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["metrics"])
 
 #: How long the broker probe may take before the broker counts as down for this scrape.
 BROKER_TIMEOUT_SECONDS = 2.0
+
+LabelKey = TypeVar("LabelKey", bound="SupportsRichComparison")
+"""A sample's key: its label value, or a tuple of them (one per label); samples sort by it."""
 
 
 class ClusterCollector(Collector):
@@ -212,7 +218,7 @@ class ClusterCollector(Collector):
 
 
 def _gauge(
-    name: str, documentation: str, labels: list[str], values: Mapping[Any, float]
+    name: str, documentation: str, labels: list[str], values: Mapping[LabelKey, float]
 ) -> GaugeMetricFamily:
     """A gauge family with one sample per key of `values` (a label value or a tuple of them)."""
     gauge = GaugeMetricFamily(name, documentation, labels=labels)

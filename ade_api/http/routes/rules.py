@@ -6,7 +6,7 @@ version history (`rule_versions`), its schedule (`rule_schedule`) and manual run
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import JSONResponse
@@ -65,7 +65,7 @@ def _invalid(problems: list[RuleProblem]) -> JSONResponse:
 def _parse(body: RuleWrite, rule_id: str | None = None) -> tuple[Rule, bool] | JSONResponse:
     """The validated rule of a write (and whether its document says `enabled`), or the 422."""
     source = "rule"
-    document: Any = body.document
+    document: object = body.document
     if body.yaml is not None:
         document = parse_yaml(body.yaml, source)
         if isinstance(document, RuleProblem):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
@@ -35,6 +35,7 @@ from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db import runs as runs_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.errors import InvalidInputError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.triggers import KNOWN_TRIGGER_TYPES, canonical_trigger_type
 from ade_tasks.runs.approvals import decide_run
 from ade_tasks.runs.review import QUEUE_ACTIONS
@@ -277,7 +278,7 @@ async def run_events(
 
 
 @router.get("/{run_id}/followers", responses={404: {"model": Problem}})
-async def run_followers(run_id: str, request: Request, services: ServicesDep) -> dict[str, Any]:
+async def run_followers(run_id: str, request: Request, services: ServicesDep) -> JsonObject:
     """How many clients follow the run's events on this API process."""
     _check_id(run_id)
     hub = hub_of(request, services.session_factory)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ade_tasks.json_document import JsonObject
 
 
 class HookDeliveryOut(BaseModel):
@@ -20,7 +21,7 @@ class HookDeliveryOut(BaseModel):
     outcome: str
     delivery_id: str | None
     event_id: int | None
-    headers: dict[str, Any] = Field(description="credentials and signatures redacted")
+    headers: JsonObject = Field(description="credentials and signatures redacted")
     body: str = Field(description="the first 64 KiB")
     rejected: bool = Field(
         False, description="refused before it passed authentication (logged on its own ring)"
@@ -76,7 +77,7 @@ class IngressEventOut(BaseModel):
     matching: MatchingOut | None = Field(
         None, description="each candidate rule's verdict; null before matching"
     )
-    payload: dict[str, Any]
+    payload: JsonObject
 
 
 class IngressPage(BaseModel):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ade_tasks.json_document import JsonObject
 
 
 class LaneOut(BaseModel):
@@ -38,6 +39,6 @@ class CleanupOut(BaseModel):
     due_at: datetime
     status: str = Field(description="scheduled | executing | done | failed | cancelled")
     attempts: int
-    result: dict[str, Any] | None
+    result: JsonObject | None
     error: str | None
     finished_at: datetime | None

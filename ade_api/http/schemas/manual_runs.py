@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ade_tasks.cron.slots import check_not_past, check_zoned
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.document import Duration
 from ade_tasks.rules.triggers import check_catchup_window, check_delay
 
@@ -18,7 +18,7 @@ class ManualRunRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: dict[str, Any] = Field(default_factory=dict)
+    inputs: JsonObject = Field(default_factory=dict)
     requested_by: str = ""
     force: bool = Field(
         default=False,
@@ -81,7 +81,7 @@ class ScheduledRunOut(BaseModel):
     run_at: datetime
     status: str = Field(description="pending | claimed | fired | skipped | missed | cancelled")
     requested_by: str
-    inputs: dict[str, Any]
+    inputs: JsonObject
     created_at: datetime
     run_id: str | None
     reason: str | None

@@ -4,11 +4,12 @@ documents the errors it answers with."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
-Responses = dict[int | str, dict[str, Any]]
+from ade_tasks.json_document import JsonObject
+
+Responses = dict[int | str, JsonObject]
 """A route's OpenAPI response documentation, as FastAPI's `responses=` takes it."""
 
 

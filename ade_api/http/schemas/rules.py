@@ -4,12 +4,12 @@ that create or replace it and the trust of a shared rules file."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ade_api.http.schemas.actor import By
 from ade_api.http.schemas.problem import Problem
+from ade_tasks.json_document import JsonObject
 
 
 class TriggerHealthOut(BaseModel):
@@ -65,7 +65,7 @@ class RuleOut(BaseModel):
     trust_state: str = Field(description="trusted | untrusted (a shared file not yet trusted)")
     source_hash: str | None = Field(description="sha256 of the shared rules file, if shared")
     updated_at: datetime
-    document: dict[str, Any]
+    document: JsonObject
     health: RuleHealthOut | None = Field(
         default=None, description="can it fire, per trigger (`rules show` prints it)"
     )
@@ -99,7 +99,7 @@ class RuleWrite(BaseModel):
         },
     )
 
-    document: dict[str, Any] | None = Field(default=None, description="the rule as JSON")
+    document: JsonObject | None = Field(default=None, description="the rule as JSON")
     yaml: str | None = Field(
         default=None, max_length=1_000_000, description="the rule as YAML (a rule file's text)"
     )
@@ -138,7 +138,7 @@ class RuleVersionOut(BaseModel):
     content_hash: str
     changed_by: str = Field(description="token name (and `by`), or `rules sync` for files")
     changed_at: datetime
-    document: dict[str, Any]
+    document: JsonObject
 
 
 class RuleVersionPage(BaseModel):

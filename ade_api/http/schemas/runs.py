@@ -4,12 +4,12 @@ transcript, and the operator's cancel, retry, decision and review moves."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ade_api.http.schemas.actor import By
 from ade_tasks.db.schema import ApprovalRow, RunRow, RunStepRow
+from ade_tasks.json_document import JsonObject
 
 
 class StepOut(BaseModel):
@@ -25,7 +25,7 @@ class StepOut(BaseModel):
     finished_at: datetime | None
     exit_code: int | None
     output: str
-    result: dict[str, Any]
+    result: JsonObject
     error: str | None
 
 
@@ -39,13 +39,13 @@ class RunOut(BaseModel):
     rule_version: int
     trigger_type: str
     trigger_summary: str
-    trigger: dict[str, Any]
+    trigger: JsonObject
     idempotency_key: str
     status: str
     queue_status: str | None
     confidence: float | None
     billing_code: str
-    usage: dict[str, Any]
+    usage: JsonObject
     queue: str
     worker: str | None
     attempt: int
@@ -57,7 +57,7 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
-    findings: list[dict[str, Any]] | None = None
+    findings: list[JsonObject] | None = None
 
     @classmethod
     def of(cls, row: RunRow) -> RunOut:
@@ -85,7 +85,7 @@ class ApprovalOut(BaseModel):
     kind: str = Field(description="question (answer with a note) | tool_call | gate")
     status: str = Field(description="pending | approved | rejected | cancelled")
     tool: str | None = Field(description="the agent's tool the input asks about (None: a gate)")
-    arguments: dict[str, Any] | None = Field(description="the tool call's arguments")
+    arguments: JsonObject | None = Field(description="the tool call's arguments")
     answer: str | None = Field(description="accept | accept_for_session | decline | cancel")
     requested_at: datetime
     expires_at: datetime | None = Field(description="declined unanswered at this time")
@@ -133,11 +133,11 @@ class RunDetail(RunOut):
     agent_usage: AgentUsage = Field(
         default_factory=AgentUsage, description="tokens and cost of the run's agent steps"
     )
-    capabilities: list[dict[str, Any]] = Field(
+    capabilities: list[JsonObject] = Field(
         default_factory=list,
         description="the `agent.capabilities` reports of its CLI agent sessions, in order",
     )
-    threads: list[dict[str, Any]] = Field(
+    threads: list[JsonObject] = Field(
         default_factory=list,
         description="the durable threads its agent steps took part in (`thread:`): step, "
         "project, key, the runs the step continued, and every session the thread holds",
@@ -150,9 +150,9 @@ class RunDetail(RunOut):
         steps: list[RunStepRow],
         approvals: list[ApprovalRow] | None = None,
         *,
-        agent_usage: dict[str, Any] | None = None,
-        capabilities: list[dict[str, Any]] | None = None,
-        threads: list[dict[str, Any]] | None = None,
+        agent_usage: JsonObject | None = None,
+        capabilities: list[JsonObject] | None = None,
+        threads: list[JsonObject] | None = None,
     ) -> RunDetail:
         return cls(
             **RunOut.of(row).model_dump(),
@@ -172,7 +172,7 @@ class RunEventOut(BaseModel):
     at: datetime
     kind: str
     step_index: int | None
-    data: dict[str, Any]
+    data: JsonObject
 
 
 class RunCancel(BaseModel):

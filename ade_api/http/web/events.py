@@ -10,14 +10,13 @@ the page never shows an event's raw payload (the API does, to viewers).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from ade_api.http.web.pages import error_page, read, render
 from ade_tasks.db import ingress as ingress_db
 from ade_tasks.errors import AdeError, InvalidInputError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import IngressStatus
 from ade_tasks.triggers import verdicts
 
@@ -68,7 +67,7 @@ def event_page(request: Request, event_id: int) -> HTMLResponse:
     )  # fmt: skip
 
 
-def _entry(entry: dict[str, Any]) -> dict[str, Any]:
+def _entry(entry: JsonObject) -> JsonObject:
     """A stored verdict with every field the template shows (absent ones are not stored)."""
     return {name: entry.get(name) for name in ("rule", "verdict", "trigger", "filter", "reason",
                                                "run", "event")}  # fmt: skip

@@ -14,7 +14,6 @@ their declared order (their stored `position` left out).
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 import yaml
 from fastapi import APIRouter, Request
@@ -27,6 +26,7 @@ from ade_tasks.db import rule_versions as rule_versions_db
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
 from ade_tasks.errors import AdeError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -36,7 +36,7 @@ VERSIONS = 20
 _FIRST = ("id", "name", "type", "kind")
 
 
-def _ordered(value: Any) -> Any:
+def _ordered(value: object) -> object:
     """Mappings with `_FIRST` keys first, then alphabetical, all the way down."""
     if isinstance(value, dict):
         keys = sorted(value, key=lambda k: (_FIRST.index(k) if k in _FIRST else len(_FIRST), k))
@@ -46,7 +46,7 @@ def _ordered(value: Any) -> Any:
     return value
 
 
-def _inputs_in_order(inputs: Any) -> Any:
+def _inputs_in_order(inputs: object) -> object:
     """The inputs by their stored `position` (as declared), without it."""
     if not isinstance(inputs, dict):
         return inputs
@@ -57,17 +57,17 @@ def _inputs_in_order(inputs: Any) -> Any:
     return {n: _ordered({k: v for k, v in s.items() if k != "position"}) for n, s in specs}
 
 
-def _written(content_hash: str, document: dict[str, Any]) -> dict[str, Any]:
+def _written(content_hash: str, document: JsonObject) -> JsonObject:
     """The document without the fields its rule leaves at their defaults."""
     try:
         rule = rules_db.parse_document(content_hash, document)
     except Exception:  # an old version this release cannot read: show all of it
         return document
-    written: dict[str, Any] = rule.model_dump(mode="json", exclude_defaults=True)
+    written: JsonObject = rule.model_dump(mode="json", exclude_defaults=True)
     return written
 
 
-def source_text(content_hash: str, document: dict[str, Any]) -> str:
+def source_text(content_hash: str, document: JsonObject) -> str:
     """A stored rule document as the YAML a person would write."""
     document = _written(content_hash, document)
     fields = list(Rule.model_fields)

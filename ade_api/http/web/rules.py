@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
@@ -35,6 +34,7 @@ from ade_tasks.db import rules as rules_db
 from ade_tasks.db import run_views as run_views_db
 from ade_tasks.db.schema import RuleRow, ScheduledRunRow, ScheduleOccurrenceRow
 from ade_tasks.errors import AdeError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType
@@ -164,7 +164,7 @@ def rule_page(request: Request, rule_id: str, scheduled: str = "") -> HTMLRespon
     since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
     settings = services_of(request).settings
 
-    def load(session: Session) -> dict[str, Any]:
+    def load(session: Session) -> JsonObject:
         row = rules_db.get_rule(session, rule_id)
         runs, _ = run_views_db.list_runs(session, run_views_db.RunFilter(rule_id=rule_id), limit=10)
         return {

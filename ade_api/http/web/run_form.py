@@ -21,7 +21,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
@@ -46,6 +45,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.cron.slots import parse_delay
 from ade_tasks.db import rules as rules_db
 from ade_tasks.errors import AdeError, InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.outputs import InputSpec
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.trigger_events import TriggerEvent
@@ -61,7 +61,7 @@ class InputField:
     type: str
     description: str
     required: bool
-    default: Any
+    default: str | bool | float | None
     options: list[str]
     value: str
     checked: bool
@@ -113,10 +113,10 @@ def run_form(request: Request, rule_id: str) -> HTMLResponse:
     )  # fmt: skip
 
 
-def posted_inputs(form: Mapping[str, str]) -> dict[str, Any]:
+def posted_inputs(form: Mapping[str, str]) -> JsonObject:
     """The form's inputs: `in.<name>` fields (empty ones left to the rule's defaults) and the
     free-form `extra` lines of a rule that declares none."""
-    inputs: dict[str, Any] = {
+    inputs: JsonObject = {
         key[3:]: value for key, value in form.items() if key.startswith("in.") and value != ""
     }
     for line in form.get("extra", "").splitlines():
@@ -132,7 +132,7 @@ def posted_inputs(form: Mapping[str, str]) -> dict[str, Any]:
 def posted_request(form: Mapping[str, str]) -> ManualRunRequest:
     """The form as the API's manual-run request: its inputs, `run_at`, `delay_seconds` (whole
     seconds or a duration such as `10m`) and `force`; InvalidInputError naming the field."""
-    body: dict[str, Any] = {"inputs": posted_inputs(form), "force": form.get("force") == "true"}
+    body: JsonObject = {"inputs": posted_inputs(form), "force": form.get("force") == "true"}
     run_at, delay = form.get("run_at", "").strip(), form.get("delay_seconds", "").strip()
     if run_at:
         body["run_at"] = run_at
