@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt
 # Debian packages, installed with apt when one of their programs is missing: bubblewrap (the
 # sandbox every agent process and command step runs in; `make dev` needs it too), and for the
 # tests chromium (tests/e2e/test_web_ui.py drives it, never a browser Playwright downloads),
-# faketime (beats whose clocks are off) and prometheus for its promtool (tests/unit/test_monitoring.py
+# faketime (beats whose clocks are off) and prometheus for its promtool (tests/unit/deploy/test_monitoring.py
 # checks and unit-tests deploy/prometheus/ade-alerts.yml).
 SANDBOX := /usr/bin/bwrap
 DEBIAN_PACKAGES := chromium faketime prometheus

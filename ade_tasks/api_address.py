@@ -5,8 +5,8 @@ building `Settings` imports pydantic and pydantic-settings: about a third of suc
 start-up (bench/cli_startup.py). `ApiAddress.from_environment` reads the same variables from the
 same places (the environment over the env file, ade_tasks/env_file.py) and `Settings` derives
 its `effective_api_url` / `effective_api_token` with the functions below, so the two cannot
-disagree (tests/unit/test_api_address.py compares them case by case). Other settings are not
-read, so a bad value of one of them does not stop such a command (`ade-tasks doctor` names it).
+disagree (tests/unit/ade_tasks/test_api_address.py compares them case by case). Other settings are
+not read, so a bad value of one of them does not stop such a command (`ade-tasks doctor` names it).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def fail(message: str, code: int = USAGE) -> NoReturn:
 
 # `-h` everywhere: context settings are inherited by every subcommand's context. What a command
 # needs beyond click (settings, httpx, the domain) is imported when it runs, so `--version`
-# imports none of it (tests/unit/test_cli_imports.py, bench/cli_startup.py).
+# imports none of it (tests/unit/ade_api/cli/test_registry.py, bench/cli_startup.py).
 @click.group(
     cls=registry.LazyGroup,
     lazy_commands=registry.ROOT,

@@ -5,8 +5,8 @@ them (httpx, pydantic, the domain: about 1 s on the busy 2-core machine, bench/c
 The root group and the groups other modules extend (`rules`, `runs`) are `LazyGroup`s: a command
 is looked up here and its module imported when it is invoked; help, which lists them all,
 imports them all. A command this map lacks is still found, by importing every module of its
-group, only slower (tests/unit/test_cli_imports.py keeps the map complete). A new command is its
-module plus one line here.
+group, only slower (tests/unit/ade_api/cli/test_registry.py keeps the map complete). A new
+command is its module plus one line here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`tests/unit/test_concurrency_keys.py` on PostgreSQL (the key's lock an advisory lock, on the
+"""`tests/unit/ade_tasks/runs/test_concurrency_keys.py` on PostgreSQL (the key's lock an advisory lock, on the
 partitioned runs table), and two deliveries of
 one key dispatched at the same moment from two threads: exactly one run survives."""
 
@@ -14,7 +14,7 @@ from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.testing import InMemorySender
 from tests.integration.test_dispatch_seen_pg import rules_dir, sender  # noqa: F401 (fixtures)
-from tests.unit.test_concurrency_keys import (  # noqa: F401 (the tests, run here)
+from tests.unit.ade_tasks.runs.test_concurrency_keys import (  # noqa: F401 (the tests, run here)
     keyed_rule,
     pushed,
     row,

@@ -29,8 +29,8 @@ from tests.integration.test_agent_runs import (  # noqa: F401 (fixtures)
 from tests.integration.test_cancel import DEFAULT_TIMING
 from tests.integration.test_run_path import finished, run_row
 from tests.support import host_pid, pid_alive, wait_until
+from tests.unit.ade_tasks.runs.test_concurrency_keys import pushed
 from tests.unit.conftest import add_rule
-from tests.unit.test_concurrency_keys import pushed
 
 KEYED = """
 id: fix

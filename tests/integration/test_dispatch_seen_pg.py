@@ -1,4 +1,4 @@
-"""`tests/unit/test_dispatch_seen.py` on PostgreSQL: there the one statement casts each of its
+"""`tests/unit/ade_tasks/runs/test_dispatch_seen.py` on PostgreSQL: there the one statement casts each of its
 parameters to its column's type, and autocommit sessions send no BEGIN."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from ade_tasks.db.engine import SessionFactory, autocommit, create_db_engine, create_session_factory
 from ade_tasks.testing import InMemorySender
-from tests.unit.test_dispatch_seen import (  # noqa: F401 (the tests and their fixture, run here)
+from tests.unit.ade_tasks.runs.test_dispatch_seen import (  # noqa: F401 (the tests and their fixture, run here)
     fired,
     test_a_rule_deleted_since_is_not_found,
     test_a_rule_disabled_since_refuses_its_events_and_still_runs_manually,

@@ -25,7 +25,7 @@ from ade_tasks.settings import Settings
 from tests.integration.conftest import Cluster, own_redis_db
 from tests.integration.test_run_path import add_rule, finished
 from tests.support import free_port, redis_db_url, wait_until
-from tests.unit.test_monitoring import used_metrics
+from tests.unit.deploy.test_monitoring import used_metrics
 
 #: A Redis DB index of this module's own: exact queue depths must not see (or lose) the messages
 #: of tests running at the same time on the shared index 13 of `tests/integration/conftest.py`.

@@ -1,4 +1,4 @@
-"""`tests/unit/test_overlap.py` on PostgreSQL: there a batch's active runs and buffers are read
+"""`tests/unit/ade_tasks/runs/test_dispatch_overlap.py` on PostgreSQL: there a batch's active runs and buffers are read
 with one indexed lookup per rule (`overlap.occupancy`), its runs inserted as arrays
 (`runs.insert_runs_once`), and the overlap locks are advisory locks."""
 
@@ -19,7 +19,7 @@ from ade_tasks.db import runs as runs_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.states import RunStatus
 from tests.integration.test_dispatch_seen_pg import rules_dir, sender  # noqa: F401 (fixtures)
-from tests.unit.test_overlap import (  # noqa: F401 (the tests, run here)
+from tests.unit.ade_tasks.runs.test_dispatch_overlap import (  # noqa: F401 (the tests, run here)
     test_a_batch_of_several_rules_applies_each_rules_policy_to_its_own_active_runs,
     test_allow_all_without_a_limit_runs_everything,
     test_buffer_all_releases_buffered_runs_one_by_one_as_runs_end,

@@ -18,7 +18,7 @@ from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.integration.test_cli_cluster import cli
 from tests.support import wait_until
-from tests.unit.test_schedule_boundaries import ACTIONS, IMPOSSIBLE, store_rule
+from tests.unit.ade_tasks.schedule.test_scheduler_boundaries import ACTIONS, IMPOSSIBLE, store_rule
 
 NEVER = "never fires"
 

@@ -2,7 +2,7 @@
 8601 (never a bare number), row ids within the database's BIGINT range, and each pagination
 cursor in the form its endpoint hands out. A route takes these instead of a bare `datetime`,
 `int` or `str`, so the schema a client reads and the 422 it gets agree
-(`tests/unit/test_openapi_strictness.py` walks every declared constraint)."""
+(`tests/unit/ade_api/http/test_app_openapi.py` walks every declared constraint)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,0 @@
-"""Toy extensions, one module each: what a contributor writes to add an action type, a trigger
-kind or a guardrail (`tests/unit/test_toy_extensions.py` registers them, one line each)."""
