@@ -54,6 +54,7 @@ from ade_tasks.errors import (
     IllegalTransitionError,
     PolicyViolationError,
 )
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.ade_actions import (
     CATALOG,
@@ -133,7 +134,7 @@ def ade_action(action: AdeActionStep, context: StepContext) -> StepOutcome:
 
 
 def _failed(error: str, notes: list[str] | None = None) -> StepOutcome:
-    result: dict[str, Any] = {"notes": notes} if notes else {}
+    result: JsonObject = {"notes": notes} if notes else {}
     return StepOutcome(StepStatus.FAILED, result=result, error=error)
 
 
@@ -227,7 +228,7 @@ def lanes_list(args: LanesListArgs, call: Call) -> StepOutcome:
     )
 
 
-def _lane_item(row: LaneRow) -> dict[str, Any]:
+def _lane_item(row: LaneRow) -> JsonObject:
     return {
         "id": row.id,
         "project": row.project,
@@ -261,7 +262,7 @@ def cleanups_list(args: CleanupsListArgs, call: Call) -> StepOutcome:
     )
 
 
-def _cleanup_item(row: ScheduledCleanupRow) -> dict[str, Any]:
+def _cleanup_item(row: ScheduledCleanupRow) -> JsonObject:
     return {
         "id": row.id,
         "run_id": row.run_id,

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from contextlib import ExitStack, closing
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from ade_tasks.agents.policy import Policy, exposed_tools, narrow_for_taint
 from ade_tasks.agents.prompt import render_prompt
@@ -33,6 +32,7 @@ from ade_tasks.db.threads import THREAD_EVENT
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import registry as guardrails
 from ade_tasks.guardrails.base import Allowance, Cost
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AgentSessionStep
@@ -66,7 +66,7 @@ TOOL_APPROVAL_BASE = 10_000
 #: agent steps); they belong to its one step.
 SESSION_STEP = "session"
 
-Record = Callable[[str, dict[str, Any]], None]
+Record = Callable[[str, JsonObject], None]
 
 
 def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome:
@@ -224,7 +224,7 @@ def _agent_user(
 
 
 def park_for_tool(
-    session_factory: SessionFactory, run_id: str, worker: str, pending: dict[str, Any]
+    session_factory: SessionFactory, run_id: str, worker: str, pending: JsonObject
 ) -> bool:
     """Park the run on a pending input for the tool call; False if the run was not ours."""
     if pending.get("kind") == "question":
@@ -255,7 +255,7 @@ def _cli_session(
     action: AgentSessionStep,
     setup: CliSetup,
     prompt: str,
-    history: list[tuple[str, dict[str, Any]]],
+    history: list[tuple[str, JsonObject]],
     tool_ctx: ToolContext,
 ) -> SessionOutcome:
     """A headless CLI agent session. A resumed run starts the CLI afresh (its transcript lived
@@ -277,7 +277,7 @@ def _cli_session(
     return replace(outcome, cost_usd=limits.cost(outcome.input_tokens, outcome.output_tokens))
 
 
-def interrupted_note(history: list[tuple[str, dict[str, Any]]]) -> str:
+def interrupted_note(history: list[tuple[str, JsonObject]]) -> str:
     """What the model is told about calls an earlier, interrupted attempt was allowed to make
     (the decisions recorded after the last finished CLI process; none if it finished): those
     it finished, with their recorded results (a repeat is not run again), and those whose end
@@ -324,7 +324,7 @@ NOTE_RESULT_CHARS = 2_000
 
 
 def _recorder(session_factory: SessionFactory, run_id: str, step_id: str) -> Record:
-    def record(kind: str, data: dict[str, Any]) -> None:
+    def record(kind: str, data: JsonObject) -> None:
         with session_factory.begin() as session:
             run_events_db.append_event(session, run_id, kind, {**data, "step": step_id})
 
@@ -373,7 +373,7 @@ def _charge(
     sessions: SessionFactory,
     rule: Rule,
     outcome: SessionOutcome,
-    history: list[tuple[str, dict[str, Any]]],
+    history: list[tuple[str, JsonObject]],
     limits: SessionLimits,
 ) -> None:
     """Charge what this attempt spent (not what earlier attempts did) through the guardrails
@@ -402,7 +402,7 @@ STEP_STATUS = {
 def _step_outcome(
     outcome: SessionOutcome, action: AgentSessionStep, narrowed: tuple[str, ...]
 ) -> StepOutcome:
-    result: dict[str, Any] = {
+    result: JsonObject = {
         "session_status": outcome.status,
         "turns": outcome.turns,
         "input_tokens": outcome.input_tokens,

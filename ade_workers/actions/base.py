@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import Step
 from ade_tasks.runs.senders import RunSender
@@ -29,7 +30,7 @@ class StepContext:
 
     run_id: str
     rule: Rule
-    trigger: Mapping[str, Any]
+    trigger: JsonObject
     step_index: int
     project_root: Path
     env_allowlist: tuple[str, ...]
@@ -69,7 +70,7 @@ class StepOutcome:
     status: StepStatus
     exit_code: int | None = None
     output: str = ""
-    result: dict[str, Any] = field(default_factory=dict)
+    result: JsonObject = field(default_factory=dict)
     error: str | None = None
 
 

@@ -10,11 +10,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from xml.etree.ElementTree import Element, TreeBuilder
 from xml.parsers import expat
 
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 
 MAX_REPORT_BYTES = 50 * 1024 * 1024
 MAX_FAILING_IN_RESULT = 200
@@ -54,7 +55,7 @@ class JunitSummary:
     failures: tuple[TestCaseFailure, ...]
     files: tuple[str, ...]
 
-    def to_result(self) -> dict[str, Any]:
+    def to_result(self) -> JsonObject:
         """The JSON-ready step result: counts, report files and (capped) failing test ids."""
         failing = [f.test_id for f in self.failures]
         return {
@@ -68,7 +69,7 @@ class JunitSummary:
             "failing_truncated": max(0, len(failing) - MAX_FAILING_IN_RESULT),
         }
 
-    def findings(self) -> list[dict[str, Any]]:
+    def findings(self) -> list[JsonObject]:
         """One error finding per failing test case."""
         return [
             {

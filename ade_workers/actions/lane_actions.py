@@ -10,13 +10,13 @@ sweep carries out (see `ade_workers.engine.cleanups`).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.lanes import LaneRef
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.steps import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_tasks.states import StepStatus
 from ade_tasks.triggers.local_events import emit_lane_event
@@ -144,11 +144,11 @@ def predict_conflicts(action: PredictConflictsAction, context: StepContext) -> S
         if files
         else f"{lane.branch} merges cleanly into {base}"
     )
-    result: dict[str, Any] = {"conflicts": files, "base": base, "findings": findings}
+    result: JsonObject = {"conflicts": files, "base": base, "findings": findings}
     return StepOutcome(StepStatus.SUCCEEDED, output=output, result=result)
 
 
-def _emit(context: StepContext, kind: str, lane: dict[str, Any]) -> list[str]:
+def _emit(context: StepContext, kind: str, lane: JsonObject) -> list[str]:
     """Start the runs of rules triggered by this lane event; their ids."""
     if context.sender is None:
         return []

@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.run_events import STEP_OUTPUT
+from ade_tasks.json_document import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class LiveOutput:
 
     def __init__(
         self,
-        write: Callable[[dict[str, Any]], None],
+        write: Callable[[JsonObject], None],
         cap: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -85,7 +85,7 @@ class LiveOutput:
 
     def _flush(self) -> None:
         text = "".join(self._pending)
-        data: dict[str, Any] = {"offset": self._written, "text": text}
+        data: JsonObject = {"offset": self._written, "text": text}
         if self._capped:
             data["capped"] = self._cap
         self._last_write = self._clock()
@@ -102,10 +102,10 @@ class LiveOutput:
 
 def step_output_writer(
     sessions: SessionFactory, run_id: str, step_index: int
-) -> Callable[[dict[str, Any]], None]:
+) -> Callable[[JsonObject], None]:
     """Appends one `step.output` event of the step to the run's transcript."""
 
-    def write(data: dict[str, Any]) -> None:
+    def write(data: JsonObject) -> None:
         with sessions.begin() as session:
             run_events_db.append_event(session, run_id, STEP_OUTPUT, data, step_index)
 

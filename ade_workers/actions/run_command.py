@@ -6,9 +6,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.errors import PolicyViolationError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.paths import resolve_inside
 from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
@@ -106,7 +106,7 @@ class CommandRun:
     sandbox: StepSandbox
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         duration = round(self.result.duration, 3)
         return {"duration_sec": duration, "cwd": str(self.cwd), **self.sandbox.details}
 

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ade_tasks.agents.policy import (
     ALWAYS_TOOLS,
@@ -29,6 +29,7 @@ from ade_tasks.agents.policy import (
 )
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.db.schema import QUESTION_TOOL
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import ModelPrice
 from ade_workers.agents.providers import (
     Message,
@@ -46,7 +47,7 @@ TOOL_RESULT_CAP = 20_000
 SessionStatus = Literal[
     "completed", "max_turns", "token_budget", "cost_budget", "timed_out", "failed", "waiting"
 ]
-Record = Callable[[str, dict[str, Any]], None]
+Record = Callable[[str, JsonObject], None]
 DECLINED = "declined by an operator"
 INTERRUPTED = (
     "{tool} was interrupted when its worker stopped: it started, but its outcome is unknown "
@@ -89,7 +90,7 @@ class SessionOutcome:
     output_tokens: int
     turns: int
     error: str | None
-    pending: dict[str, Any] | None
+    pending: JsonObject | None
     cost_usd: float | None = None
 
 
@@ -102,7 +103,7 @@ class _State:
     input_tokens: int = 0
     output_tokens: int = 0
     last_text: str = ""
-    last_calls: list[dict[str, Any]] | None = None  # None until the first model turn
+    last_calls: list[JsonObject] | None = None  # None until the first model turn
     done: set[str] = field(default_factory=set)
     asked: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
@@ -121,7 +122,7 @@ def run_session(
     policy: Policy,
     tool_ctx: ToolContext,
     limits: SessionLimits,
-    history: list[tuple[str, dict[str, Any]]],
+    history: list[tuple[str, JsonObject]],
     record: Record,
     decisions: ToolDecisions = NO_DECISIONS,
     earlier: list[Message] | None = None,
@@ -171,7 +172,7 @@ def run_session(
                 why = f"the session's deadline passed during a model call: {exc.message}"
                 return _outcome(state, limits, tool_ctx, "timed_out", why)
             return _outcome(state, limits, tool_ctx, "failed", exc.message)
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "text": turn.text,
             "tool_calls": [
                 _call_data(c.id, c.name, c.arguments, c.arguments_error) for c in turn.tool_calls
@@ -189,16 +190,16 @@ def run_session(
 
 
 def _call_data(
-    call_id: str, name: str, arguments: dict[str, Any], arguments_error: str | None
-) -> dict[str, Any]:
-    data: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+    call_id: str, name: str, arguments: JsonObject, arguments_error: str | None
+) -> JsonObject:
+    data: JsonObject = {"id": call_id, "name": name, "arguments": arguments}
     if arguments_error is not None:
         data["arguments_error"] = arguments_error
     return data
 
 
 def _replay(
-    system: str, prompt: str, history: list[tuple[str, dict[str, Any]]], earlier: list[Message]
+    system: str, prompt: str, history: list[tuple[str, JsonObject]], earlier: list[Message]
 ) -> _State:
     """The conversation and its cost as earlier attempts recorded them."""
     state = _State(
@@ -223,7 +224,7 @@ def _replay(
     return state
 
 
-def _add_turn(state: _State, data: dict[str, Any]) -> None:
+def _add_turn(state: _State, data: JsonObject) -> None:
     usage = data.get("usage") or {}
     state.turns += 1
     state.input_tokens += int(usage.get("input_tokens") or 0)
@@ -243,7 +244,7 @@ def _add_turn(state: _State, data: dict[str, Any]) -> None:
     state.messages.append(message)
 
 
-def _add_result(state: _State, data: dict[str, Any]) -> None:
+def _add_result(state: _State, data: JsonObject) -> None:
     state.done.add(data["tool_call_id"])
     if data.get("report") is not None:
         state.report = data["report"]
@@ -259,14 +260,14 @@ def _add_result(state: _State, data: dict[str, Any]) -> None:
 
 
 def _settle(
-    call: dict[str, Any],
+    call: JsonObject,
     state: _State,
     tools: list[str],
     policy: Policy,
     ctx: ToolContext,
     record: Record,
     decisions: ToolDecisions,
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """Run or refuse one call and record its result; the approval request when one is needed."""
     call_id, name, arguments = call["id"], call["name"], call["arguments"]
     # It ran, or began to, in an attempt that died; a GitHub write finds its own earlier
@@ -325,13 +326,13 @@ def _settle(
 
 
 def _question(
-    call: dict[str, Any],
+    call: JsonObject,
     state: _State,
     policy: Policy,
     ctx: ToolContext,
     record: Record,
     decisions: ToolDecisions,
-) -> ToolResult | dict[str, Any]:
+) -> ToolResult | JsonObject:
     """`ask_user`: the operator's answer once there is one; otherwise the pending input that
     parks the run, unless the session asked too often lately (then "retry after N s")."""
     call_id, question = call["id"], str(call["arguments"].get("question", "")).strip()
@@ -382,7 +383,7 @@ def question_wait(asked_at: list[float], now: float) -> float:
 
 
 def _finish(
-    call: dict[str, Any],
+    call: JsonObject,
     state: _State,
     record: Record,
     result: ToolResult,
@@ -394,7 +395,7 @@ def _finish(
     if len(content) > TOOL_RESULT_CAP:
         cut = len(content) - TOOL_RESULT_CAP
         content = content[:TOOL_RESULT_CAP] + f"\n[... {cut} more characters cut; ask for less]"
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "tool_call_id": call_id,
         "tool": name,
         "ok": result.ok,
@@ -421,7 +422,7 @@ PATH_ARGUMENTS: dict[str, tuple[str, str | None]] = {
 }
 
 
-def call_paths(name: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+def call_paths(name: str, arguments: JsonObject) -> tuple[str, ...]:
     """The paths an engine tool call names, as given, for `decide` (none for bash, todo,
     report: a command is judged by the tool rules, never by a working directory)."""
     if name not in PATH_ARGUMENTS:
@@ -457,7 +458,7 @@ def _outcome(
     ctx: ToolContext,
     status: SessionStatus,
     error: str | None,
-    pending: dict[str, Any] | None = None,
+    pending: JsonObject | None = None,
 ) -> SessionOutcome:
     report = ctx.report if status == "completed" else None
     return SessionOutcome(

@@ -13,8 +13,9 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.providers.registry import PROVIDERS
 from ade_workers.agents.cli.facts import CLI_FACTS, CliFacts
 from ade_workers.agents.providers.registry import HTTP_PROVIDERS, HttpAdapter
@@ -41,7 +42,7 @@ class ProviderStatus:
     version: str | None = None
     fixes: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "name": self.name,

@@ -17,7 +17,6 @@ in the run's events) once it ends; a run that is never resumed leaves only its r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ade_tasks.agents.prompt import RenderedPrompt
 from ade_tasks.agents.threads import (
@@ -31,6 +30,7 @@ from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db import threads as threads_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.threads import THREAD_EVENT
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.steps import AgentSessionStep
 from ade_tasks.templating import TemplateContext, render
 
@@ -72,7 +72,7 @@ def open_thread(
             up_to = threads_db.newest_id(session, project, key)
         cont = continuation(key, threads_db.entries_of(session, project, key, up_to))
         if not started:
-            data: dict[str, Any] = {
+            data: JsonObject = {
                 "step": action.id,
                 "key": key,
                 "project": project,

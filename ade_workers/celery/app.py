@@ -7,7 +7,6 @@ access from the environment's settings, never at import time.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import Celery
 from kombu.entity import Queue
@@ -38,7 +37,7 @@ MEMORY_POLLING_INTERVAL = 0.005
 
 
 def _queue(name: str, broker_url: str) -> Queue:
-    arguments: dict[str, Any] = {}
+    arguments: dict[str, int] = {}
     if broker_url.startswith(("amqp", "pyamqp")):
         # RabbitMQ closes channels whose delivery stays unacked past consumer_timeout (30 min);
         # runs may last 12 h. Honoured by RabbitMQ >= 3.12, ignored by older servers.
@@ -54,7 +53,7 @@ def create_celery_app(
 ) -> Celery:
     """A Celery app configured for at-least-once delivery of run ids."""
     app = Celery("ade", broker=settings.broker_url, set_as_current=False)
-    transport_options: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT}
+    transport_options: dict[str, float] = {"visibility_timeout": VISIBILITY_TIMEOUT}
     if settings.broker_url.startswith("memory"):
         transport_options["polling_interval"] = MEMORY_POLLING_INTERVAL
     queues = tuple(dict.fromkeys((*DEFAULT_QUEUES, *extra_queues)))

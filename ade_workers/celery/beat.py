@@ -32,8 +32,9 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import TypeVar
 
+from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
 
 from ade_tasks.clock import utcnow
@@ -48,6 +49,7 @@ from ade_workers.engine import cleanups  # noqa: F401  (registers the lane-clean
 from ade_workers.integrations import notifier  # noqa: F401  (registers notification jobs)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How often a beat ticks: a slot fires within about this long after its minute begins.
 TICK_SECONDS = 1.0
@@ -69,7 +71,7 @@ GC_THRESHOLDS = (50_000, 20, 10)
 class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
     """Fires rule schedules and housekeeping from claims in the database."""
 
-    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, app: Celery, *args: object, **kwargs: object) -> None:
         super().__init__(app, *args, **kwargs)
         gc.set_threshold(*GC_THRESHOLDS)
         runtime = app.ade_runtime
@@ -104,7 +106,7 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         self._poller_checked = False
         log.info("beat %s fires schedules claimed in the database", self.beat_id)
 
-    def tick(self, *args: Any, **kwargs: Any) -> float:
+    def tick(self, *args: object, **kwargs: object) -> float:
         interval = _guarded("Celery's schedule entries", partial(super().tick, *args, **kwargs))
         _guarded("reading the database's clock", self._db_clock.check)
         if self._db_clock.offset is None:  # never judge a slot by this machine's clock alone
@@ -174,7 +176,7 @@ class DatabaseScheduler(CeleryScheduler):  # type: ignore[misc]
         self._last_heartbeat = now
 
 
-def _guarded(what: str, work: Callable[[], Any]) -> Any:
+def _guarded(what: str, work: Callable[[], T]) -> T | None:
     """Run one part of a tick; its failure is logged and leaves the other parts running (the
     database may be briefly away: the next tick retries)."""
     try:

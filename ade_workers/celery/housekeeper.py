@@ -15,7 +15,6 @@ import os
 import socket
 import threading
 import uuid
-from typing import Any
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
@@ -83,7 +82,7 @@ def install(app: Celery, settings: Settings) -> None:
     host left behind (`scratch.sweep`) when it is ready."""
     keeper = WorkerHousekeeper(app, settings) if settings.worker_housekeeping else None
 
-    def on_ready(sender: Any = None, **_: Any) -> None:
+    def on_ready(sender: object = None, **_: object) -> None:
         if getattr(sender, "app", None) is not app:
             return
         swept = scratch.sweep()
@@ -92,7 +91,7 @@ def install(app: Celery, settings: Settings) -> None:
         if keeper is not None:
             keeper.start()
 
-    def on_shutdown(**_: Any) -> None:
+    def on_shutdown(**_: object) -> None:
         if keeper is not None:
             keeper.stop()
 

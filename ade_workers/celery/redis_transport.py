@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 
 #: The value of Celery's `broker_transport` setting that selects this transport.
@@ -34,10 +34,10 @@ def transport_for(broker_url: str) -> str | None:
 
 
 class Channel(kombu_redis.Channel):
-    _shared_client: Any = None
+    _shared_client: redis.Redis | None = None
 
     @contextmanager
-    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+    def conn_or_acquire(self, client: redis.Redis | None = None) -> Iterator[redis.Redis]:
         if client:
             yield client
             return

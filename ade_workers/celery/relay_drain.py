@@ -30,7 +30,6 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
@@ -41,6 +40,7 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import AdeError
 from ade_tasks.housekeeping import HOUSEKEEPING, Job
+from ade_tasks.json_document import JsonObject
 from ade_tasks.relay.client import WAKE_PATH, HttpRelayClient, RelayUnavailableError
 from ade_tasks.relay.drain import DrainReport, drain
 from ade_tasks.retry import Backoff, retry_after_of
@@ -177,7 +177,7 @@ class RelayDrainer:
             )
 
     def _heartbeat(self, error: str | None, wait: float | None = None) -> None:
-        detail: dict[str, Any] = {"relay": self._client.url, "cursor": self._cursor}
+        detail: JsonObject = {"relay": self._client.url, "cursor": self._cursor}
         if error is not None:
             detail["error"] = error
         if wait is not None:

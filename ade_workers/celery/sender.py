@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TypedDict
 
 from celery import Celery, signals
 from kombu.entity import Queue
@@ -18,6 +18,17 @@ from ade_tasks.errors import BrokerUnavailableError
 EXECUTE_TASK = "ade.runs.execute"
 INGRESS_TASK = "ade.ingress.dispatch"
 INGRESS_QUEUE = "ade.control"
+
+
+class PublishOptions(TypedDict):
+    """The app's publishing settings a message needs (Celery's `task_*` settings of the same
+    meaning)."""
+
+    sent_events: bool
+    serializer: str
+    compression: str | None
+    delivery_mode: int | str | None
+    retry_policy: dict[str, float] | None
 
 
 class CelerySender:
@@ -79,7 +90,7 @@ class CelerySender:
         )
 
     @cached_property
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> PublishOptions:
         """The app's publishing settings, read once (each read of `app.conf` walks its layers
         of defaults: 0.04 ms a message)."""
         conf = self.app.conf

@@ -7,7 +7,6 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from celery import Celery, Task
 
@@ -101,7 +100,7 @@ def register_tasks(
         shared=False,
         throws=(RunFailedError,),
     )
-    def execute(self: Task[Any, Any], run_id: str) -> str | None:
+    def execute(self: Task[[str], str | None], run_id: str) -> str | None:
         worker = f"{self.request.hostname}:{os.getpid()}:{threading.get_ident()}"
         status = execute_run(runtime.session_factory, runtime.runner, run_id, worker)
         if status in FAILED_RUN:

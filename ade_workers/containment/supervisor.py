@@ -51,7 +51,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:  # the standard library only at run time
+    from ade_tasks.json_document import JsonObject
 
 #: Between TERM and KILL when the worker died (its own kill grace, if shorter, applies).
 WORKER_LOST_GRACE = 2.0
@@ -59,7 +62,7 @@ WORKER_LOST_GRACE = 2.0
 KILL_DEADLINE = 5.0
 _PR_SET_CHILD_SUBREAPER = 36
 
-Message = dict[str, Any]
+Message: TypeAlias = "JsonObject"
 
 
 def send_message(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:

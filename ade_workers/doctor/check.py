@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TypeVar, cast
 
 from pydantic import ValidationError
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
+
+T = TypeVar("T")
 
 
 def settings_problems(error: Exception) -> list[str]:
@@ -58,7 +61,7 @@ class Probe:
     settings: Settings | None
     timeout: float
     settings_error: Exception | None = None
-    shared: dict[str, Any] = field(default_factory=dict)
+    shared: dict[str, object] = field(default_factory=dict)
 
     @property
     def loaded(self) -> Settings:
@@ -66,11 +69,12 @@ class Probe:
         assert self.settings is not None, "a check that reads settings must need `settings`"
         return self.settings
 
-    def resource(self, name: str, make: Callable[[], Any]) -> Any:
+    def resource(self, name: str, make: Callable[[], T]) -> T:
         """A resource the checks share (the engine, the Celery app), made on first use."""
         if name not in self.shared:
             self.shared[name] = make()
-        return self.shared[name]
+        # Each name is made by one `make`, so what it holds is what that `make` returns.
+        return cast(T, self.shared[name])
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ class CheckResult:
     fix: str
     seconds: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "name": self.name,

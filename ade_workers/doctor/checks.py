@@ -24,8 +24,8 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from celery import Celery
 from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 from sqlalchemy import Engine, make_url, text
@@ -37,6 +37,7 @@ from ade_tasks.db.clock import read_clock
 from ade_tasks.db.engine import create_db_engine, create_session_factory
 from ade_tasks.db.migrate import current_revision, schema_lag
 from ade_tasks.env_file import environment_with_env_file
+from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 from ade_workers.agents.readiness import providers_report
 from ade_workers.celery.app import (
@@ -76,7 +77,7 @@ def _shown(broker_url: str) -> str:
 def _engine(probe: Probe) -> Engine:
     url = probe.loaded.effective_database_url
     # The driver's own connect timeout, inside the check's bound.
-    connect: dict[str, Any] = (
+    connect: dict[str, float] = (
         {"timeout": probe.timeout}
         if url.startswith("sqlite")
         else {"connect_timeout": max(int(probe.timeout), 1)}
@@ -119,7 +120,7 @@ def check_schema(probe: Probe) -> Finding:
     return Finding(Verdict.OK, f"at revision {current_revision(engine)} (head)")
 
 
-def _celery(probe: Probe) -> Any:
+def _celery(probe: Probe) -> Celery:
     return probe.resource("celery", lambda: create_celery_app(probe.loaded))
 
 
@@ -164,7 +165,7 @@ def check_workers(probe: Probe) -> Finding:
         return Finding(Verdict.SKIP, "the embedded broker: `ade-tasks dev` runs its own worker")
     wait = min(INSPECT_SECONDS, probe.timeout / 2)
     inspect = _celery(probe).control.inspect(timeout=wait)
-    answers: dict[str, list[dict[str, Any]]] = inspect.active_queues() or {}
+    answers: dict[str, list[JsonObject]] = inspect.active_queues() or {}
     consumers: dict[str, list[str]] = {}
     for worker, queues in answers.items():
         for queue in queues:

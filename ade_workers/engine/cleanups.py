@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db import run_steps as run_steps_db
@@ -26,6 +26,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunStepRow, ScheduledCleanupRow
 from ade_tasks.errors import AdeError
 from ade_tasks.housekeeping import Job, register
+from ade_tasks.json_document import JsonObject
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import CleanupStatus, StepStatus
@@ -68,7 +69,7 @@ def _carry_out(
     sender: RunSender | None,
 ) -> bool:
     error: str | None = None
-    result: dict[str, Any] | None = None
+    result: JsonObject | None = None
     with session_factory.begin() as session:
         lane = lanes_db.lane_ref(lanes_db.get_lane(session, cleanup.lane_id))
         project = lanes_db.get_lane(session, cleanup.lane_id).project
@@ -103,10 +104,10 @@ def _carry_out(
 
 
 def _append_step(
-    session: Any,
+    session: Session,
     cleanup: ScheduledCleanupRow,
     lane_name: str,
-    result: dict[str, Any] | None,
+    result: JsonObject | None,
     error: str | None,
     now: datetime,
 ) -> None:

@@ -14,9 +14,8 @@ its earlier comment or PR instead of posting twice.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.outputs import Disposition
 from ade_tasks.rules.rule import Rule
@@ -127,7 +126,7 @@ def _open_pr(
     title = render(outputs.pr_title, template_context(rule, context.trigger, state), "pr_title")
     with GithubClient.from_settings(settings.github, policy=policy) as client:
         pull = client.open_draft_pr(repo, lane.branch, base, title, text, marker)
-    result: dict[str, Any] = {"published": "pull-request", "url": pull.url, "created": pull.created}
+    result: JsonObject = {"published": "pull-request", "url": pull.url, "created": pull.created}
     return StepOutcome(StepStatus.SUCCEEDED, output=text, result=result)
 
 

@@ -11,7 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TypeVar, TypeVarTuple
+
+from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_steps as run_steps_db
@@ -21,6 +23,8 @@ from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 #: Set by an embedded host (`ade-tasks dev`) on Ctrl-C: running commands are killed and their
 #: runs end `cancelled`, and nothing those commands started is left behind.
@@ -201,7 +205,7 @@ class Watch:
         now = time.monotonic() if now is None else now
         return now >= self._held_until - self._fence_margin
 
-    def _write(self, write: Callable[..., Any], *args: Any) -> Any:
+    def _write(self, write: Callable[[Session, *Args], T], *args: *Args) -> T | None:
         """`write` in a transaction of its own; None when the database did not answer."""
         try:
             with self._sessions.begin() as session:

@@ -17,7 +17,8 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
-from typing import Any
+
+from sqlalchemy.orm import Session
 
 from ade_tasks.agents.protected import engine_secrets
 from ade_tasks.clock import utcnow
@@ -32,7 +33,7 @@ from ade_tasks.guardrails import registry as guardrails
 from ade_tasks.guardrails.base import Admission, Deadline
 from ade_tasks.rules.outputs import Disposition
 from ade_tasks.rules.rule import Rule
-from ade_tasks.rules.steps import RunCommandAction
+from ade_tasks.rules.steps import Action, RunCommandAction
 from ade_tasks.runs import concurrency_keys
 from ade_tasks.runs.dispatch import release_buffered
 from ade_tasks.runs.review import review
@@ -73,7 +74,7 @@ def execute_run(
     lease_until = utcnow() + timedelta(seconds=settings.lease_seconds)
     claimed_rule: list[str] = []  # the rule of the run, once the claim held
 
-    def claim_and_plan(session: Any) -> tuple[RunPlan, Deadline] | RunStatus | None:
+    def claim_and_plan(session: Session) -> tuple[RunPlan, Deadline] | RunStatus | None:
         # One unit of work, so one connection checkout; repeating it after a lost connection
         # is safe because a claim repeated by its own worker holds (`runs_db.claim_run`).
         # On PostgreSQL the claim goes by the driver (db.direct); the session below connects
@@ -259,7 +260,7 @@ def _publish_and_end(
 
 
 def _failure(
-    action: Any, index: int, outcome: StepOutcome, deadline: Deadline
+    action: Action, index: int, outcome: StepOutcome, deadline: Deadline
 ) -> tuple[RunStatus, str] | None:
     """What a step's outcome means for the run (None: carry on)."""
     if outcome.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED) or action.continue_on_failure:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import approvals as approvals_db
@@ -25,7 +25,9 @@ from ade_tasks.db.direct import Statements
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.retry import UnitsOfWork, retrying
 from ade_tasks.db.run_steps import StepRecord
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.approval_policy import gate_policy
+from ade_tasks.rules.steps import Action
 from ade_tasks.states import RunStatus
 from ade_workers.actions.agent_session import park_for_tool
 from ade_workers.actions.base import StepOutcome
@@ -60,14 +62,14 @@ def record_step(writes: UnitsOfWork[Statements], step: StepRecord | None) -> Non
         durably(writes, partial(run_steps_db.record_step, step=step), f"run {step.run_id}: step")
 
 
-def durably(writes: UnitsOfWork[Statements], write: Callable[[Any], T], what: str) -> T:
+def durably(writes: UnitsOfWork[Statements], write: Callable[[Statements], T], what: str) -> T:
     """A write of what a step or run achieved, retried through a database outage of up to
     about 20 seconds: a step that finished must not be lost to a bookkeeping blip after it."""
     return retrying(writes, write, what=what, attempts=FINISH_ATTEMPTS)
 
 
 def end_run(
-    session: Any,
+    session: Statements,
     run_id: str,
     worker: str,
     status: RunStatus,
@@ -119,7 +121,7 @@ def park_for_approval(
 
 
 def park_for_tool_call(
-    sessions: SessionFactory, run_id: str, worker: str, pending: dict[str, Any]
+    sessions: SessionFactory, run_id: str, worker: str, pending: JsonObject
 ) -> RunStatus | None:
     """Park the run until an operator answers the agent's tool call; None if it was not ours."""
     if not park_for_tool(sessions, run_id, worker, pending):
@@ -129,7 +131,7 @@ def park_for_tool_call(
 
 
 def may_rerun(
-    sessions: SessionFactory, run_id: str, action: Any, index: int, plan: RunPlan
+    sessions: SessionFactory, run_id: str, action: Action, index: int, plan: RunPlan
 ) -> bool:
     """May this run's first unfinished step run (again)? Not when a lost worker interrupted it
     and it has no `retry` left; an agent session always continues from its recorded events.

@@ -35,7 +35,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.agents.policy import (
     COMMAND_TOOLS,
@@ -49,6 +48,7 @@ from ade_tasks.agents.policy import (
 )
 from ade_tasks.agents.protected import DATA_DIR_NAME, ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
 from ade_workers.agents.cli.setup import (
     COMPLETED_EVENT,
@@ -60,7 +60,7 @@ from ade_workers.agents.cli.setup import (
 )
 from ade_workers.agents.cli.tool_relay import BRIDGED_TOOLS, PREFIX, Tickets
 
-Record = Callable[[str, dict[str, Any]], None]
+Record = Callable[[str, JsonObject], None]
 ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS | SERVICE_TOOLS
 
 
@@ -115,7 +115,7 @@ def engine_name(claude_name: str) -> str:
     return claude_name
 
 
-def call_paths(claude_name: str, tool_input: dict[str, Any], cwd: str | None = None) -> list[str]:
+def call_paths(claude_name: str, tool_input: JsonObject, cwd: str | None = None) -> list[str]:
     """The paths a call names, absolute: relative ones are Claude's, from its current
     directory `cwd` (a `cd` in Bash moves it), not the worktree's. A Glob pattern counts when
     it is absolute or leaves its directory (`..`) or names `.ade`."""
@@ -163,10 +163,10 @@ class CallJudge:
     protected: ProtectedPaths | None
     decisions: ToolDecisions
     record: Record
-    on_ask: Callable[[dict[str, Any]], None]
+    on_ask: Callable[[JsonObject], None]
     masker: Masker = field(default_factory=Masker.none)
     stopping: Callable[[], str | None] = lambda: None  # why the session is being stopped
-    asked: dict[str, Any] | None = None
+    asked: JsonObject | None = None
     completed: dict[str, str] = field(default_factory=dict)
     """Calls an interrupted attempt finished: the first repeat of each gets its recorded
     result instead of running again."""
@@ -175,7 +175,7 @@ class CallJudge:
     tickets: Tickets = field(default_factory=Tickets)
     """The allowed calls of those tools, which the relay runs once each."""
 
-    def __call__(self, call: dict[str, Any]) -> tuple[str, str]:
+    def __call__(self, call: JsonObject) -> tuple[str, str]:
         name = str(call.get("tool_name") or "")
         raw_input = call.get("tool_input")
         tool_input = raw_input if isinstance(raw_input, dict) else {}
@@ -226,7 +226,7 @@ class CallJudge:
         )
 
     def decide(
-        self, name: str, tool_input: dict[str, Any], ident: str, cwd: str | None = None
+        self, name: str, tool_input: JsonObject, ident: str, cwd: str | None = None
     ) -> Decision:
         """The verdict for one call: a stopping session refuses everything, then taint and the
         mode, then the engine's policy (which keeps the engine's data and .git out of reach),

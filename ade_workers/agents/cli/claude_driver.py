@@ -16,8 +16,8 @@ again once its init event told which tools and MCP servers it really had
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from ade_tasks.json_document import JsonObject
 from ade_workers.agents.cli.claude_session import capabilities, run_claude
 from ade_workers.agents.cli.facts import CLAUDE_CODE, ClaudeStream, CliTranscript
 from ade_workers.agents.cli.outcome import (
@@ -87,7 +87,7 @@ class LiveStream:
     events recorded at once (a watcher of the run sees each call and result as it happens),
     other lines are noise. A line longer than `LINE_CAP` is dropped and said so."""
 
-    def __init__(self, record: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(self, record: Callable[[str, JsonObject], None]) -> None:
         self._record = record
         self._stream = ClaudeStream()
         self._partial: list[str] = []
@@ -110,9 +110,7 @@ class LiveStream:
         self._partial_len += len(rest)
         if self._partial_len > LINE_CAP:
             self._partial, self._partial_len, self._overlong = [], 0, True
-            self._record(
-                "agent.output_truncated", {"reason": f"a line over {LINE_CAP} characters"}
-            )
+            self._record("agent.output_truncated", {"reason": f"a line over {LINE_CAP} characters"})
 
     def finish(self) -> tuple[CliTranscript, list[str]]:
         if self._partial and not self._overlong:
@@ -132,7 +130,7 @@ class LiveStream:
             self._record(event["kind"], event["data"])
 
 
-def _count_turns(events: list[dict[str, Any]]) -> int:
+def _count_turns(events: list[JsonObject]) -> int:
     """Model turns: runs of assistant events (text, reasoning, tool calls) between results."""
     turns, in_turn = 0, False
     for event in events:
@@ -145,7 +143,7 @@ def _count_turns(events: list[dict[str, Any]]) -> int:
     return turns
 
 
-def _result_data(result: ProcessResult, transcript: CliTranscript) -> dict[str, Any]:
+def _result_data(result: ProcessResult, transcript: CliTranscript) -> JsonObject:
     return {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,

@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli import claude_hook, mcp_relay
 from ade_workers.agents.cli.claude_calls import CallJudge, claude_tools_for
@@ -100,7 +100,7 @@ class Hook:
             object.__setattr__(self, "script", str(HOOK_PROGRAM.installed()))
 
 
-def session_settings(hook: Hook) -> dict[str, Any]:
+def session_settings(hook: Hook) -> JsonObject:
     """The only settings the session loads: the engine's hook before and after every tool."""
     command = " ".join(
         json.dumps(part) for part in (hook.python, "-I", "-S", hook.script, str(hook.socket_path))
@@ -110,7 +110,7 @@ def session_settings(hook: Hook) -> dict[str, Any]:
     return {"hooks": {"PreToolUse": every_tool, "PostToolUse": every_tool}}
 
 
-def mcp_config(hook: Hook, relay_socket: Path) -> dict[str, Any]:
+def mcp_config(hook: Hook, relay_socket: Path) -> JsonObject:
     """The session's one MCP server: the engine's relay, run by the hook's Python from the
     engine's copy, talking to the worker's relay socket."""
     server = {
@@ -194,7 +194,7 @@ def _hook(setup: CliSetup, sockets: Path) -> Hook:
 
 
 def capabilities(
-    setup: CliSetup, execution: AgentSession, init: dict[str, Any] | None
+    setup: CliSetup, execution: AgentSession, init: JsonObject | None
 ) -> CapabilityReport:
     """What the engine enforces on this session and how, checked against Claude's init event
     (the tools it really offered, its MCP servers) once it has run."""
@@ -288,7 +288,7 @@ def _engine_tools(setup: CliSetup, relayed: list[str], hook: str) -> Capability:
     return Capability("engine_tools", Support.ENFORCED, how)
 
 
-def _settings_checked(servers: list[Any], relayed: bool) -> Capability:
+def _settings_checked(servers: list[object], relayed: bool) -> Capability:
     """The settings item against init's MCP servers: none, or only the engine's own."""
     names = [str(s.get("name")) if isinstance(s, dict) else str(s) for s in servers]
     if any(name != SERVER or not relayed for name in names):

@@ -9,10 +9,12 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from ade_tasks.json_document import JsonObject
 
 RequestKind = Literal["command", "file_change"]
-Message = dict[str, Any]
+Message = JsonObject
 """A JSON object codex sent (a request's params, an item): its shape is codex's."""
 
 
@@ -39,7 +41,7 @@ class CodexRequest:
         }
 
 
-def request_call(request: CodexRequest) -> tuple[str, dict[str, Any]]:
+def request_call(request: CodexRequest) -> tuple[str, JsonObject]:
     """A codex request as an engine tool call: (tool, input)."""
     if request.kind == "command":
         return "bash", {"command": request.command or " ".join(request.argv)}

@@ -20,13 +20,14 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
+from ade_tasks.json_document import JsonObject
 from ade_workers.containment.agent_user import AgentUser
 
 log = logging.getLogger(__name__)
 
-Judge = Callable[[dict[str, Any]], tuple[str, str]]
+Judge = Callable[[JsonObject], tuple[str, str]]
 """A call (as the CLI sent it) -> (verdict "allow" | "deny", reason)."""
 READ_TIMEOUT = 10.0
 MAX_CALL_BYTES = 4_000_000
@@ -41,8 +42,8 @@ class LineServer:
     def __init__(
         self,
         path: Path,
-        handle: Callable[[dict[str, Any]], dict[str, Any]],
-        failed: Callable[[str], dict[str, Any]],
+        handle: Callable[[JsonObject], JsonObject],
+        failed: Callable[[str], JsonObject],
         *,
         owner: AgentUser | None = None,
         name: str = "ade-decisions",
@@ -113,7 +114,7 @@ class LineServer:
         self._reply(conn, answer)
 
     @staticmethod
-    def _reply(conn: socket.socket, answer: dict[str, Any]) -> None:
+    def _reply(conn: socket.socket, answer: JsonObject) -> None:
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps(answer).encode() + b"\n")
 
@@ -124,7 +125,7 @@ class DecisionServer(LineServer):
     def __init__(self, path: Path, judge: Judge, *, owner: AgentUser | None = None) -> None:
         judging = threading.Lock()  # one decision at a time: the judge keeps the session's state
 
-        def decide(call: dict[str, Any]) -> dict[str, Any]:
+        def decide(call: JsonObject) -> JsonObject:
             with judging:
                 verdict, reason = judge(call)
             return {"verdict": verdict, "reason": reason}
@@ -132,5 +133,5 @@ class DecisionServer(LineServer):
         super().__init__(path, decide, _deny, owner=owner)
 
 
-def _deny(reason: str) -> dict[str, Any]:
+def _deny(reason: str) -> JsonObject:
     return {"verdict": "deny", "reason": reason}

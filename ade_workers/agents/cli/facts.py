@@ -12,8 +12,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.providers import claude_code, codex
 from ade_tasks.rules.providers.declaration import AgentProvider
 
@@ -56,7 +56,7 @@ class CapabilityReport:
         """The aspects the CLI does not fully enforce."""
         return tuple(item for item in self.items if item.support is not Support.ENFORCED)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form for run events and `--json` output."""
         return {
             "cli": self.cli,
@@ -84,15 +84,15 @@ class Usage:
 class CliTranscript:
     """One CLI session's stream turned into neutral run events and a summary."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[JsonObject] = field(default_factory=list)
     final_text: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
-    permission_denials: list[dict[str, Any]] = field(default_factory=list)
+    permission_denials: list[JsonObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     session_id: str | None = None
     completed: bool = False
-    init: dict[str, Any] | None = None  # the CLI's own account of the session (claude's init)
+    init: JsonObject | None = None  # the CLI's own account of the session (claude's init)
     result_subtype: str | None = None  # how claude says it ended (success, error_max_turns, ...)
 
     @property
@@ -112,7 +112,7 @@ class CliTranscript:
 
 def _objects(
     lines: Iterable[str], transcript: CliTranscript, first: int = 1
-) -> Iterable[dict[str, Any]]:
+) -> Iterable[JsonObject]:
     """The JSON objects of a JSONL stream (its lines numbered from `first`); a malformed line
     becomes an error naming it."""
     for number, line in enumerate(lines, start=first):
@@ -149,7 +149,7 @@ class ClaudeStream:
         self.transcript = CliTranscript()
         self._lines = 0
 
-    def feed(self, line: str) -> list[dict[str, Any]]:
+    def feed(self, line: str) -> list[JsonObject]:
         transcript = self.transcript
         before = len(transcript.events)
         self._lines += 1
@@ -175,7 +175,7 @@ class ClaudeStream:
         return self.transcript
 
 
-def _claude_blocks(transcript: CliTranscript, obj: dict[str, Any], *, assistant: bool) -> None:
+def _claude_blocks(transcript: CliTranscript, obj: JsonObject, *, assistant: bool) -> None:
     message = obj.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str):  # a plain user prompt echoed back
@@ -214,7 +214,7 @@ def _tool_result_text(content: object) -> str:
     return "" if content is None else json.dumps(content)
 
 
-def _claude_result(transcript: CliTranscript, obj: dict[str, Any]) -> None:
+def _claude_result(transcript: CliTranscript, obj: JsonObject) -> None:
     transcript.completed = True
     transcript.session_id = obj.get("session_id", transcript.session_id)
     result = obj.get("result")

@@ -22,7 +22,10 @@ import json
 import socket
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # run with the standard library only (`python -I -S`)
+    from ade_tasks.json_document import JsonObject
 
 #: MCP revisions this server speaks; it answers a client's own if listed, else the first.
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
@@ -33,7 +36,7 @@ TOOL_USE_ID = "claudecode/toolUseId"
 _write = threading.Lock()
 
 
-def ask_worker(path: str, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+def ask_worker(path: str, request: JsonObject, timeout: float | None) -> JsonObject:
     """Send one request to the worker's relay socket and return its one-line answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -51,7 +54,7 @@ def ask_worker(path: str, request: dict[str, Any], timeout: float | None) -> dic
     return answer
 
 
-def answer(path: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+def answer(path: str, method: str, params: JsonObject) -> JsonObject:
     """The result of one request (a JSON-RPC error raises `MethodError`)."""
     if method == "initialize":
         asked = params.get("protocolVersion")
@@ -89,11 +92,11 @@ class MethodError(Exception):
         self.code = code
 
 
-def serve_one(path: str, message: dict[str, Any]) -> None:
+def serve_one(path: str, message: JsonObject) -> None:
     """Answer one request (a notification, having no id, gets no answer)."""
     if "id" not in message:
         return
-    reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+    reply: JsonObject = {"jsonrpc": "2.0", "id": message["id"]}
     params = message.get("params")
     try:
         reply["result"] = answer(path, str(message.get("method")), params or {})
@@ -104,7 +107,7 @@ def serve_one(path: str, message: dict[str, Any]) -> None:
     send(reply)
 
 
-def send(message: dict[str, Any]) -> None:
+def send(message: JsonObject) -> None:
     with _write:
         sys.stdout.write(json.dumps(message) + "\n")
         sys.stdout.flush()

@@ -8,8 +8,8 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli.facts import CapabilityReport, CliFacts
 from ade_workers.agents.cli.setup import CliSetup, Stop
@@ -35,7 +35,7 @@ class CliSessionOutcome:
 
     outcome: SessionOutcome
     cost_usd: float | None
-    capabilities: dict[str, Any]
+    capabilities: JsonObject
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class CliRun:
     deadline: float
     should_stop: Callable[[], bool]
     kill_grace: float
-    capabilities: dict[str, Any]
+    capabilities: JsonObject
     record: Record
 
 

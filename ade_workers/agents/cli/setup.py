@@ -19,11 +19,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.agents.policy import TAINTED_TOOLS, Decision, Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
+from ade_tasks.json_document import JsonObject
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli.facts import Capability, Support
@@ -71,12 +71,10 @@ class Stop:
 
     status: SessionStatus | None = None
     reason: str | None = None
-    pending: dict[str, Any] | None = None
+    pending: JsonObject | None = None
     event: threading.Event = field(default_factory=threading.Event)
 
-    def set(
-        self, status: SessionStatus, reason: str, pending: dict[str, Any] | None = None
-    ) -> None:
+    def set(self, status: SessionStatus, reason: str, pending: JsonObject | None = None) -> None:
         if self.status is None:
             self.status, self.reason, self.pending = status, reason, pending
         self.event.set()
@@ -284,7 +282,7 @@ COMPLETED_EVENT = "agent.tool_completed"
 JOURNAL_CHARS = 20_000
 
 
-def completed_calls(history: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+def completed_calls(history: Iterable[tuple[str, Mapping[str, object]]]) -> dict[str, str]:
     """The calls the run's journal holds as finished (`agent.tool_completed`, recorded as each
     call ends), by `call_id`, with the result each got."""
     return {
@@ -311,7 +309,7 @@ def replayed(name: str, result: str) -> Decision:
     )
 
 
-def call_id(tool: str, tool_input: Mapping[str, Any]) -> str:
+def call_id(tool: str, tool_input: Mapping[str, object]) -> str:
     """A stable id for a call: the same tool with the same input gets the same id in any
     session, so an operator's answer meets the call again after the run resumes."""
     canonical = json.dumps([tool, tool_input], sort_keys=True, separators=(",", ":"))

@@ -26,9 +26,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ade_tasks.agents.policy import SERVICE_TOOLS
+from ade_tasks.json_document import JsonObject
 from ade_workers.agents.cli.decision_server import LineServer
 from ade_workers.agents.cli.setup import call_id
 from ade_workers.agents.http_session import REPEATABLE_TOOLS, STARTED_EVENT, Record
@@ -84,7 +84,7 @@ class Tickets:
         return None
 
 
-def mcp_tools(tools: Sequence[str]) -> list[dict[str, Any]]:
+def mcp_tools(tools: Sequence[str]) -> list[JsonObject]:
     """The tools as MCP's `tools/list` describes them."""
     return [
         {
@@ -119,7 +119,7 @@ class ToolRelay(LineServer):
         self._running = threading.Lock()  # ctx carries the running call's id
         super().__init__(path, self._serve_request, _failed, owner=owner, name="ade-tool-relay")
 
-    def _serve_request(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _serve_request(self, request: JsonObject) -> JsonObject:
         if request.get("op") == "list":
             return {"tools": mcp_tools(self.tools)}
         if request.get("op") != "call":
@@ -150,5 +150,5 @@ class ToolRelay(LineServer):
         return self._tickets.take(cli_id, mcp_name(name), arguments)
 
 
-def _failed(reason: str) -> dict[str, Any]:
+def _failed(reason: str) -> JsonObject:
     return {"ok": False, "content": reason}

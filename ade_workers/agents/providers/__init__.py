@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypedDict
+from typing import ClassVar, Protocol, TypedDict
 
 import httpx
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.providers.declaration import AgentProvider
 from ade_workers.integrations.http import IntegrationClient, IntegrationUnavailableError, excerpt
@@ -29,7 +30,7 @@ from ade_workers.integrations.http import IntegrationClient, IntegrationUnavaila
 DEFAULT_POLICY = RetryPolicy(attempts=3)
 _GIVE_UP = "try again later, or raise the provider's retry attempts or timeout"
 
-Message = dict[str, Any]
+Message = JsonObject
 
 
 class ToolSpec(TypedDict):
@@ -37,7 +38,7 @@ class ToolSpec(TypedDict):
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JsonObject
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     arguments_error: str | None = None
 
 
@@ -94,7 +95,7 @@ class HttpModelProvider(ModelProvider, Protocol):
     def check_key(self, timeout: float) -> tuple[bool, str]: ...
 
 
-def call_fields(call: ToolCall | Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+def call_fields(call: ToolCall | Mapping[str, object]) -> tuple[str, str, JsonObject]:
     """`(id, name, arguments)` of an assistant message's tool call, object or dict."""
     if isinstance(call, ToolCall):
         return call.id, call.name, call.arguments
@@ -169,8 +170,8 @@ class HttpProvider:
     def ask(
         self,
         path: str,
-        body: Mapping[str, Any],
-        parse: Callable[[dict[str, Any]], ModelTurn],
+        body: JsonObject,
+        parse: Callable[[JsonObject], ModelTurn],
         *,
         model: str,
         deadline: float | None,

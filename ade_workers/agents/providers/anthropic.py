@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.providers import anthropic as declared
 from ade_workers.agents.providers import (
@@ -66,7 +66,7 @@ class AnthropicProvider(HttpProvider):
     ) -> ModelTurn:
         """The model's next turn for `messages`, offering it `tools`."""
         system, wire = to_wire(messages)
-        body: dict[str, Any] = {"max_tokens": max_tokens, "messages": wire, "model": model}
+        body: JsonObject = {"max_tokens": max_tokens, "messages": wire, "model": model}
         if system:
             body["system"] = system
         if tools:
@@ -81,10 +81,10 @@ class AnthropicProvider(HttpProvider):
         return self.ask(PATH, body, parse_turn, model=model, deadline=deadline)
 
 
-def to_wire(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+def to_wire(messages: list[Message]) -> tuple[str, list[JsonObject]]:
     """The top-level system prompt and the Messages API messages for a neutral conversation."""
     system: list[str] = []
-    wire: list[dict[str, Any]] = []
+    wire: list[JsonObject] = []
     for message in messages:
         role = message.get("role")
         content = message.get("content") or ""
@@ -95,7 +95,7 @@ def to_wire(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         elif role == "assistant":
             wire.append({"role": "assistant", "content": _assistant_blocks(message)})
         elif role == "tool":
-            block: dict[str, Any] = {
+            block: JsonObject = {
                 "type": "tool_result",
                 "tool_use_id": message["tool_call_id"],
                 "content": str(content),
@@ -120,12 +120,12 @@ def to_wire(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), wire
 
 
-def _assistant_blocks(message: Message) -> str | list[dict[str, Any]]:
+def _assistant_blocks(message: Message) -> str | list[JsonObject]:
     text = str(message.get("content") or "")
     calls = [call_fields(call) for call in message.get("tool_calls") or []]
     if not calls:
         return text
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks: list[JsonObject] = [{"type": "text", "text": text}] if text else []
     blocks.extend(
         {"id": call_id, "input": arguments, "name": name, "type": "tool_use"}
         for call_id, name, arguments in calls
@@ -133,7 +133,7 @@ def _assistant_blocks(message: Message) -> str | list[dict[str, Any]]:
     return blocks
 
 
-def parse_turn(data: dict[str, Any]) -> ModelTurn:
+def parse_turn(data: JsonObject) -> ModelTurn:
     """A Messages API response body as a `ModelTurn`; ValueError when it has no content."""
     content = data.get("content")
     if not isinstance(content, list):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
 from ade_tasks.rules.providers import openai as declared
 from ade_workers.agents.providers import (
@@ -70,7 +70,7 @@ class OpenAIProvider(HttpProvider):
         deadline: float | None,
     ) -> ModelTurn:
         """The model's next turn for `messages`, offering it `tools`."""
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "model": model,
             "messages": [to_wire(message) for message in messages],
             self.max_tokens_field: max_tokens,
@@ -90,13 +90,13 @@ class OpenAIProvider(HttpProvider):
         return self.ask(PATH, body, parse_turn, model=model, deadline=deadline)
 
 
-def to_wire(message: Message) -> dict[str, Any]:
+def to_wire(message: Message) -> JsonObject:
     """One neutral message as a Chat Completions message."""
     role = message.get("role")
     if role in ("system", "user"):
         return {"role": role, "content": message.get("content") or ""}
     if role == "assistant":
-        wire: dict[str, Any] = {"role": "assistant", "content": message.get("content") or None}
+        wire: JsonObject = {"role": "assistant", "content": message.get("content") or None}
         calls = [call_fields(call) for call in message.get("tool_calls") or []]
         if calls:
             wire["tool_calls"] = [
@@ -117,7 +117,7 @@ def to_wire(message: Message) -> dict[str, Any]:
     raise InvalidInputError(f"message role must be system, user, assistant or tool: {role!r}")
 
 
-def parse_turn(data: dict[str, Any]) -> ModelTurn:
+def parse_turn(data: JsonObject) -> ModelTurn:
     """A Chat Completions response body as a `ModelTurn`; ValueError when it has no choices."""
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -142,11 +142,11 @@ def parse_turn(data: dict[str, Any]) -> ModelTurn:
     )
 
 
-def _object(value: Any) -> dict[str, Any]:
+def _object(value: object) -> JsonObject:
     return value if isinstance(value, dict) else {}
 
 
-def _tool_call(call: Any, index: int) -> ToolCall:
+def _tool_call(call: object, index: int) -> ToolCall:
     call = _object(call)
     function = _object(call.get("function"))
     call_id = str(call.get("id") or f"call_{index}")
