@@ -22,6 +22,7 @@ from sqlalchemy import JSON, Table
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.rules import in_batches
+from ade_tasks.json_document import JsonObject
 
 
 class JsonText(str):
@@ -30,7 +31,7 @@ class JsonText(str):
     __slots__ = ()
 
 
-def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+def insert_rows(session: Session, table: Table, rows: Sequence[JsonObject]) -> None:
     """Insert `rows` (dicts with the same keys, values as the table's columns take them)."""
     if not rows:
         return
@@ -56,5 +57,5 @@ def _copied(value: Any) -> Any:
     return str(value) if isinstance(value, JsonText) else Jsonb(value)
 
 
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+def _decoded(row: JsonObject) -> JsonObject:
     return {name: json.loads(v) if isinstance(v, JsonText) else v for name, v in row.items()}
