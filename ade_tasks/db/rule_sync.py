@@ -127,10 +127,10 @@ def sync_file_rules(
     later = next_versions(
         session, [item.rule_id for item in loaded if item.rule_id not in existing]
     )
-    inserts: list[JsonObject] = []
-    updates: list[JsonObject] = []
-    bookkeeping: list[JsonObject] = []
-    versions: list[JsonObject] = []
+    inserts: list[dict[str, object]] = []
+    updates: list[dict[str, object]] = []
+    bookkeeping: list[dict[str, object]] = []
+    versions: list[dict[str, object]] = []
     for item in loaded:
         rule_id = item.rule_id
         row = existing.get(rule_id)
