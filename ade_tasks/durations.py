@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Any
 
 from pydantic import TypeAdapter
 
 MAX_DURATION = timedelta(days=366)  # the longest duration any field takes, before its own bound
 
 
-def parse_duration(value: Any) -> timedelta:
+def parse_duration(value: object) -> timedelta:
     """`90`, `"90s"`, `"15m"`, `"2h"`, `"1d"` -> timedelta (a bare number is seconds); at most
     `MAX_DURATION` (366 days) either way, so `1e300` is refused, not an overflow."""
     if isinstance(value, timedelta):

@@ -41,7 +41,7 @@ def too_deep(what: str, limit: int) -> DocumentLimitError:
     )
 
 
-def check_depth(document: Any, max_depth: int = MAX_DEPTH, what: str = "the document") -> None:
+def check_depth(document: object, max_depth: int = MAX_DEPTH, what: str = "the document") -> None:
     """Refuse a parsed document nested deeper than `max_depth` levels of dicts, lists, tuples
     and sets (walked level by level without recursion, so any depth is measured safely)."""
     level = [document] if isinstance(document, dict | list | tuple | set) else []
@@ -56,7 +56,7 @@ def check_depth(document: Any, max_depth: int = MAX_DEPTH, what: str = "the docu
         raise too_deep(what, max_depth)
 
 
-def _check_json_depth(document: Any, max_depth: int, what: str) -> None:
+def _check_json_depth(document: object, max_depth: int, what: str) -> None:
     """`check_depth` for what `json.loads` returns (only dicts and lists: a faster test)."""
     level = [document] if type(document) is dict or type(document) is list else []
     for _ in range(max_depth):
@@ -126,7 +126,7 @@ class _BoundedLoader(
         self._nodes = 0
         self._sizes: dict[int, int] = {}  # id(node) -> nodes in its subtree, aliases expanded
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
             node = super().compose_node(parent, index)
@@ -154,7 +154,7 @@ class _BoundedLoader(
         self._sizes[id(node)] = self._nodes - before
         return node
 
-    def _count(self, nodes: int, event: Any) -> None:
+    def _count(self, nodes: int, event: yaml.Event) -> None:
         self._nodes += nodes
         if self._nodes > self._max_nodes:
             raise _LimitPassed(
@@ -172,7 +172,7 @@ _LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"  # libyaml refuses 1,000 le
 class _LimitPassed(yaml.YAMLError):
     """A DocumentLimitError on its way out of PyYAML, with where it happened."""
 
-    def __init__(self, error: DocumentLimitError, event: Any) -> None:
+    def __init__(self, error: DocumentLimitError, event: yaml.Event) -> None:
         super().__init__(error.message)
         self.error = error
         self.mark = getattr(event, "start_mark", None)
@@ -186,10 +186,10 @@ PLAIN_MAX_CHARS = 64 * 1024
 
 
 #: libyaml's parser and composer with PyYAML's safe constructor (None without libyaml).
-_PlainLoader: Any = getattr(yaml, "CSafeLoader", None)
+_PlainLoader: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 
 
-def _load_plain(text: str, max_depth: int, max_nodes: int) -> Any:
+def _load_plain(text: str, max_depth: int, max_nodes: int) -> object:
     """The document of a YAML text that uses no alias, merge key or collection tag and is
     within the bounds, composed by libyaml and built by `_PlainBuilder` (a rules file in about
     a third of `_BoundedLoader`'s time, which composes in Python); or `_NOT_PLAIN` for any
@@ -221,14 +221,14 @@ class _PlainBuilder:
     merge key or a tagged collection (the safe constructor's business), more than `max_nodes`
     nodes or collections nested deeper than `max_depth`."""
 
-    def __init__(self, loader: Any, max_depth: int, max_nodes: int) -> None:
+    def __init__(self, loader: yaml.CSafeLoader, max_depth: int, max_nodes: int) -> None:
         self._loader = loader
         self._max_depth = max_depth
         self._max_nodes = max_nodes
         self._seen: set[int] = set()
         self._scalars = yaml.constructor.SafeConstructor.yaml_constructors
 
-    def build(self, node: yaml.Node, depth: int = 0) -> Any:
+    def build(self, node: yaml.Node, depth: int = 0) -> object:
         if id(node) in self._seen or len(self._seen) >= self._max_nodes:
             raise _NotPlainError
         self._seen.add(id(node))

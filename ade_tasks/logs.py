@@ -33,7 +33,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
+
+from ade_tasks.json_document import JsonObject
 
 LogFormat = Literal["text", "json"]
 
@@ -155,7 +157,7 @@ class JsonFormatter(logging.Formatter):
     """A log record as one line of JSON: ts, level, logger, pid, message and the known ids."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
+        entry: JsonObject = {
             "ts": datetime.fromtimestamp(record.created, UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
@@ -208,7 +210,7 @@ def configure_logging(log_format: LogFormat, level: int | str = logging.INFO) ->
 _REDACT = {"redact": {"()": "ade_tasks.logs.RedactingFilter"}}
 
 
-def uvicorn_log_config(log_format: LogFormat, level: str = "INFO") -> dict[str, Any]:
+def uvicorn_log_config(log_format: LogFormat, level: str = "INFO") -> JsonObject:
     """uvicorn's `log_config` for a format, with credentials redacted on every handler (the
     access log above all: a hook's `?token=` is in its request line). JSON sends uvicorn's
     loggers and the root logger through `JsonFormatter`; text keeps uvicorn's own formatters
@@ -234,7 +236,7 @@ def uvicorn_log_config(log_format: LogFormat, level: str = "INFO") -> dict[str, 
             },
         }
 
-    def stream(formatter: str, target: str) -> dict[str, Any]:
+    def stream(formatter: str, target: str) -> JsonObject:
         return {
             "class": "logging.StreamHandler",
             "formatter": formatter,

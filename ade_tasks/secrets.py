@@ -15,13 +15,14 @@ import copy
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TypeVar, cast
 from urllib.parse import quote, quote_plus
 
 from ade_tasks.errors import AdeError
 
 MASK = "***"
 _OPENING = "${env:"
+_T = TypeVar("_T")  # a value and its copy with strings changed have one shape
 _REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -33,7 +34,7 @@ class SecretError(AdeError):
         self.names = tuple(names)
 
 
-def references(value: Any) -> list[str]:
+def references(value: object) -> list[str]:
     """The names of all well-formed `${env:NAME}` references in `value`, once each, in order."""
     found: dict[str, None] = {}  # a dict keeps the first-seen order
     for _, text, is_key in _strings(value, ""):
@@ -42,7 +43,7 @@ def references(value: Any) -> list[str]:
     return list(found)
 
 
-def check(value: Any, where: str) -> list[str]:
+def check(value: object, where: str) -> list[str]:
     """Load-time problems with the references in `value`, each as `where.path: reason`."""
     problems: list[str] = []
     for path, text, is_key in _strings(value, where):
@@ -65,7 +66,7 @@ def check(value: Any, where: str) -> list[str]:
     return problems
 
 
-def resolve(value: Any, env: Mapping[str, str], where: str) -> tuple[Any, Masker]:
+def resolve(value: _T, env: Mapping[str, str], where: str) -> tuple[_T, Masker]:
     """A deep copy of `value` with every reference replaced, and a Masker for the values used."""
     names = references(value)
     missing = [name for name in names if name not in env]
@@ -125,17 +126,20 @@ class Masker:
         """`text` with every secret replaced by `***`."""
         return self._scan(text, 0, final=True)[0]
 
-    def mask_value(self, value: Any) -> Any:
+    def mask_value(self, value: _T) -> _T:
         """A copy of `value` with every string inside its dicts, lists and tuples masked."""
+        masked: object
         if isinstance(value, str):
-            return self.mask(value)
-        if isinstance(value, dict):
-            return {self.mask_value(k): self.mask_value(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.mask_value(item) for item in value]
-        if isinstance(value, tuple):
-            return tuple(self.mask_value(item) for item in value)
-        return value
+            masked = self.mask(value)
+        elif isinstance(value, dict):
+            masked = {self.mask_value(k): self.mask_value(v) for k, v in value.items()}
+        elif isinstance(value, list):
+            masked = [self.mask_value(item) for item in value]
+        elif isinstance(value, tuple):
+            masked = tuple(self.mask_value(item) for item in value)
+        else:
+            return value
+        return cast(_T, masked)  # the same shape: a string for each string
 
     def _scan(self, text: str, covered: int, final: bool) -> tuple[str, str, int]:
         """Mask what `text` decides: (output, undecided rest, length of the rest already masked).
@@ -206,7 +210,7 @@ def _forms(secret: str) -> set[str]:
     }
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str, bool]]:
+def _strings(value: object, path: str) -> Iterator[tuple[str, str, bool]]:
     """(path, text, is_key) for every string inside `value`."""
     if isinstance(value, str):
         yield path, value, False
@@ -221,21 +225,24 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str, bool]]:
             yield from _strings(item, f"{path}[{index}]")
 
 
-def _substitute(value: Any, used: Mapping[str, str]) -> Any:
+def _substitute(value: _T, used: Mapping[str, str]) -> _T:
     return _map_strings(value, lambda text: _REFERENCE.sub(lambda m: used[m.group(1)], text))
 
 
-def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
+def _map_strings(value: _T, change: Callable[[str], str]) -> _T:
     """A deep copy of `value` with `change` applied to every string value (keys untouched)."""
+    changed: object
     if isinstance(value, str):
-        return change(value)
-    if isinstance(value, dict):
-        return {key: _map_strings(item, change) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_map_strings(item, change) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_map_strings(item, change) for item in value)
-    return copy.deepcopy(value)
+        changed = change(value)
+    elif isinstance(value, dict):
+        changed = {key: _map_strings(item, change) for key, item in value.items()}
+    elif isinstance(value, list):
+        changed = [_map_strings(item, change) for item in value]
+    elif isinstance(value, tuple):
+        changed = tuple(_map_strings(item, change) for item in value)
+    else:
+        return copy.deepcopy(value)
+    return cast(_T, changed)  # the same shape: a string for each string
 
 
 #: Seals stand in for secret references while templates are rendered; NUL never appears in a
@@ -243,7 +250,7 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
 _SEAL = "\x00"
 
 
-def seal(value: Any) -> tuple[Any, dict[str, str]]:
+def seal(value: _T) -> tuple[_T, dict[str, str]]:
     """`value` with each `${env:NAME}` replaced by an opaque seal, and seal -> NAME.
 
     Rendering templates over sealed text can neither read a secret (a secret's value that
@@ -260,7 +267,7 @@ def seal(value: Any) -> tuple[Any, dict[str, str]]:
     return _map_strings(value, lambda text: _REFERENCE.sub(seal_one, text)), seals
 
 
-def unseal(value: Any, seals: Mapping[str, str], env: Mapping[str, str]) -> Any:
+def unseal(value: _T, seals: Mapping[str, str], env: Mapping[str, str]) -> _T:
     """Replace the seals of `seal` with the secrets' values."""
     if not seals:
         return value

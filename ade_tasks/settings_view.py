@@ -6,7 +6,6 @@ this shell's settings beside the cluster's (`GET /api/v1/cluster/view`) without 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, SecretStr
@@ -31,7 +30,7 @@ def _walk(model: BaseModel, prefix: str, view: dict[str, str]) -> None:
         _put(f"{prefix}{name.upper()}", value, view)
 
 
-def _put(key: str, value: Any, view: dict[str, str]) -> None:
+def _put(key: str, value: object, view: dict[str, str]) -> None:
     if isinstance(value, BaseModel):
         _walk(value, f"{key}__", view)
     elif isinstance(value, dict):

@@ -13,9 +13,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar, cast
 
 from ade_tasks.errors import AdeError
+
+_T = TypeVar("_T")  # a value and its rendered copy have one shape
 
 ROOTS = ("trigger", "steps", "rule", "date", "time")
 STEP_ATTRIBUTES = ("output", "status", "exit_code", "result")
@@ -39,9 +41,9 @@ class TemplateError(AdeError):
 class TemplateContext:
     """What templates and conditions of one run can read: trigger, earlier steps, rule, time."""
 
-    trigger: Mapping[str, Any]
-    steps: Mapping[str, Mapping[str, Any]]
-    rule: Mapping[str, Any]
+    trigger: Mapping[str, object]
+    steps: Mapping[str, Mapping[str, object]]
+    rule: Mapping[str, object]
     now: datetime
 
     def __post_init__(self) -> None:
@@ -82,22 +84,25 @@ def render(
 
 
 def render_value(
-    value: Any, context: TemplateContext, where: str, *, escape: Callable[[str], str] | None = None
-) -> Any:
+    value: _T, context: TemplateContext, where: str, *, escape: Callable[[str], str] | None = None
+) -> _T:
     """`value` with every string inside its dicts and lists rendered; other types unchanged."""
+    rendered: object
     if isinstance(value, str):
-        return render(value, context, where, escape=escape)
-    if isinstance(value, Mapping):
-        return {
+        rendered = render(value, context, where, escape=escape)
+    elif isinstance(value, Mapping):
+        rendered = {
             key: render_value(item, context, f"{where}.{key}", escape=escape)
             for key, item in value.items()
         }
-    if isinstance(value, list):
-        return [
+    elif isinstance(value, list):
+        rendered = [
             render_value(item, context, f"{where}[{i}]", escape=escape)
             for i, item in enumerate(value)
         ]
-    return value
+    else:
+        return value
+    return cast(_T, rendered)  # the same shape: a string for each string
 
 
 def variables(text: str) -> list[str]:
@@ -190,7 +195,7 @@ def lookup(name: str, context: TemplateContext, where: str) -> Any:
     return _walk(context.trigger if root == "trigger" else context.rule, path, root, name, where)
 
 
-def to_text(value: Any) -> str:
+def to_text(value: object) -> str:
     """How a value reads inside rendered text: null empty, JSON booleans, compact JSON."""
     if value is None:
         return ""
@@ -201,7 +206,7 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
-def kind_of(value: Any) -> str:
+def kind_of(value: object) -> str:
     """The condition-language name of a value's type: null, bool, number, string, object, list."""
     if value is None:
         return "null"
@@ -216,7 +221,7 @@ def kind_of(value: Any) -> str:
     return "list" if isinstance(value, list | tuple) else type(value).__name__
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if isinstance(value, Mapping):
         return dict(value)
     return value.isoformat() if isinstance(value, datetime) else str(value)

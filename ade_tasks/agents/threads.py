@@ -30,10 +30,11 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from ade_tasks.agents.prompt import FENCE, NOTICE
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 
 #: A rendered key longer than this is refused (it names a thread, it is not a document).
 MAX_KEY_CHARS = 200
@@ -110,7 +111,7 @@ class Entry:
     turns: tuple[Turn, ...] = field(default_factory=tuple)
 
     @classmethod
-    def turns_from(cls, stored: Iterable[dict[str, Any]]) -> tuple[Turn, ...]:
+    def turns_from(cls, stored: Iterable[JsonObject]) -> tuple[Turn, ...]:
         """Turns from their stored form (unknown roles read as tool lines)."""
         turns = []
         for item in stored:
@@ -131,12 +132,12 @@ def _cap(text: str, limit: int) -> str:
     return f"{text[:limit]} [... {len(text) - limit} more characters cut]"
 
 
-def _json(value: Any, limit: int) -> str:
+def _json(value: object, limit: int) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return _cap(text, limit)
 
 
-def turns_of(prompt: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[Turn]:
+def turns_of(prompt: str, events: Sequence[tuple[str, JsonObject]]) -> list[Turn]:
     """A session's conversation from its recorded `agent.*` events (the HTTP tool loop's
     `model_turn` / `tool_result`, or a CLI's `message` / `tool_call` / `tool_result`)."""
     turns = [Turn("user", _cap(prompt, TURN_CHARS))]
@@ -294,7 +295,7 @@ def as_text(cont: Continuation) -> str:
     )
 
 
-def as_messages(cont: Continuation) -> list[dict[str, Any]]:
+def as_messages(cont: Continuation) -> list[JsonObject]:
     """The continuation as prior messages for an HTTP provider: alternating user/assistant
     messages, starting with the user's and ending with the assistant's ([] when none)."""
     if cont.empty:

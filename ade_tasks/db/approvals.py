@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -14,6 +13,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.run_events import append_event
 from ade_tasks.db.schema import QUESTION_TOOL, ApprovalRow, RunRow
 from ade_tasks.errors import ConflictError, InvalidInputError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.approval_policy import ApprovalPolicy, count_approval
 from ade_tasks.states import ANSWER, PARK, Answer, ApprovalStatus, RunStatus
 
@@ -24,7 +24,7 @@ class ToolCall:
 
     call_id: str
     tool: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     expires_at: datetime | None = None
 
 
@@ -157,7 +157,7 @@ def _record(
     session: Session, row: ApprovalRow, answer: Answer, by: str, note: str | None, approvals: int
 ) -> None:
     """One answer in the run's events: who, what, and for a gate how many approvals it has."""
-    data: dict[str, Any] = {"input": row.id, "kind": row.kind, "answer": answer.value, "by": by}
+    data: JsonObject = {"input": row.id, "kind": row.kind, "answer": answer.value, "by": by}
     if note:
         data["note"] = note
     if row.tool_call_id is None:

@@ -12,8 +12,7 @@ JSON text the caller has already (`JsonText`) is written as that text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from psycopg import Connection as PsycopgConnection
 from psycopg.sql import SQL, Identifier
@@ -30,7 +29,7 @@ class JsonText(str):
     __slots__ = ()
 
 
-def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+def insert_rows(session: Session, table: Table, rows: Sequence[Mapping[str, object]]) -> None:
     """Insert `rows` (dicts with the same keys, values as the table's columns take them)."""
     if not rows:
         return
@@ -51,10 +50,10 @@ def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]]) 
             copy.write_row([_copied(row[n]) if n in documents else row[n] for n in names])
 
 
-def _copied(value: Any) -> Any:
+def _copied(value: object) -> object:
     # COPY's text input of a jsonb column is JSON text, parsed by the server either way.
     return str(value) if isinstance(value, JsonText) else Jsonb(value)
 
 
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+def _decoded(row: Mapping[str, object]) -> dict[str, object]:
     return {name: json.loads(v) if isinstance(v, JsonText) else v for name, v in row.items()}

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ade_tasks.db.engine import autocommit
 from ade_tasks.db.retry import UnitsOfWork
+from ade_tasks.json_document import JsonObject
 
 #: The statements of `ade_tasks.db.prepared` (text, or text with its result columns typed).
 Prepared = TextClause | TextualSelect
@@ -43,7 +44,7 @@ class _Compiled:
     sql: str
     convert: tuple[tuple[str, Callable[[Any], Any]], ...]
 
-    def parameters(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def parameters(self, params: Mapping[str, Any]) -> JsonObject:
         values = dict(params)
         for name, convert in self.convert:
             if name in values:

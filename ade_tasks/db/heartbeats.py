@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import HeartbeatRow
+from ade_tasks.json_document import JsonObject
 
 FORGET_AFTER = timedelta(days=1)
 #: A heartbeat late by more than this beyond its own interval means its process is gone (a
@@ -55,7 +55,7 @@ class PollOutcome:
         }
 
     @classmethod
-    def from_detail(cls, detail: dict[str, Any]) -> PollOutcome:
+    def from_detail(cls, detail: JsonObject) -> PollOutcome:
         """The outcome `as_detail` wrote."""
         ok_at, failed_at = detail.get("ok_at"), detail.get("failed_at")
         return cls(
@@ -97,7 +97,7 @@ def record(
     *,
     every: float,
     now: datetime,
-    detail: dict[str, Any] | None = None,
+    detail: JsonObject | None = None,
 ) -> None:
     """Say that `process_id` is alive now and will say so again within `every` seconds."""
     row = session.get(HeartbeatRow, process_id)

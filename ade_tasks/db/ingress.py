@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import HookDeliveryRow, IngressEventRow
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import IngressStatus
 
 EVENTS = cast(Table, IngressEventRow.__table__)
@@ -77,8 +78,8 @@ def event_row(
     trigger_type: str | None,
     summary: str,
     body_hash: str | None,
-    payload: dict[str, Any],
-) -> dict[str, Any]:
+    payload: JsonObject,
+) -> JsonObject:
     """The parameters of the event INSERT, cut to the columns' sizes and stamped now."""
     return {
         "source": source,
@@ -92,7 +93,7 @@ def event_row(
     }
 
 
-def record_event(session: Session, row: dict[str, Any]) -> int | None:
+def record_event(session: Session, row: JsonObject) -> int | None:
     """Store an `event_row` unless its delivery id or body hash was seen from this source
     (None: a duplicate, nothing stored). The caller prunes when `prune_due(event_id)`."""
     event_id = session.execute(_INSERT_EVENT, row).scalar_one_or_none()
@@ -148,7 +149,7 @@ class ClaimedEvent:
     delivery_id: str | None
     trigger_type: str | None
     summary: str
-    payload: dict[str, Any]
+    payload: JsonObject
     attempts: int  # this claim included
 
 
@@ -205,7 +206,7 @@ def finish_event(
     runs: list[str] | None,
     error: str | None,
     *,
-    matching: dict[str, Any] | None = None,
+    matching: JsonObject | None = None,
 ) -> None:
     """Record what matching and dispatching made of an event, with its matching verdicts
     (`ade_tasks.triggers.verdicts.MatchReport.to_json`)."""

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import LaneRow, ScheduledCleanupRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import CleanupStatus, LaneStatus
 
 
@@ -29,7 +30,7 @@ class LaneRef:
     base_ref: str
     base_sha: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready, as recorded in a create-lane step's result and in lane triggers."""
         return {
             "id": self.id,
@@ -211,7 +212,7 @@ def finish_cleanup(
     session: Session,
     cleanup_id: int,
     status: CleanupStatus,
-    result: dict[str, Any] | None,
+    result: JsonObject | None,
     error: str | None,
 ) -> None:
     """Record how a claimed cleanup ended."""

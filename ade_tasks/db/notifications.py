@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -50,7 +49,7 @@ def add(session: Session, notice: Notice, routes: Sequence[str], now: datetime) 
     were queued."""
     if not routes:
         return 0
-    rows: list[dict[str, Any]] = [
+    rows: list[dict[str, object]] = [
         {
             "key": notice.key,
             "route": route,
@@ -141,7 +140,7 @@ def mark_failed(
     session: Session, notification_id: int, error: str, retry_at: datetime | None
 ) -> None:
     """Record a failed attempt: due again at `retry_at`, or failed for good when None."""
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "attempts": NotificationRow.attempts + 1,
         "error": error,
         "claimed_until": None,

@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy import Executable, Table, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -55,7 +55,7 @@ class OccurrenceKey(NamedTuple):
         return f"schedule:{self.rule_id}:{self.trigger_index}:{cron}:{self.slot:%Y-%m-%dT%H:%MZ}"
 
 
-def _insert(session: Session) -> Any:
+def _insert(session: Session) -> postgresql.Insert | sqlite.Insert:
     name = session.get_bind().dialect.name
     return (postgresql.insert if name == "postgresql" else sqlite.insert)(OCCURRENCES)
 
@@ -83,7 +83,7 @@ def claim(
     for start in range(0, len(ordered), CLAIM_BATCH):
         batch = ordered[start : start + CLAIM_BATCH]
         if dialect == "postgresql":
-            params: Any = {
+            params: dict[str, object] | list[dict[str, object]] = {
                 "rule_ids": BinaryArray(key.rule_id for key in batch),
                 "indexes": BinaryArray(key.trigger_index for key in batch),
                 "crons": BinaryArray(key.cron for key in batch),
@@ -113,7 +113,7 @@ def claim(
     return sorted(won)
 
 
-_CLAIM_STATEMENTS: dict[str, Any] = {}
+_CLAIM_STATEMENTS: dict[str, Executable] = {}
 _KEY_COLUMNS = ("rule_id", "trigger_index", "cron", "slot")
 _CLAIM_PG = text(
     "INSERT INTO schedule_occurrences (rule_id, trigger_index, cron, slot, claimed_by, "
@@ -149,7 +149,7 @@ def hold(
     return len(claim(session, keys, owner, OccurrenceOutcome.SKIPPED))
 
 
-def _claim_statement(dialect: str) -> Any:
+def _claim_statement(dialect: str) -> Executable:
     if dialect == "postgresql":
         return _CLAIM_PG
     statement = _CLAIM_STATEMENTS.get(dialect)
@@ -374,7 +374,9 @@ def rows_of(
     return found
 
 
-def list_for_rule(session: Session, rule_id: str, limit: int = 100) -> Sequence[Any]:
+def list_for_rule(
+    session: Session, rule_id: str, limit: int = 100
+) -> Sequence[ScheduleOccurrenceRow]:
     """A rule's occurrences, newest first."""
     return session.scalars(
         select(ScheduleOccurrenceRow)

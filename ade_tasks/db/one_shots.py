@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.triggers import ScheduleTrigger
 from ade_tasks.states import OneShotStatus
 
@@ -34,7 +35,7 @@ class Claimed:
     spec: str | None
     run_at: datetime
     catchup_window: timedelta | None
-    inputs: dict[str, Any]
+    inputs: JsonObject
     requested_by: str
 
 
@@ -79,7 +80,7 @@ def store_trigger_runs(session: Session, triggers: Sequence[TriggerOnce]) -> Non
     """Store each rule trigger's scheduled run once (its key is unique), and cancel the pending
     ones of the same triggers whose time changed (the rule was edited before they fired)."""
     now = utcnow()
-    rows: list[dict[str, Any]] = [
+    rows: list[dict[str, object]] = [
         {
             "id": str(uuid.uuid4()),
             "key": t.key,
@@ -117,7 +118,7 @@ def schedule_manual(
     rule_id: str,
     run_at: datetime,
     *,
-    inputs: dict[str, Any],
+    inputs: JsonObject,
     requested_by: str,
     catchup_window: timedelta | None = None,
     key: str | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, bindparam, select, text
 from sqlalchemy.orm import Session
@@ -26,6 +26,7 @@ from ade_tasks.db.rule_versions import (
 )
 from ade_tasks.db.rules import FILE, TRUSTED, UNTRUSTED, in_batches
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.file_digests import KnownRule
 from ade_tasks.rules.loader import LoadedRule
 
@@ -126,10 +127,10 @@ def sync_file_rules(
     later = next_versions(
         session, [item.rule_id for item in loaded if item.rule_id not in existing]
     )
-    inserts: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    bookkeeping: list[dict[str, Any]] = []
-    versions: list[dict[str, Any]] = []
+    inserts: list[dict[str, object]] = []
+    updates: list[dict[str, object]] = []
+    bookkeeping: list[dict[str, object]] = []
+    versions: list[dict[str, object]] = []
     for item in loaded:
         rule_id = item.rule_id
         row = existing.get(rule_id)
@@ -237,10 +238,10 @@ _CREATED_FROM_ROWS = text(
 )
 
 
-def _deletions(session: Session, current: dict[str, int], by: str) -> list[dict[str, Any]]:
+def _deletions(session: Session, current: dict[str, int], by: str) -> list[JsonObject]:
     """The `deleted` history rows of rules about to be removed (rule id -> current version),
     as `ade_tasks.db.rule_edits.delete_rule` writes one."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     now = utcnow()
     versions = deletion_versions(session, current)
     for batch in in_batches(list(current)):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -17,6 +16,7 @@ from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.rules import in_batches, rule_not_found
 from ade_tasks.db.schema import RuleRow, RuleVersionRow
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 
 #: The kinds of change the history records.
 CREATED, UPDATED, DELETED = "created", "updated", "deleted"
@@ -42,8 +42,8 @@ def record_version(
 
 
 def version_values(
-    rule_id: str, version: int, change: str, state: dict[str, Any], by: str
-) -> dict[str, Any]:
+    rule_id: str, version: int, change: str, state: JsonObject, by: str
+) -> JsonObject:
     """A `rule_versions` row of a rule in `state` (its source, file, hash and document), for
     the bulk inserts of a sync (`record_version` is the same row for one ORM rule)."""
     return {

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.db.prepared import BinaryArray
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.errors import InvalidInputError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 
 TRUSTED, UNTRUSTED = "trusted", "untrusted"
@@ -102,7 +103,7 @@ def cached_rule(content_hash: str) -> Rule | None:
     return _PARSED.get(content_hash)
 
 
-def parse_document(content_hash: str, document: dict[str, Any]) -> Rule:
+def parse_document(content_hash: str, document: JsonObject) -> Rule:
     """Validate a stored rule document, once per content hash (rules are immutable values)."""
     rule = _PARSED.get(content_hash)
     if rule is None:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import RunEventRow
+from ade_tasks.json_document import JsonObject
 
 EVENTS = cast(Table, RunEventRow.__table__)
 #: The kind of the events that carry a running command step's output as it is printed
@@ -24,7 +25,7 @@ STEP_OUTPUT = "step.output"
 
 
 def append_event(
-    session: Session, run_id: str, kind: str, data: dict[str, Any], step_index: int | None = None
+    session: Session, run_id: str, kind: str, data: JsonObject, step_index: int | None = None
 ) -> None:
     """Append one line to the run's transcript."""
     session.execute(
@@ -34,7 +35,7 @@ def append_event(
     )
 
 
-def events_of(session: Session, run_id: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+def events_of(session: Session, run_id: str, prefix: str = "") -> list[tuple[str, JsonObject]]:
     """The run's transcript (kind, data), oldest first; only kinds starting with `prefix`."""
     stmt = select(EVENTS.c.kind, EVENTS.c.data).where(EVENTS.c.run_id == run_id)
     if prefix:
@@ -51,7 +52,7 @@ class EventLine:
     at: datetime
     kind: str
     step_index: int | None
-    data: dict[str, Any]
+    data: JsonObject
 
 
 #: The columns an `EventLine` is read from, in its fields' order.

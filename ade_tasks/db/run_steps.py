@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.db.direct import Statements
 from ade_tasks.db.prepared import prepared
 from ade_tasks.db.schema import MAX_ERROR, RunStepRow
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import StepStatus
 
 STEPS = cast(Table, RunStepRow.__table__)
@@ -92,10 +93,10 @@ class StepRecord:
     finished_at: datetime | None = None
     exit_code: int | None = None
     output: str = ""
-    result: dict[str, Any] = field(default_factory=dict)
+    result: JsonObject = field(default_factory=dict)
     error: str | None = None
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> JsonObject:
         """The step's columns as statement parameters (named as in `STEP_COLUMNS`)."""
         return {
             "run_id": self.run_id,

@@ -23,6 +23,7 @@ from ade_tasks.db.run_steps import STEPS
 from ade_tasks.db.runs import RUNS
 from ade_tasks.db.schema import RunRow, RunStepRow
 from ade_tasks.errors import GoneError, InvalidInputError
+from ade_tasks.json_document import JsonObject
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 100
@@ -231,32 +232,32 @@ def step_output_tails(
     return {(r, i): "\n".join((out or "").rstrip().splitlines()[-lines:]) for r, i, out in rows}
 
 
-def _sum_usage(totals: dict[str, Any], input_tokens: Any, output_tokens: Any, cost: Any) -> None:
+def _sum_usage(totals: JsonObject, input_tokens: Any, output_tokens: Any, cost: Any) -> None:
     totals["input_tokens"] += int(input_tokens or 0)
     totals["output_tokens"] += int(output_tokens or 0)
     if cost is not None:
         totals["cost_usd"] = (totals["cost_usd"] or 0.0) + float(cost)
 
 
-def agent_usage(session: Session, run_id: str, steps: Sequence[RunStepRow]) -> dict[str, Any]:
+def agent_usage(session: Session, run_id: str, steps: Sequence[RunStepRow]) -> JsonObject:
     """Tokens and cost of the run's agent steps: a finished step's result holds its session's
     totals; a step still going (or parked) is counted from its recorded model turns and CLI
     results. Returns {input_tokens, output_tokens, tokens, cost_usd, steps: [...]}."""
-    totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
-    per_step: list[dict[str, Any]] = []
+    totals: JsonObject = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+    per_step: list[JsonObject] = []
     counted: set[str] = set()
     for step in steps:
         result = step.result or {}
         if "input_tokens" not in result and "output_tokens" not in result:
             continue
         counted.add(step.step_id)
-        one: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+        one: JsonObject = {"input_tokens": 0, "output_tokens": 0, "cost_usd": None}
         _sum_usage(one, result.get("input_tokens"), result.get("output_tokens"),
                    result.get("cost_usd"))  # fmt: skip
         per_step.append({"index": step.index, "step_id": step.step_id, "final": True, **one,
                          "turns": result.get("turns")})  # fmt: skip
         _sum_usage(totals, one["input_tokens"], one["output_tokens"], one["cost_usd"])
-    live: dict[str, dict[str, Any]] = {}
+    live: dict[str, JsonObject] = {}
     kinds = ("agent.model_turn", "agent.cli_result")
     for (data,) in session.execute(
         select(EVENTS.c.data).where(EVENTS.c.run_id == run_id, EVENTS.c.kind.in_(kinds))

@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 from typing import Any, cast
 
 from psycopg.errors import UndefinedTable
-from sqlalchemy import Boolean, String, Table, TextClause, delete, select, text, update
+from sqlalchemy import Boolean, Executable, String, Table, TextClause, delete, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, configure_mappers
@@ -33,6 +33,7 @@ from ade_tasks.db.run_ids import queued_month
 from ade_tasks.db.run_steps import STEP_COLUMNS, STEP_UPSERT, STEPS, StepRecord, record_step
 from ade_tasks.db.schema import MAX_ERROR, RunRow
 from ade_tasks.errors import ConflictError, NotFoundError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import (
     CLAIM,
     FAIL_AFTER_CLEANUP,
@@ -64,10 +65,10 @@ RUN_INSERT_COLUMNS = (
     "send_count", "sent_at", "queued_at", "finished_at", "error", "concurrency_key",
 )  # fmt: skip
 #: Insert columns a caller may leave out (a run of a rule without a concurrency key).
-_OPTIONAL: dict[str, Any] = {"concurrency_key": None}
+_OPTIONAL: JsonObject = {"concurrency_key": None}
 
 
-def _complete(values: dict[str, Any]) -> dict[str, Any]:
+def _complete(values: JsonObject) -> JsonObject:
     """`values` with the optional insert columns it left out."""
     return values if "concurrency_key" in values else {**_OPTIONAL, **values}
 
@@ -115,7 +116,7 @@ _INSERT_OF_RULE: dict[tuple[str, bool], TextClause] = {}
 
 
 def insert_run_of_rule(
-    session: Statements, values: dict[str, Any], snapshot: RuleSnapshot, *, unpaused: bool
+    session: Statements, values: JsonObject, snapshot: RuleSnapshot, *, unpaused: bool
 ) -> bool:
     """INSERT the run if its idempotency key is new and its rule row still matches `snapshot`
     (and, with `unpaused`, the rule has no pause); True when this call inserted it. False says
@@ -202,7 +203,7 @@ _MISSING_PARTITIONS: set[str] = set()
 
 
 def _first_in_its_partition(
-    session: Statements, statement: Callable[[str], Prepared], run_id: str, params: dict[str, Any]
+    session: Statements, statement: Callable[[str], Prepared], run_id: str, params: JsonObject
 ) -> Any:
     """The first row `statement` returns for the run, run on the run's own partition when its
     id names its month (`ade_tasks.db.run_ids`), and on `runs` when it does not, when that
@@ -238,7 +239,7 @@ def _partition_of(session: Statements, run_id: str) -> str | None:
     return None if name in _MISSING_PARTITIONS else name
 
 
-def insert_run_once(session: Session, values: dict[str, Any]) -> bool:
+def insert_run_once(session: Session, values: JsonObject) -> bool:
     """INSERT the run unless its idempotency key exists; True when this call inserted it.
 
     `ON CONFLICT DO NOTHING` keeps two racing dispatches of the same key from failing either one.
@@ -262,7 +263,7 @@ def inserted_row(values: Mapping[str, Any]) -> RunRow:
     return row
 
 
-def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[str]:
+def insert_runs_once(session: Session, rows: Sequence[JsonObject]) -> set[str]:
     """INSERT many runs, skipping idempotency keys that exist; returns the ids this call
     inserted. One statement: on PostgreSQL the rows go as one array per column (`unnest`, see
     `db.prepared`); on SQLite one compiled statement that SQLAlchemy batches into multi-row
@@ -278,16 +279,17 @@ def insert_runs_once(session: Session, rows: Sequence[dict[str, Any]]) -> set[st
     if stmt is None:
         stmt = _INSERT_MANY[dialect.name] = _insert_many(dialect)
     if dialect.name == "postgresql":
-        params: Any = column_arrays(RUNS, rows, RUN_INSERT_COLUMNS, dialect)
+        params: Mapping[str, object] | list[dict[str, object]]
+        params = column_arrays(RUNS, rows, RUN_INSERT_COLUMNS, dialect)
     else:
         params = [{c: row[c] for c in RUN_INSERT_COLUMNS} for row in rows]
     return {run_id for run_id in session.execute(stmt, params).scalars() if run_id is not None}
 
 
-_INSERT_MANY: dict[str, Any] = {}
+_INSERT_MANY: dict[str, Executable] = {}
 
 
-def _insert_many(dialect: Dialect) -> Any:
+def _insert_many(dialect: Dialect) -> Executable:
     """The many-runs INSERT of `insert_runs_once` for this dialect."""
     if dialect.name == "postgresql":
         return text(
@@ -316,7 +318,7 @@ class ClaimedRun:
     id: str
     rule_id: str
     rule_version: int
-    trigger: dict[str, Any]
+    trigger: JsonObject
     attempt: int
     rule_hash: str | None
     rule_trust: str | None = None
@@ -359,7 +361,7 @@ class RunVerdict:
 
     queue_status: str | None = None
     confidence: float | None = None
-    findings: list[dict[str, Any]] | None = None
+    findings: list[JsonObject] | None = None
 
 
 def finish_run(
@@ -380,7 +382,7 @@ def finish_run(
     """
     FINISH.check(RunStatus.RUNNING, status)
     verdict = verdict or RunVerdict()
-    params: dict[str, Any] = {
+    params: JsonObject = {
         "run_id": run_id,
         "worker": worker,
         "run_status": status.value,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -30,6 +29,7 @@ from ade_tasks.db.model_base import AutoId as AutoId
 from ade_tasks.db.model_base import Base as Base
 from ade_tasks.db.model_base import JsonDocument as JsonDocument
 from ade_tasks.db.model_base import UTCDateTime as UTCDateTime
+from ade_tasks.json_document import JsonObject
 
 
 class RuleRow(Base):
@@ -43,7 +43,7 @@ class RuleRow(Base):
     source_file: Mapped[str | None] = mapped_column(String(1024))
     content_hash: Mapped[str] = mapped_column(String(64))
     enabled: Mapped[bool] = mapped_column(Boolean)
-    document: Mapped[dict[str, Any]]
+    document: Mapped[JsonObject]
     trust_state: Mapped[str] = mapped_column(String(16), default="trusted")
     # sha256 of the file a shared-config rule came from; trust is granted to this hash.
     source_hash: Mapped[str | None] = mapped_column(String(64))
@@ -92,13 +92,13 @@ class RunRow(Base):
     rule_version: Mapped[int] = mapped_column(Integer)
     trigger_type: Mapped[str] = mapped_column(String(64))
     trigger_summary: Mapped[str] = mapped_column(String(500), default="")
-    trigger: Mapped[dict[str, Any]]
+    trigger: Mapped[JsonObject]
     idempotency_key: Mapped[str] = mapped_column(String(255), unique=True)
     status: Mapped[str] = mapped_column(String(16))
     queue_status: Mapped[str | None] = mapped_column(String(32))
     confidence: Mapped[float | None] = mapped_column(Float)
     billing_code: Mapped[str] = mapped_column(String(128))
-    usage: Mapped[dict[str, Any]]
+    usage: Mapped[JsonObject]
     queue: Mapped[str] = mapped_column(String(128))
     worker: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None]
@@ -114,7 +114,7 @@ class RunRow(Base):
     # The rule's `concurrency.key` rendered from the trigger (None: the rule has no key).
     concurrency_key: Mapped[str | None] = mapped_column(String(255))
     # Findings of the run's steps (failing tests, conflicting files, ...), set when it ends.
-    findings: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
+    findings: Mapped[list[JsonObject] | None] = mapped_column(JsonDocument)
 
 
 class RunStepRow(Base):
@@ -133,7 +133,7 @@ class RunStepRow(Base):
     finished_at: Mapped[datetime | None]
     exit_code: Mapped[int | None] = mapped_column(Integer)
     output: Mapped[str] = mapped_column(Text, default="")
-    result: Mapped[dict[str, Any]]
+    result: Mapped[JsonObject]
     error: Mapped[str | None] = mapped_column(Text)
 
 
@@ -148,7 +148,7 @@ class RunEventRow(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
     kind: Mapped[str] = mapped_column(String(64))
     step_index: Mapped[int | None] = mapped_column(Integer)
-    data: Mapped[dict[str, Any]]
+    data: Mapped[JsonObject]
 
 
 class ScheduleOccurrenceRow(Base):
@@ -199,7 +199,7 @@ class ScheduledRunRow(Base):
     spec: Mapped[str | None] = mapped_column(String(64))  # the trigger's `once`, for triggers
     run_at: Mapped[datetime]
     catchup_seconds: Mapped[int | None] = mapped_column(Integer)
-    inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    inputs: Mapped[JsonObject] = mapped_column(default=dict)
     requested_by: Mapped[str] = mapped_column(String(255), default="")
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -246,7 +246,7 @@ class ScheduledCleanupRow(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(255))
     claimed_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    result: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    result: Mapped[JsonObject | None] = mapped_column(JsonDocument)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
@@ -278,7 +278,7 @@ class ApprovalRow(Base):
     # Set when an agent's tool call waits for the decision (the policy's fallback is `ask`).
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
     tool: Mapped[str | None] = mapped_column(String(128))
-    arguments: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    arguments: Mapped[JsonObject | None] = mapped_column(JsonDocument)
     answer: Mapped[str | None] = mapped_column(String(32))
     #: An unanswered tool call is declined at this time (None: it waits indefinitely).
     expires_at: Mapped[datetime | None]
@@ -291,7 +291,7 @@ class ApprovalRow(Base):
     #: approvals counted so far ({token, by, at, note} each).
     approvals_needed: Mapped[int] = mapped_column(Integer, server_default="1")
     excluded_approver: Mapped[str | None] = mapped_column(String(255))
-    votes: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDocument)
+    votes: Mapped[list[JsonObject] | None] = mapped_column(JsonDocument)
 
     @property
     def kind(self) -> str:
@@ -347,13 +347,13 @@ class IngressEventRow(Base):
     trigger_type: Mapped[str | None] = mapped_column(String(64))
     summary: Mapped[str] = mapped_column(String(500), default="")
     body_hash: Mapped[str | None] = mapped_column(String(64))
-    payload: Mapped[dict[str, Any]]
+    payload: Mapped[JsonObject]
     status: Mapped[str] = mapped_column(String(16))
     runs: Mapped[list[str] | None] = mapped_column(JsonDocument)
     error: Mapped[str | None] = mapped_column(Text)
     # What matching made of each candidate rule, bounded (`ade_tasks.triggers.verdicts`), or
     # that the event is held by the kill switch; None before matching (and for older events).
-    matching: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    matching: Mapped[JsonObject | None] = mapped_column(JsonDocument)
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
     # Claims by workers before matching (`triggers.ingress_events`): one that kills each is failed.
@@ -375,7 +375,7 @@ class HookDeliveryRow(Base):
     outcome: Mapped[str] = mapped_column(Text)
     delivery_id: Mapped[str | None] = mapped_column(String(255))
     event_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
-    headers: Mapped[dict[str, Any]]
+    headers: Mapped[JsonObject]
     body: Mapped[str] = mapped_column(Text, default="")
     rejected: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
@@ -443,7 +443,7 @@ class RuleVersionRow(Base):
     source: Mapped[str] = mapped_column(String(16))  # file | api
     source_file: Mapped[str | None] = mapped_column(String(1024))
     content_hash: Mapped[str] = mapped_column(String(64))
-    document: Mapped[dict[str, Any]]
+    document: Mapped[JsonObject]
     changed_by: Mapped[str] = mapped_column(String(255))
     changed_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -461,7 +461,7 @@ class HeartbeatRow(Base):
     seen_at: Mapped[datetime]
     #: Seconds until this process's next heartbeat (a poller: its next cycle, backoff included).
     every_seconds: Mapped[float] = mapped_column(Float)
-    detail: Mapped[dict[str, Any]]
+    detail: Mapped[JsonObject]
 
 
 #: `rule_pauses.trigger_index` of a pause that holds the whole rule (every automatic trigger).

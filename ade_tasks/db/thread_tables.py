@@ -4,12 +4,12 @@ thread, keyed by the rule's project and the thread's rendered key."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Boolean, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ade_tasks.db.model_base import AutoId, Base, JsonDocument
+from ade_tasks.json_document import JsonObject
 
 
 class ThreadEntryRow(Base):
@@ -37,5 +37,5 @@ class ThreadEntryRow(Base):
     tainted: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime]
     #: [{"role": "user"|"assistant"|"tool", "text": ...}], bounded when written.
-    turns: Mapped[list[dict[str, Any]]] = mapped_column(JsonDocument)
+    turns: Mapped[list[JsonObject]] = mapped_column(JsonDocument)
     chars: Mapped[int] = mapped_column(Integer)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -24,6 +23,7 @@ from ade_tasks.agents.threads import MAX_ENTRIES, Entry, Turn
 from ade_tasks.clock import utcnow
 from ade_tasks.db import run_events as run_events_db
 from ade_tasks.db.thread_tables import ThreadEntryRow
+from ade_tasks.json_document import JsonObject
 
 #: Entries older than this are deleted when a session of any thread ends.
 RETENTION = timedelta(days=90)
@@ -135,7 +135,7 @@ class RunThread:
     continued: list[str]
     runs: list[ThreadRun]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The JSON shape the run API and `ade-tasks runs show --json` give."""
         return {
             "step": self.step,

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from ade_tasks.json_document import JsonObject
+
 EventSource = Literal["github", "webhook", "git", "lane", "file", "poll"]
 EVENT_SOURCES: frozenset[str] = frozenset(get_args(EventSource))
 SUMMARY_MAX = 200
@@ -78,7 +80,7 @@ class NormalizedEvent:
     by_engine: bool | None = None
     #: The delivery's own objects for an event no dedicated trigger type reads (check_suite,
     #: deployment_status, ...), bounded (`ade_tasks.ingress.github`); None otherwise.
-    data: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
+    data: JsonObject | None = dataclasses.field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.source not in EVENT_SOURCES:
@@ -93,9 +95,9 @@ class NormalizedEvent:
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JsonObject:
         """All fields as a JSON-ready dict (tuples become lists); a run's `trigger`."""
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             data[field.name] = list(value) if isinstance(value, tuple) else value
@@ -110,7 +112,7 @@ class NormalizedEvent:
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"an event payload must be a JSON object, not {type(data).__name__}")
-        fields: dict[str, Any] = {}
+        fields: JsonObject = {}
         for name in _REQUIRED_STR:
             fields[name] = _typed(data, name, str, required=True)
         for name in _OPTIONAL_STR:

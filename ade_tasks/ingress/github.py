@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.github_events import EVENT_TRIGGER
 from ade_tasks.rules.triggers import TriggerType
 
@@ -62,7 +63,7 @@ _ISSUE_ACTIONS = {
 # How an action reads in a summary when its wire name does not.
 _VERBS = {"synchronize": "updated", "ready_for_review": "marked ready for review"}
 
-Fields = dict[str, Any]
+Fields = JsonObject
 
 
 def normalize(event_name: str, delivery_id: str, payload: Mapping[str, object]) -> NormalizedEvent:
@@ -129,7 +130,7 @@ def trigger_types(event: NormalizedEvent) -> tuple[str, ...]:
     return (*own, *_ALSO_STARTS.get(event.event_key, ()), EVENT_TRIGGER)
 
 
-def own_identity(payload: Mapping[str, Any], logins: Collection[str]) -> dict[str, Any]:
+def own_identity(payload: Mapping[str, Any], logins: Collection[str]) -> JsonObject:
     """A GitHub event's payload marked `by_engine`: whether its sender is one of `logins`
     (the engine's own GitHub identities, compared case-insensitively)."""
     sender = payload.get("sender")
@@ -409,12 +410,12 @@ DATA_KEY_MAX = 32 * 1024  # bytes of JSON one top-level value of `data` may take
 DATA_MAX = 64 * 1024  # bytes of JSON all of `data` may take
 
 
-def delivery_data(payload: Mapping[str, object]) -> dict[str, Any]:
+def delivery_data(payload: Mapping[str, object]) -> JsonObject:
     """The delivery's own top-level values (not `repository`, `organization`, `installation`,
     `enterprise`, `sender`), each at most DATA_KEY_MAX bytes of JSON and all at most DATA_MAX,
     in the delivery's order; a value past either bound is replaced by `"(left out: N bytes)"`,
     so a run sees that it existed."""
-    data: dict[str, Any] = {}
+    data: JsonObject = {}
     total = 0
     for key, value in payload.items():
         if key in _CONTEXT_KEYS:

@@ -16,6 +16,7 @@ from ade_tasks.db import ingress as ingress_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.errors import BrokerUnavailableError
 from ade_tasks.ingress.event import NormalizedEvent
+from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import loads_json
 from ade_tasks.runs.senders import IngressSender
 from ade_tasks.states import IngressStatus
@@ -49,10 +50,10 @@ def event_row(
     delivery_id: str | None,
     event: NormalizedEvent | None,
     event_key: str,
-    payload: dict[str, Any],
+    payload: JsonObject,
     digest: str | None,
     trigger_type: str | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The `ingress_events` row a delivery becomes: a normalized event's key, trigger type and
     summary, or (a custom hook's body) the caller's key and trigger type."""
     return ingress_db.event_row(
@@ -66,7 +67,7 @@ def event_row(
     )
 
 
-def github_row(event: NormalizedEvent, delivery_id: str, body: bytes) -> dict[str, Any]:
+def github_row(event: NormalizedEvent, delivery_id: str, body: bytes) -> JsonObject:
     """The `ingress_events` row of a verified GitHub delivery (direct or relayed alike, so the
     two deduplicate against each other by delivery id and body hash)."""
     return event_row(
@@ -79,7 +80,7 @@ def github_row(event: NormalizedEvent, delivery_id: str, body: bytes) -> dict[st
     )
 
 
-def hook_row(hook_id: str, delivery_id: str | None, document: Any) -> dict[str, Any]:
+def hook_row(hook_id: str, delivery_id: str | None, document: Any) -> JsonObject:
     """The `ingress_events` row of an authentic custom-hook delivery whose filters passed."""
     return event_row(
         source=f"{HOOK_PREFIX}{hook_id}",
@@ -93,7 +94,7 @@ def hook_row(hook_id: str, delivery_id: str | None, document: Any) -> dict[str, 
 
 
 def store_event(
-    session_factory: SessionFactory, sender: IngressSender, row: dict[str, Any]
+    session_factory: SessionFactory, sender: IngressSender, row: JsonObject
 ) -> Intake:
     """Store an `event_row` (unless its delivery id or body hash was seen) and hand it to the
     ingress workers (`hand_over`). A broker that is down leaves it `received` for the recovery
@@ -105,7 +106,7 @@ def store_event(
     return Intake(event_id, hand_over(session_factory, sender, [event_id]))
 
 
-def record(session_factory: SessionFactory, row: dict[str, Any]) -> int | None:
+def record(session_factory: SessionFactory, row: JsonObject) -> int | None:
     """Store one `event_row` in a transaction of its own: its event id, or None when its
     delivery id or body hash was seen (a duplicate: nothing stored). The API on PostgreSQL
     stores the same row with the same INSERT, shared by concurrent requests

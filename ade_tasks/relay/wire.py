@@ -17,9 +17,9 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any
 
 from ade_tasks.errors import AdeError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.relay.store import StoredEvent
 
 
@@ -48,7 +48,7 @@ class RelayPage:
     newest: int
 
 
-def page_document(events: list[StoredEvent], newest: int) -> dict[str, Any]:
+def page_document(events: list[StoredEvent], newest: int) -> JsonObject:
     """The JSON document of a page (the relay's side)."""
     return {
         "events": [
@@ -66,7 +66,7 @@ def page_document(events: list[StoredEvent], newest: int) -> dict[str, Any]:
     }
 
 
-def parse_page(document: Any, where: str) -> RelayPage:
+def parse_page(document: object, where: str) -> RelayPage:
     """Read a page (the drain's side). RelayProtocolError when the page itself is malformed;
     an event whose body alone is unreadable comes back with its `problem` (a poison event)."""
     if not isinstance(document, dict) or not isinstance(document.get("events"), list):
@@ -100,7 +100,7 @@ def parse_page(document: Any, where: str) -> RelayPage:
     return RelayPage(tuple(events), newest if isinstance(newest, int) else last)
 
 
-def _body(value: Any) -> tuple[bytes, str | None]:
+def _body(value: object) -> tuple[bytes, str | None]:
     if not isinstance(value, str):
         return b"", "the relayed event has no `body` string"
     try:

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.ade_actions import CATALOG, AdeAction
 from ade_tasks.rules.steps import ACTION_MODELS, Step
 
@@ -42,11 +43,11 @@ class Parameter:
     name: str
     type: str
     required: bool
-    default: Any
+    default: object
     description: str
     limits: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "name": self.name,
@@ -70,7 +71,7 @@ class ActionInfo:
     secret_args: tuple[str, ...]
     rule_origins: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "name": self.name,
@@ -91,7 +92,7 @@ class StepTypeInfo:
     description: str
     fields: tuple[Parameter, ...]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "type": self.type,
@@ -100,7 +101,7 @@ class StepTypeInfo:
         }
 
 
-def catalog() -> dict[str, Any]:
+def catalog() -> JsonObject:
     """The whole reference as JSON-ready data (what `GET /api/v1/actions` answers)."""
     return {
         "ade_actions": [action.as_dict() for action in ade_actions()],
@@ -174,7 +175,7 @@ def _action(spec: AdeAction) -> ActionInfo:
     )
 
 
-def _default(info: FieldInfo) -> Any:
+def _default(info: FieldInfo) -> object:
     """The field's default as JSON (a `default_factory` called, a model dumped); None when
     the field is required."""
     if info.is_required():
@@ -187,13 +188,13 @@ def _first_line(doc: str | None) -> str:
     return " ".join((doc or "").strip().split("\n\n", 1)[0].split())
 
 
-def _without_null(prop: Mapping[str, Any]) -> Mapping[str, Any]:
+def _without_null(prop: JsonObject) -> JsonObject:
     """The non-null branch of an optional property (`X | None`), else the property itself."""
     branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
     return branches[0] if len(branches) == 1 else prop
 
 
-def _type_name(prop: Mapping[str, Any], definitions: Mapping[str, Any]) -> str:
+def _type_name(prop: JsonObject, definitions: JsonObject) -> str:
     """A JSON schema type in words: `string`, `list of string`, `one of: a, b`, `ToolPolicy`."""
     if "anyOf" in prop:  # `null` is left out: `required` and `default` say a field may be unset
         names = [_type_name(b, definitions) for b in prop["anyOf"] if b.get("type") != "null"]
@@ -222,13 +223,13 @@ _LIMIT_WORDS = (
 )
 
 
-def _limits(prop: Mapping[str, Any]) -> list[str]:
+def _limits(prop: JsonObject) -> list[str]:
     found = [
         "not empty" if (key, prop[key]) == ("minLength", 1) else words.format(prop[key])
         for key, words in _LIMIT_WORDS
         if key in prop
     ]
     items = prop.get("items")
-    if isinstance(items, Mapping):
+    if isinstance(items, dict):
         found += [f"each {limit}" for limit in _limits(items)]
     return found

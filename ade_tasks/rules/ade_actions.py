@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.document import SLUG
 from ade_tasks.rules.messages import describe
 
@@ -215,9 +216,9 @@ def get_action(name: str) -> AdeAction:
     return spec
 
 
-def strip_identity(args: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def strip_identity(args: Mapping[str, Any]) -> tuple[JsonObject, list[str]]:
     """`args` without identity arguments (see `IDENTITY_FIELDS`), and a note per one dropped."""
-    kept: dict[str, Any] = {}
+    kept: JsonObject = {}
     notes: list[str] = []
     for key, value in args.items():
         if _normalized(key) in IDENTITY_FIELDS:

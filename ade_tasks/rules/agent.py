@@ -4,7 +4,7 @@ step of a chain and an agent rule share it)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, PydanticCustomError
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.document import MAX_TOKENS, MAX_USD, Document, admitting, at_most
 from ade_tasks.rules.providers.registry import PROVIDERS, provider_names
 
@@ -40,11 +41,11 @@ class ToolPolicy(Document):
     @model_serializer(mode="wrap")
     def _unstated_fallback_stays_unstated(
         self, handler: SerializerFunctionWrapHandler
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         # Whether the rule stated a fallback decides what runs without an allowed_tools entry
         # (edit's worktree writes, the github and notify palettes: `Policy.from_rule`), so the
         # stored rule a worker reads back must not state the default the author left out.
-        data: dict[str, Any] = handler(self)
+        data: JsonObject = handler(self)
         if "fallback" not in self.model_fields_set:
             data.pop("fallback", None)
         return data
@@ -73,7 +74,7 @@ class _Listed:
 
     def __get_pydantic_json_schema__(
         self, _schema: CoreSchema, _handler: GetJsonSchemaHandler
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         return {"enum": list(PROVIDERS), "type": "string"}
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError, field_validator, model_validator
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession, ProviderName
 from ade_tasks.rules.providers.registry import PROVIDERS
 
@@ -57,7 +58,7 @@ class AgentDefaults(AgentSession):
         return self  # the sessions, with these merged in, are checked instead
 
 
-def with_agent_defaults(document: Any) -> Any:
+def with_agent_defaults(document: object) -> object:
     """The rule document with its `agent:` defaults merged into each agent session (a copy;
     the document itself when there is nothing to merge)."""
     if not isinstance(document, Mapping):
@@ -85,7 +86,7 @@ def with_agent_defaults(document: Any) -> Any:
     return merged
 
 
-def merge_session(session: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+def merge_session(session: Mapping[str, Any], defaults: Mapping[str, Any]) -> JsonObject:
     """One session's settings over the rule's defaults (see the module's docstring)."""
     merged = dict(session)
     for name, value in defaults.items():
@@ -97,7 +98,7 @@ def merge_session(session: Mapping[str, Any], defaults: Mapping[str, Any]) -> di
     return merged
 
 
-def _merge_policy(rule: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str, Any]:
+def _merge_policy(rule: Mapping[str, Any], step: Mapping[str, Any]) -> JsonObject:
     policy = {**copy.deepcopy(dict(rule)), **step}
     for name in UNION_POLICY_FIELDS:
         ours, theirs = rule.get(name), step.get(name)
@@ -106,7 +107,7 @@ def _merge_policy(rule: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str,
     return policy
 
 
-def _usable(defaults: Mapping[str, Any]) -> dict[str, Any]:
+def _usable(defaults: Mapping[str, Any]) -> JsonObject:
     """The defaults worth merging: the valid ones, a stand-in for a wrong required one, and
     nothing for another wrong one (the rule's `agent` field reports each)."""
     try:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ade_tasks.access.actors import token_of
 from ade_tasks.errors import PolicyViolationError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 
 
@@ -56,7 +57,7 @@ def gate_policy(rule: Rule, trigger: Mapping[str, Any] | None) -> ApprovalPolicy
 class Tally:
     """The approvals a gate has after one more was counted, and whether they release it."""
 
-    votes: list[dict[str, Any]]
+    votes: list[JsonObject]
     counted: bool  # False: this token had approved already (it counts once)
     released: bool
 

@@ -150,7 +150,7 @@ def _split(problem: str, where: str) -> tuple[str, str]:
     return (field if field.startswith(where) else f"{where}.{field}"), reason
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):

@@ -50,7 +50,7 @@ _TOKEN = re.compile(
     re.DOTALL,
 )
 _KEYWORDS = frozenset({"and", "or", "not", "in", "contains", "matches", "true", "false", "null"})
-_CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None}
+_CONSTANTS: dict[str, bool | None] = {"true": True, "false": False, "null": None}
 _ORDERINGS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
@@ -77,9 +77,9 @@ class _Token(NamedTuple):
 class Constant:
     """A literal: string, number, true, false, null, or a tuple of those (a list literal)."""
 
-    value: Any
+    value: object
 
-    def evaluate(self, context: TemplateContext, where: str) -> Any:  # noqa: ARG002
+    def evaluate(self, context: TemplateContext, where: str) -> object:  # noqa: ARG002
         """The literal itself."""
         return self.value
 
@@ -94,7 +94,7 @@ class Variable:
 
     name: str
 
-    def evaluate(self, context: TemplateContext, where: str) -> Any:
+    def evaluate(self, context: TemplateContext, where: str) -> object:
         """The variable's value; ConditionError if it does not exist."""
         try:
             return lookup(self.name, context, where)
@@ -413,8 +413,8 @@ class _Parser:
         self.asks_about_failure = True
         return Failure(tuple(step_ids))
 
-    def _list(self) -> tuple[Any, ...]:
-        items: list[Any] = []
+    def _list(self) -> tuple[object, ...]:
+        items: list[object] = []
         while not self._accept("]"):
             item = self._constant()
             if item is None:

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from ade_tasks.durations import parse_duration
+from ade_tasks.json_document import JsonObject
 from ade_tasks.patterns import check_pattern
 
 SLUG = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -55,7 +56,7 @@ MAX_RUN_SECONDS_PER_DAY = 10**9
 #: already (upper bounds of counts) run only then, so a stored document always reads back and
 #: a rule stored before such a check existed is reported by the scheduler, never unreadable.
 #: `Rule.model_validate(document, context=ADMISSION)`; `rules.loader.parse_rule` does this.
-ADMISSION: dict[str, Any] = {"admission": True}
+ADMISSION: JsonObject = {"admission": True}
 
 
 def admitting(info: ValidationInfo) -> bool:

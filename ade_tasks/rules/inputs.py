@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ade_tasks.errors import InvalidInputError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.outputs import FALSE_WORDS, TRUE_WORDS, InputSpec
 from ade_tasks.rules.rule import Rule
 
@@ -33,7 +34,7 @@ def _coerce(name: str, spec: InputSpec, value: Any) -> Any:
     return text
 
 
-def resolve_inputs(rule: Rule, given: dict[str, Any]) -> dict[str, Any]:
+def resolve_inputs(rule: Rule, given: JsonObject) -> JsonObject:
     """The inputs of a manual run, typed and completed with defaults.
 
     A rule that declares no inputs accepts any string inputs as they are (exposed as
@@ -47,7 +48,7 @@ def resolve_inputs(rule: Rule, given: dict[str, Any]) -> dict[str, Any]:
             f"rule {rule.id!r} has no input named {', '.join(map(repr, unknown))}; "
             f"declared inputs: {', '.join(sorted(rule.inputs))}"
         )
-    resolved: dict[str, Any] = {}
+    resolved: JsonObject = {}
     for name, spec in rule.inputs.items():
         if name in given:
             resolved[name] = _coerce(name, spec, given[name])

@@ -119,12 +119,12 @@ class LoadResult:
     files: int = 0
 
 
-def canonical_json(document: dict[str, Any]) -> str:
+def canonical_json(document: JsonObject) -> str:
     """A rule document as the JSON text its content hash is taken of (keys sorted, compact)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
-def content_hash(document: dict[str, Any], canonical: str | None = None) -> str:
+def content_hash(document: JsonObject, canonical: str | None = None) -> str:
     """A stable hash of a rule document (key order and formatting do not matter);
     `canonical`: its `canonical_json`, when the caller has it already."""
     text = canonical_json(document) if canonical is None else canonical

@@ -9,8 +9,7 @@ the shape of one member (a list), that member's own problems only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sized
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -149,7 +148,7 @@ def _is_member(part: int | str) -> bool:
     return isinstance(part, str) and bool(_MEMBER.match(part))
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A value as its YAML kind and, when short, itself."""
     if value is None:
         return "null"
@@ -165,9 +164,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else "a long number"
 
 
-def _number(value: Any) -> str:
+def _number(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _count(value: Any) -> str:
-    return str(len(value)) if hasattr(value, "__len__") else _shown(value)
+def _count(value: object) -> str:
+    return str(len(value)) if isinstance(value, Sized) else _shown(value)

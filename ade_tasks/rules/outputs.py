@@ -4,7 +4,7 @@ manual run takes."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
     Field,
@@ -111,7 +111,7 @@ class InputSpec(Document):
         return None
 
 
-def in_declared_order(inputs: Any) -> Any:
+def in_declared_order(inputs: object) -> object:
     """A rule's `inputs` (name -> spec, as written) in the order they are declared, or by the
     `position` a stored document gave each, with each spec's place written into `position`,
     so the order survives a stored document's sorted keys. Anything else (a spec that is no

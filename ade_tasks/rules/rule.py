@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import ToolPalette
 from ade_tasks.rules.agent_defaults import AgentDefaults, with_agent_defaults
 from ade_tasks.rules.checks import step_problems
@@ -62,17 +63,17 @@ class Rule(Document):
 
     @model_validator(mode="before")
     @classmethod
-    def _inherit_agent_defaults(cls, data: Any) -> Any:
+    def _inherit_agent_defaults(cls, data: object) -> object:
         return with_agent_defaults(data)
 
     @field_validator("inputs", mode="before")
     @classmethod
-    def _inputs_keep_their_order(cls, value: Any) -> Any:
+    def _inputs_keep_their_order(cls, value: object) -> object:
         return in_declared_order(value)
 
     @field_validator("notify", mode="before")
     @classmethod
-    def _notify_switch(cls, value: Any) -> Any:
+    def _notify_switch(cls, value: object) -> object:
         # YAML reads `notify: off` as false; `on` (true) is the default, written out.
         if isinstance(value, bool):
             return {"enabled": value}
@@ -80,7 +81,7 @@ class Rule(Document):
 
     @field_validator("execution", mode="before")
     @classmethod
-    def _steps_check_out(cls, value: Any, info: ValidationInfo) -> Any:
+    def _steps_check_out(cls, value: object, info: ValidationInfo) -> object:
         # At admission `rules.loader.parse_rule` runs these checks beside the structural ones
         # and reports each at its field; a document read back (or built in code) is refused
         # whole, so a stored rule that no longer passes them never dispatches.
@@ -163,7 +164,7 @@ class Rule(Document):
         """Does any trigger of this rule have this (canonical) type?"""
         return any(t.type == kind for t in self.triggers)
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> JsonObject:
         """The rule as JSON-ready data (stored in the database)."""
         return self.model_dump(mode="json", exclude_none=True)
 
@@ -178,6 +179,6 @@ def rebuild_rule_models() -> None:
     Rule.model_rebuild(force=True)
 
 
-def _list_of(item: Any) -> Any:
+def _list_of(item: object) -> Any:
     """`list[item]` for an item type built at run time."""
     return GenericAlias(list, (item,))

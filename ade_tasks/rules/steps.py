@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from functools import reduce
 from operator import or_
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from ade_tasks.durations import parse_duration
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.document import (
     ADE_ACTION_NAME,
@@ -34,7 +35,7 @@ from ade_tasks.rules.document import (
 )
 
 
-def _clamp_timeout(value: Any) -> float:
+def _clamp_timeout(value: object) -> float:
     seconds = parse_duration(value).total_seconds()
     return min(max(seconds, MIN_STEP_TIMEOUT_SEC), MAX_STEP_TIMEOUT_SEC)
 
@@ -189,7 +190,7 @@ class AdeActionStep(Step):
 
     type: Literal["ade-action"]
     action: str = Field(pattern=ADE_ACTION_NAME)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObject = Field(default_factory=dict)
     templated = ("args",)
 
 
@@ -235,7 +236,7 @@ def templated_fields() -> tuple[str, ...]:
     )
 
 
-def _known_action(value: Any) -> Any:
+def _known_action(value: object) -> object:
     known = known_action_types()
     if isinstance(value, dict) and value.get("type") not in known:
         available = ", ".join(known)
@@ -245,7 +246,7 @@ def _known_action(value: Any) -> Any:
     return value
 
 
-def action_union() -> Any:
+def action_union() -> object:
     """The pydantic type of one step: the registered step models, told apart by `type`."""
     members = reduce(or_, ACTION_MODELS.values())
     return Annotated[

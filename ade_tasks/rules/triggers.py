@@ -15,7 +15,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import reduce
 from operator import or_
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -30,6 +30,7 @@ from ade_tasks.cron.grammar import CronSyntaxError, parse_cron
 from ade_tasks.cron.legacy import admitted_day_match
 from ade_tasks.cron.slots import ScheduleSpec, check_not_past, check_zoned
 from ade_tasks.durations import MAX_DURATION
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.document import (
     OCCURRENCE_RETENTION,
     REPO_NAME,
@@ -113,7 +114,7 @@ def canonical_trigger_type(name: str) -> str:
     return name
 
 
-def _normalize_trigger(value: Any) -> Any:
+def _normalize_trigger(value: object) -> object:
     if isinstance(value, dict) and isinstance(value.get("type"), str):
         kind = canonical_trigger_type(value["type"])
         if kind == "lane.archived":
@@ -185,7 +186,7 @@ class ScheduleTrigger(TriggerDocument):
 
     @model_validator(mode="before")
     @classmethod
-    def _explicit_day_match(cls, data: Any, info: ValidationInfo) -> Any:
+    def _explicit_day_match(cls, data: object, info: ValidationInfo) -> object:
         """At admission, write down the day rule where croniter read the days otherwise, so a
         stored trigger without it is known to be older (`ade_tasks.cron.legacy`)."""
         if not (admitting(info) and isinstance(data, dict) and isinstance(data.get("cron"), str)):
@@ -239,7 +240,7 @@ class ScheduleTrigger(TriggerDocument):
 
     @field_validator("run_at", mode="before")
     @classmethod
-    def _zoned_run_at(cls, value: Any, info: ValidationInfo) -> Any:
+    def _zoned_run_at(cls, value: object, info: ValidationInfo) -> object:
         if info.data.get("cron") is not None and value is not None:
             raise ValueError(_ONE_WHEN.format(field="run_at", other="cron"))
         return None if value is None else check_zoned(value, "run_at")
@@ -304,10 +305,10 @@ class WebhookTrigger(TriggerDocument):
 
     type: Literal["webhook"]
     hook: str = Field(pattern=SLUG)
-    filters: dict[str, Any] = Field(default_factory=dict)
+    filters: JsonObject = Field(default_factory=dict)
 
 
-def _one_or_more(value: Any) -> Any:
+def _one_or_more(value: object) -> object:
     """`label: agent-fix` is `label: [agent-fix]`."""
     return [value] if isinstance(value, str) else value
 
@@ -406,14 +407,15 @@ class RunFinishedTrigger(TriggerDocument):
 
     @field_validator("rule", mode="before")
     @classmethod
-    def _one_or_more(cls, value: Any) -> Any:
+    def _one_or_more(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
     @field_validator("status", mode="before")
     @classmethod
-    def _known_statuses(cls, value: Any) -> Any:
+    def _known_statuses(cls, value: object) -> object:
         value = [value] if isinstance(value, str) else value
-        unknown = [s for s in value or [] if s not in RUN_FINISHED_STATUSES]
+        listed = value if isinstance(value, list | tuple | set | frozenset) else ()
+        unknown = [s for s in listed if s not in RUN_FINISHED_STATUSES]
         if unknown:
             raise ValueError(
                 f"unknown run status {', '.join(map(repr, unknown))}; a run.finished trigger "
@@ -458,7 +460,7 @@ def _kinds_of(models: tuple[type[TriggerDocument], ...]) -> frozenset[str]:
 KNOWN_TRIGGER_TYPES = known_trigger_types()
 
 
-def trigger_union() -> Any:
+def trigger_union() -> object:
     """The pydantic type of one trigger: the registered models, told apart by `type`."""
     members = reduce(or_, TRIGGER_MODELS)
     return Annotated[

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -34,6 +33,7 @@ from ade_tasks.db import run_cancels as run_cancels_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import BrokerUnavailableError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.concurrency import OnNew, render_key
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.senders import RunSender
@@ -43,10 +43,10 @@ from ade_tasks.templating import RULE_FIELDS
 log = logging.getLogger(__name__)
 
 #: The runs of one batch that hold or wait for a key, by (rule id, key): their insert values.
-Held = dict[tuple[str, str], list[dict[str, Any]]]
+Held = dict[tuple[str, str], list[JsonObject]]
 
 
-def run_key(rule: Rule, trigger: dict[str, Any], now: datetime) -> str | None:
+def run_key(rule: Rule, trigger: JsonObject, now: datetime) -> str | None:
     """The new run's key (None: the rule has none); AdmissionError when it cannot render."""
     if rule.concurrency is None:
         return None
@@ -54,7 +54,7 @@ def run_key(rule: Rule, trigger: dict[str, Any], now: datetime) -> str | None:
     return render_key(rule.concurrency, fields, trigger, now)
 
 
-def lock_names(rule_id: str, values: dict[str, Any], rule_lock: bool) -> list[str]:
+def lock_names(rule_id: str, values: JsonObject, rule_lock: bool) -> list[str]:
     """What dispatch locks for this run: the rule (its overlap slots or a guardrail that counts
     its runs) and its key."""
     key = values.get("concurrency_key")
@@ -63,14 +63,14 @@ def lock_names(rule_id: str, values: dict[str, Any], rule_lock: bool) -> list[st
     )
 
 
-def skip(values: dict[str, Any], reason: str) -> None:
+def skip(values: JsonObject, reason: str) -> None:
     """Record the new run as `skipped` with the reason (never sent)."""
     values.update(status=RunStatus.SKIPPED, error=reason, finished_at=values["queued_at"])
     values.update(send_count=0, sent_at=None)
 
 
 def admit(
-    session: Session, rule: Rule, values: dict[str, Any], held: Held, active: dict[str, int]
+    session: Session, rule: Rule, values: JsonObject, held: Held, active: dict[str, int]
 ) -> bool:
     """Apply the rule's `on_new` to the new run under its key's lock; True when it may start
     (then the rule's own limit has its say). `held` tracks the batch's own runs of each key,
@@ -107,7 +107,7 @@ def admit(
     return True
 
 
-def _holder(others: list[tuple[str, str, bool]], mine: list[dict[str, Any]]) -> tuple[str, str]:
+def _holder(others: list[tuple[str, str, bool]], mine: list[JsonObject]) -> tuple[str, str]:
     """The run that holds the key (not one waiting for it) and its status, for a skip's reason."""
     for run_id, status, buffered in others:
         if not buffered:

@@ -11,7 +11,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -29,6 +28,7 @@ from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
 from ade_tasks.guardrails.base import Admission
 from ade_tasks.guardrails.registry import refusal, serialized, unserialized
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.guardrails import OverlapPolicy
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.rules.triggers import ScheduleTrigger, TriggerType, canonical_trigger_type
@@ -42,7 +42,7 @@ from ade_tasks.states import RunStatus
 log = logging.getLogger(__name__)
 
 
-def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: dict[str, Any]) -> None:
+def _check_schedule_unchanged(snapshot: rules_db.RuleSnapshot, payload: JsonObject) -> None:
     """A schedule fires only while the rule still has that trigger with the same cron, so an
     edit between a beat's tick and its fire never fires the old schedule."""
     index, cron, once = payload.get("trigger_index"), payload.get("cron"), payload.get("once")
@@ -76,7 +76,7 @@ def _admit(
     trigger: TriggerEvent,
     pauses: list[pauses_db.Pause],
     automations_disabled: bool,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Admission checks; returns the trigger payload to record (manual inputs typed)."""
     payload = dict(trigger.payload)
     if automations_disabled and not (kind == TriggerType.MANUAL and payload.get("forced_by")):
@@ -288,7 +288,7 @@ class _Plan:
     snapshot: rules_db.RuleSnapshot
     policy: OverlapPolicy
     limit: int | None
-    values: dict[str, Any]
+    values: JsonObject
 
     @property
     def key(self) -> str:
@@ -330,7 +330,7 @@ def _plan(
     guardrails = snapshot.rule.guardrails
     # A rule with a concurrency key has no rule-wide policy: its key decides (concurrency_keys).
     policy = OverlapPolicy.ALLOW_ALL if concurrency_key else guardrails.overlap_for(kind)
-    values: dict[str, Any] = {
+    values: JsonObject = {
         "id": new_run_id(now),  # names the month of `queued_at`: its partition (run_ids)
         "rule_id": rule_id,
         "rule_version": snapshot.version,

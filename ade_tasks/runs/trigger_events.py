@@ -4,8 +4,8 @@ happened, before any rule admitted it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.triggers import TriggerType
 
 
@@ -15,7 +15,7 @@ class TriggerEvent:
 
     type: str
     summary: str = ""
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: JsonObject = field(default_factory=dict)
     idempotency_key: str | None = None
     #: The rule's triggers this event matched (their indexes), so a paused trigger holds back
     #: only what it would fire; None when not known (a schedule names its own in the payload).
@@ -24,7 +24,7 @@ class TriggerEvent:
     @classmethod
     def manual(
         cls,
-        inputs: dict[str, Any] | None = None,
+        inputs: JsonObject | None = None,
         *,
         key: str | None = None,
         by: str = "",
@@ -33,7 +33,7 @@ class TriggerEvent:
         """An operator's manual run; `forced_by` names the admin who forces it past the
         cluster's kill switch (the edge checks the role; the run records who)."""
         summary = f"manual run by {by}" if by else "manual run"
-        payload: dict[str, Any] = {"inputs": dict(inputs or {}), "requested_by": by}
+        payload: JsonObject = {"inputs": dict(inputs or {}), "requested_by": by}
         if forced_by:
             payload["forced_by"] = forced_by
         return cls(TriggerType.MANUAL, summary, payload, f"manual:{key}" if key else None)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -38,6 +37,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.one_shots import TriggerOnce
 from ade_tasks.db.schema import ScheduledRunRow
 from ade_tasks.errors import AdeError, AdmissionError, TransientError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.inputs import resolve_inputs
 from ade_tasks.runs.dispatch import dispatch_many
 from ade_tasks.runs.dispatch_results import DispatchResult
@@ -53,7 +53,7 @@ def schedule_manual_run(
     rule_id: str,
     run_at: datetime,
     *,
-    inputs: dict[str, Any],
+    inputs: JsonObject,
     requested_by: str,
     catchup_window: timedelta | None = None,
     key: str | None = None,

@@ -28,9 +28,9 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ade_tasks.db import cursors as cursors_db
 from ade_tasks.db import rule_triggers
@@ -189,7 +189,7 @@ def sweep_finished_runs(
     return started
 
 
-def _unfollowed(session: Any, followers: Sequence[Rule], since: datetime) -> list[str]:
+def _unfollowed(session: Session, followers: Sequence[Rule], since: datetime) -> list[str]:
     """The runs finished since `since` with a following rule whose run is not there yet."""
     triggers = _triggers_of(followers)
     literal = {glob for t in triggers for glob in t.rule if not set(glob) & set("*?[")}

@@ -41,10 +41,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from ade_tasks.db.heartbeats import Heartbeat
 from ade_tasks.db.pauses import Pause, holding
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
 from ade_tasks.rules.steps import AgentSessionStep
@@ -92,7 +92,7 @@ class TriggerStatus:
     #: The pause that holds it (then `error` is its reason).
     paused: Pause | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "index": self.index,
@@ -133,7 +133,7 @@ class RuleHealth:
             *(f"triggers.{t.index} ({t.type}): {t.error}" for t in self.triggers if t.error),
         ]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready form."""
         return {
             "ready": self.ready,

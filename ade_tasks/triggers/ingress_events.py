@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -46,6 +45,7 @@ from ade_tasks.db.retry import is_connection_lost, retrying
 from ade_tasks.errors import AdeError, DatabaseUnavailableError, TransientError
 from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import GITHUB_SOURCES, own_identity, trigger_types
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
 from ade_tasks.runs.dispatch import AUTOMATIONS_DISABLED
@@ -117,7 +117,7 @@ def dispatch_ingress_event(
         return IngressStatus.FAILED
     runs: list[str] = []
     refusals: list[str] = []
-    matching: dict[str, Any] | None
+    matching: JsonObject | None
     try:  # a payload that cannot be read fails the event below, never the worker's loop
         types = _types_started(claimed.source, claimed.trigger_type, claimed.payload)
         report = MatchReport(types[0] if types else claimed.trigger_type or claimed.source)
@@ -227,7 +227,7 @@ def _finish(
     status: IngressStatus,
     runs: list[str],
     error: str | None,
-    matching: dict[str, Any] | None,
+    matching: JsonObject | None,
 ) -> None:
     # Safe to repeat: the same UPDATE of the same event. A connection that dies here leaves the
     # event received and claimed; its next claim matches it again and finds its runs by key.

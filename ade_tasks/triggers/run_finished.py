@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ade_tasks.db.schema import RunRow, RunStepRow
+from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, TriggerType
 from ade_tasks.runs.trigger_events import TriggerEvent
@@ -109,7 +110,7 @@ def finished_event(run: RunRow, steps: Sequence[RunStepRow]) -> TriggerEvent:
     """The `run.finished` event of a finished run (its payload: the module docstring)."""
     outputs = {step.step_id: _step_output(step) for step in steps}
     finished_at = run.finished_at.isoformat() if run.finished_at else None
-    facts: dict[str, Any] = {
+    facts: JsonObject = {
         "id": run.id,
         "rule": run.rule_id,
         "status": run.status,
@@ -130,7 +131,7 @@ def finished_event(run: RunRow, steps: Sequence[RunStepRow]) -> TriggerEvent:
     )
 
 
-def _step_output(step: RunStepRow) -> dict[str, Any]:
+def _step_output(step: RunStepRow) -> JsonObject:
     result: Any = step.result or {}
     shown = json.dumps(result, default=str)
     if len(shown) > RESULT_CHARS:

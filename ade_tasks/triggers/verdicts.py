@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ade_tasks.errors import AdeError, AdmissionError
+from ade_tasks.json_document import JsonObject
 from ade_tasks.states import RunStatus
 
 if TYPE_CHECKING:  # the CLI reads `summary` without loading the database layer
@@ -62,7 +63,7 @@ class MatchReport:
     counts: Counter[str] = field(default_factory=Counter)
     #: Kept verdicts by rank (admission outcomes, refusals, disabled rules), each at most
     #: `MAX_SHOWN`: adding one costs the same however many rules there are.
-    _kept: tuple[list[dict[str, Any]], ...] = field(default_factory=lambda: ([], [], []))
+    _kept: tuple[list[JsonObject], ...] = field(default_factory=lambda: ([], [], []))
 
     def refused(self, event_type: str, rule_id: str, index: int, refusal: Refusal) -> None:
         """Trigger `index` of the rule did not start: its filter refused the event."""
@@ -95,11 +96,11 @@ class MatchReport:
         self._add(event_type, Verdict.MATCHED, rule_id, trigger=trigger, run=run.id,
                   reason=earlier)  # fmt: skip
 
-    def to_json(self, note: str | None = None) -> dict[str, Any]:
+    def to_json(self, note: str | None = None) -> JsonObject:
         """The record the event keeps (`ingress_events.matching`)."""
         kept = [entry for rank in self._kept for entry in rank][:MAX_SHOWN]
         total = sum(self.counts.values())
-        record: dict[str, Any] = {
+        record: JsonObject = {
             "rules": kept,
             "counts": dict(self.counts),
             "left_out": total - len(kept),
@@ -110,14 +111,14 @@ class MatchReport:
             record["note"] = note
         return record
 
-    def _add(self, event_type: str, verdict: Verdict, rule_id: str, **fields: Any) -> None:
+    def _add(self, event_type: str, verdict: Verdict, rule_id: str, **fields: object) -> None:
         self.counts[verdict.value] += 1
         # Admission outcomes rank before refusals before disabled rules; within a rank, first
         # come first kept, so a flood of refusals never pushes out the rule that ran.
         kept = self._kept[0 if verdict in _ADMISSION else 1 if verdict is Verdict.REFUSED else 2]
         if len(kept) >= MAX_SHOWN:
             return
-        entry: dict[str, Any] = {"rule": rule_id, "verdict": verdict.value}
+        entry: JsonObject = {"rule": rule_id, "verdict": verdict.value}
         if event_type != self.event_type:
             entry["event"] = event_type
         for name, value in fields.items():
