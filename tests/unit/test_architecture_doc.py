@@ -1,0 +1,56 @@
+"""The architecture page (docs/architecture.md) against the code it describes: its table of run
+state moves is `RUN_MOVES`, and the three packages import in the one direction it states."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import grimp
+
+from ade_tasks import states
+from ade_tasks.states import INITIAL_STATUSES, RUN_MOVES, Move
+from tests.conftest import REPO
+
+PAGE = REPO / "docs" / "architecture.md"
+PACKAGES = ("ade_tasks", "ade_workers", "ade_api")
+
+
+@cache
+def _graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*PACKAGES, cache_dir=None)
+
+
+def _row(name: str, sources: frozenset[str], targets: frozenset[str]) -> tuple[str, str, str]:
+    return name, ", ".join(sorted(sources)), ", ".join(sorted(targets))
+
+
+def _page_moves() -> list[tuple[str, str, str]]:
+    """The (move, from, to) cells of the page's run state table, in its order."""
+    section = PAGE.read_text().split("## Run states", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
+    return [tuple(cell.strip() for cell in row.split("|")[1:4]) for row in rows]  # type: ignore[misc]
+
+
+def test_the_run_state_table_is_run_moves() -> None:
+    names = {id(move): name for name, move in vars(states).items() if isinstance(move, Move)}
+    expected = [_row("create", frozenset(), INITIAL_STATUSES)]
+    expected += [_row(f"`{names[id(move)]}`", move.sources, move.targets) for move in RUN_MOVES]
+    table = "\n".join(f"| {move} | {was} | {to} |" for move, was, to in expected)
+    assert _page_moves() == expected, f"docs/architecture.md's table should read:\n{table}"
+
+
+def test_the_packages_import_downwards_only() -> None:
+    illegal = _graph().find_illegal_dependencies_for_layers(layers=PACKAGES[::-1])
+    assert sorted(f"{d.importer} -> {d.imported}" for d in illegal) == []
+
+
+def test_the_page_names_every_room_the_contracts_name() -> None:
+    # Each room of the contracts has its row (or its name among the basics) on the page.
+    page = PAGE.read_text()
+    listed = re.findall(r"^\| *\d* *\| `([a-z_]+)` \|", page, flags=re.MULTILINE)
+    basics = re.search(r"^\| 12 \| the basics \| (.*) \|$", page, flags=re.MULTILINE)
+    assert basics is not None
+    named = set(listed) | set(re.findall(r"`([a-z_]+)`", basics.group(1)))
+    rooms = {room.rpartition(".")[2] for p in PACKAGES for room in _graph().find_children(p)}
+    assert sorted(rooms - named) == []
