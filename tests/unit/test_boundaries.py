@@ -1,11 +1,13 @@
-"""Package boundaries (docs/development.md, Layout): the domain never imports celery or fastapi, and
-only its db/ room writes the cluster's database."""
+"""Package boundaries (docs/architecture.md): the packages import downwards only, the domain never
+imports celery or fastapi, and only its db/ room writes the cluster's database."""
 
 from __future__ import annotations
 
 import pkgutil
 import subprocess
 import sys
+
+import grimp
 
 import ade_tasks
 from tests.conftest import REPO
@@ -42,3 +44,10 @@ def test_ade_workers_never_imports_fastapi() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_packages_import_downwards_only() -> None:
+    # ade_api -> ade_workers -> ade_tasks, never back (imports inside functions count too)
+    graph = grimp.build_graph("ade_api", "ade_workers", "ade_tasks", cache_dir=None)
+    illegal = graph.find_illegal_dependencies_for_layers(
+        layers=("ade_api", "ade_workers", "ade_tasks")
+    )
+    assert sorted(f"{d.importer} -> {d.imported}" for d in illegal) == []
