@@ -17,7 +17,7 @@ from ade_tasks.access.roles import Role
 from tests.e2e.test_web_ui import RUN_MS, browser, logged_in, redis_url  # noqa: F401
 from tests.integration.conftest import Cluster
 from tests.integration.test_live_output import LIVE, LIVE_STEP, SECRET
-from tests.integration.test_run_path import add_rule, run_row
+from tests.integration.test_run_path import add_rule
 from tests.integration.test_runs_api import start
 from tests.integration.test_web_pages import token
 from tests.support import wait_until
@@ -35,9 +35,16 @@ def test_the_run_page_shows_a_running_steps_output_as_it_is_printed(
     (project / "live.sh").write_text("while [ ! -e go ]; do sleep 0.05; done\n" + LIVE)
     add_rule(cluster, "live", LIVE_STEP)
     cluster.worker(env={"LIVE_SECRET": SECRET})
-    base_url = str(cluster.api().base_url)
+    api = cluster.api()
     run_id = start(cluster, "live")
-    wait_until(lambda: run_row(cluster, run_id).status == "running", 30, "the run to start")
+    # its step running, so the page's status signature stays as drawn until the step ends
+    wait_until(
+        lambda: [s["status"] for s in api.get(f"/api/v1/runs/{run_id}").json()["steps"]]
+        == ["running"],
+        30,
+        "the step to start",
+    )
+    base_url = str(api.base_url)
     # When an operator opens its page while the step runs
     page = logged_in(browser, base_url, token(cluster, "olivia", Role.OPERATOR))
     page.goto(f"/ui/runs/{run_id}")

@@ -42,6 +42,10 @@ def duration_text(seconds: float | None) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} m"
 
 
+#: Seconds a running timeline's axis leaves its bars to grow before live.js redraws the page.
+RUNNING_ROOM_SECONDS = 10.0
+
+
 @dataclass(frozen=True)
 class Tick:
     """A labelled position on an axis (pixels from the SVG's origin)."""
@@ -198,7 +202,10 @@ def timeline(
     ends = [(s.finished or now) for s in steps]
     elapsed = max((end - origin).total_seconds() for end in ends)
     running = any(s.finished is None for s in steps)
-    domain, step = _nice_top(max(elapsed * (1.25 if running else 1.0), 1.0), 5)
+    # A running step's axis leaves it a quarter more and at least RUNNING_ROOM_SECONDS, so an
+    # open page reloads for the timeline at most that often (a young run's would every second).
+    room = max(elapsed * 1.25, elapsed + RUNNING_ROOM_SECONDS) if running else elapsed
+    domain, step = _nice_top(max(room, 1.0), 5)
     rows = len(steps) + len(planned)
     frame = Frame(
         width=860,

@@ -113,3 +113,12 @@ def test_the_svg_has_labelled_axes_a_title_and_escapes_labels() -> None:
     assert "not started" in svg
     empty = render_macro("outcomes", charts.outcomes_chart([], date(2026, 2, 1), date(2026, 3, 2)))
     assert "no runs in this window" in empty and "day (UTC)" in empty
+
+
+def test_a_young_running_step_leaves_the_page_ten_seconds_before_a_redraw() -> None:
+    # Given a step half a second into its run (a quarter more would be a redraw every second)
+    steps = [charts.StepSpan(0, "1. tests", "running", T0, None)]
+    # When its timeline is drawn
+    chart = charts.timeline(steps, [], T0 + timedelta(seconds=0.5))
+    # Then its axis reaches at least RUNNING_ROOM_SECONDS past now
+    assert chart is not None and chart.domain >= 0.5 + charts.RUNNING_ROOM_SECONDS
