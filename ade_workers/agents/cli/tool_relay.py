@@ -32,8 +32,8 @@ from ade_tasks.json_document import JsonObject
 from ade_workers.agents.cli.decision_server import LineServer
 from ade_workers.agents.cli.setup import call_id
 from ade_workers.agents.http_session import REPEATABLE_TOOLS, STARTED_EVENT, Record
-from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.containment.agent_user import AgentUser
 
 SERVER = "ade"

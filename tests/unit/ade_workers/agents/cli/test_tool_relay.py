@@ -22,7 +22,7 @@ from ade_workers.agents.cli import mcp_relay
 from ade_workers.agents.cli.claude_calls import CallJudge, engine_name
 from ade_workers.agents.cli.claude_session import _settings_checked, capabilities
 from ade_workers.agents.cli.tool_relay import ToolRelay
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 from tests.unit.ade_tasks.rules.providers.test_codex import setup_for
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
