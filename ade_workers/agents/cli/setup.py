@@ -57,7 +57,7 @@ class CliSetup:
     completed: Mapping[str, str] = field(default_factory=dict)
     """Calls an earlier, interrupted attempt finished (`call_id` -> the result it recorded)."""
     tool_ctx: ToolContext | None = None
-    """What the engine's own tools (`tool_relay`: github, notify) run with, in the worker."""
+    """What the engine's own tools (`tool_bridge`: github, notify) run with, in the worker."""
 
     def api_key(self) -> str | None:
         """The provider's key (it stays in the worker's model proxy)."""
