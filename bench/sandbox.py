@@ -36,7 +36,7 @@ from ade_api import dev_model as fake_anthropic
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import RunCommandAction
 from ade_tasks.settings import Settings
-from ade_workers.actions.base import StepContext
+from ade_workers.actions.executor import StepContext
 from ade_workers.actions.run_command import run_command
 from ade_workers.containment.process import run_process
 from ade_workers.engine.chain import ChainState, template_context

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from ade_api.cli.base import Api, json_option, main, url_option
+from ade_api.cli.root import Api, json_option, main, url_option
 from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ade_api.cli.base import Api, fail, json_option, main, url_option
+from ade_api.cli.root import Api, fail, json_option, main, url_option
 from ade_tasks.access.roles import Role
 from ade_tasks.errors import AdeError
 from ade_tasks.json_document import JsonObject

@@ -8,7 +8,7 @@ import json
 
 import click
 
-from ade_api.cli.base import Api, by_option, fail, json_option, rules, url_option
+from ade_api.cli.root import Api, by_option, fail, json_option, rules, url_option
 from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import click
 
-from ade_api.cli.base import fail, json_option, main
+from ade_api.cli.root import fail, json_option, main
 from ade_tasks.json_document import JsonObject
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ade_api.cli.base import fail, main
+from ade_api.cli.root import fail, main
 
 DEFAULT_PORT = 8765
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ade_api.cli.base import FAILURE, json_option, main
+from ade_api.cli.root import FAILURE, json_option, main
 
 if TYPE_CHECKING:
     from ade_workers.doctor.check import Check, CheckResult

@@ -20,7 +20,7 @@ import click
 import httpx
 
 from ade_api.cli import git_hooks
-from ade_api.cli.base import Api, fail, json_option, main, url_option
+from ade_api.cli.root import Api, fail, json_option, main, url_option
 from ade_tasks.globs import path_matches
 from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.triggers import canonical_trigger_type

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ade_api.cli.base import Api, ApiTarget, json_option, runs, url_option
+from ade_api.cli.root import Api, ApiTarget, json_option, runs, url_option
 from ade_api.cli.run_stream import step_event_data
 from ade_api.cli.step_lines import approval_line, step_line
 from ade_tasks.json_document import JsonObject

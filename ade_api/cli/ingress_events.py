@@ -13,7 +13,7 @@ from datetime import datetime
 
 import click
 
-from ade_api.cli.base import Api, json_option, main, url_option
+from ade_api.cli.root import Api, json_option, main, url_option
 from ade_tasks.ingress.event import EVENT_SOURCES
 from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings

@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from ade_api.cli.base import Api, runs, url_option
+from ade_api.cli.root import Api, runs, url_option
 from ade_api.cli.run_stream import merged, run_events_of, sse_events
 from ade_api.cli.step_lines import capped_line, step_line
 from ade_tasks.json_document import JsonObject

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from ade_api.cli.base import Api, by_option, json_option, main, runs, url_option
+from ade_api.cli.root import Api, by_option, json_option, main, runs, url_option
 from ade_api.cli.step_lines import approval_line
 from ade_tasks.json_document import JsonObject
 from ade_tasks.runs.review import QUEUE_ACTIONS

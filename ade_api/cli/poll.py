@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ade_api.cli.base import fail, main
+from ade_api.cli.root import fail, main
 from ade_tasks.settings import Settings
 
 #: `ade_tasks.ingress.poller.DEFAULT_INTERVAL`, kept here so `--help` loads no database code.

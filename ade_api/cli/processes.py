@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ade_api.cli.base import fail, main
+from ade_api.cli.root import fail, main
 
 if TYPE_CHECKING:
     from ade_api.cli.serve import ServeOptions

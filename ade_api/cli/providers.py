@@ -10,7 +10,7 @@ import os
 import click
 import httpx
 
-from ade_api.cli.base import Api, json_option, main, url_option
+from ade_api.cli.root import Api, json_option, main, url_option
 from ade_tasks.env_file import environment_with_env_file
 from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings

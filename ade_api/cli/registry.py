@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-#: Commands of `ade-tasks` defined outside `base`, by the module that defines them.
+#: Commands of `ade-tasks` defined outside `root`, by the module that defines them.
 ROOT = {
     "actions": "ade_api.cli.actions",
     "api": "ade_api.cli.processes",
@@ -44,7 +44,7 @@ ROOT = {
     "worker": "ade_api.cli.processes",
 }
 
-#: Commands of `ade-tasks rules` defined outside `base`.
+#: Commands of `ade-tasks rules` defined outside `root`.
 RULES = {
     "backfill": "ade_api.cli.backfill",
     **dict.fromkeys(
@@ -54,7 +54,7 @@ RULES = {
     "push": "ade_api.cli.rule_push",
 }
 
-#: Commands of `ade-tasks runs` (all defined outside `base`).
+#: Commands of `ade-tasks runs` (all defined outside `root`).
 RUNS = {
     **dict.fromkeys(("approve", "reject"), "ade_api.cli.operations"),
     **dict.fromkeys(("list", "page", "show"), "ade_api.cli.history"),

@@ -11,7 +11,7 @@ import logging
 
 import click
 
-from ade_api.cli.base import fail, main
+from ade_api.cli.root import fail, main
 from ade_tasks.settings import Settings
 
 

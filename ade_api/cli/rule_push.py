@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ade_api.cli.base import Api, by_option, counted, fail, json_option, rules, url_option
+from ade_api.cli.root import Api, by_option, counted, fail, json_option, rules, url_option
 from ade_tasks.json_document import JsonObject
 from ade_tasks.settings import Settings
 

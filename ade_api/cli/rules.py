@@ -15,8 +15,8 @@ from datetime import date, datetime
 import click
 import yaml
 
-from ade_api.cli.base import Api, by_option, fail, json_option, main, rules, url_option
 from ade_api.cli.health import health_lines, state_word
+from ade_api.cli.root import Api, by_option, fail, json_option, main, rules, url_option
 from ade_tasks.json_document import JsonObject
 from ade_tasks.limits import load_yaml
 from ade_tasks.settings import Settings

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ade_api.cli.base import Api, fail
+from ade_api.cli.root import Api, fail
 from ade_tasks.json_document import JsonObject
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import click
 
-from ade_api.cli.base import Api, by_option, fail, json_option, main, runs, url_option
+from ade_api.cli.root import Api, by_option, fail, json_option, main, runs, url_option
 from ade_api.cli.run_stream import FINAL, TIMED_OUT, merged, run_events_of, sse_events
 from ade_api.cli.step_lines import LiveLines, step_line
 from ade_tasks.json_document import JsonObject

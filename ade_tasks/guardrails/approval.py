@@ -3,7 +3,7 @@ with a side effect, `verify_before_publish` before it publishes."""
 
 from __future__ import annotations
 
-from ade_tasks.guardrails.base import Guardrail
+from ade_tasks.guardrails.guardrail import Guardrail
 from ade_tasks.rules.ade_actions import CATALOG
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import AdeActionStep, AgentSessionStep, Step

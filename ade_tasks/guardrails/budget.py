@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db import usage as usage_db
-from ade_tasks.guardrails.base import Admission, Allowance, Cost, Deadline, Guardrail
+from ade_tasks.guardrails.guardrail import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 

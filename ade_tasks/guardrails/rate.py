@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ade_tasks.db.schema import RunRow
-from ade_tasks.guardrails.base import Admission, Guardrail
+from ade_tasks.guardrails.guardrail import Admission, Guardrail
 from ade_tasks.rules.rule import Rule
 from ade_tasks.states import RunStatus
 

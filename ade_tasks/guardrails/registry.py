@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from sqlalchemy.orm import Session
 
 from ade_tasks.guardrails.approval import ApprovalGate
-from ade_tasks.guardrails.base import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.guardrails.budget import Budget
+from ade_tasks.guardrails.guardrail import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.guardrails.rate import RateLimit
 from ade_tasks.guardrails.time_limit import TimeLimit
 from ade_tasks.rules.rule import Rule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from ade_tasks.guardrails.base import Deadline, Guardrail
+from ade_tasks.guardrails.guardrail import Deadline, Guardrail
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 

@@ -26,7 +26,7 @@ from ade_tasks.db.retry import repeating
 from ade_tasks.db.run_ids import new_run_id
 from ade_tasks.db.schema import RunRow
 from ade_tasks.errors import AdeError, AdmissionError, BrokerUnavailableError
-from ade_tasks.guardrails.base import Admission
+from ade_tasks.guardrails.guardrail import Admission
 from ade_tasks.guardrails.registry import refusal, serialized, unserialized
 from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.guardrails import OverlapPolicy

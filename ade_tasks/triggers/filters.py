@@ -44,7 +44,7 @@ from ade_tasks.ingress.event import NormalizedEvent
 from ade_tasks.ingress.github import trigger_types
 from ade_tasks.patterns import PatternError, SubjectTooLongError, compile_pattern
 from ade_tasks.rules.triggers import Trigger, canonical_trigger_type
-from ade_tasks.triggers.base import Refusal, TriggerTest
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 
 TriggerSpec = Trigger | Mapping[str, object]
 """A trigger model, or (a hand-written or stored trigger) its mapping of fields."""

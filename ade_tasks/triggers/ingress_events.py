@@ -53,8 +53,8 @@ from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import IngressStatus
-from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import emit
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 from ade_tasks.triggers.registry import follow_on_events, trigger_test
 from ade_tasks.triggers.verdicts import MatchReport
 

@@ -17,7 +17,7 @@ from ade_tasks.ingress.event import EventSource
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import LaneTrigger, Trigger, TriggerType
 from ade_tasks.runs.trigger_events import TriggerEvent
-from ade_tasks.triggers.base import Refusal, TriggerTest
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 
 SOURCE: EventSource = "lane"
 MERGED = TriggerType.LANE_MERGED.value

@@ -20,9 +20,9 @@ from ade_tasks.runs.dispatch import dispatch_many
 from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.runs.trigger_events import TriggerEvent
-from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.lane import SOURCE as LANE_SOURCE
 from ade_tasks.triggers.lane import lane_event
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 from ade_tasks.triggers.registry import trigger_test
 from ade_tasks.triggers.verdicts import MatchReport
 

@@ -33,9 +33,9 @@ from ade_tasks.rules.triggers import (
 )
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.triggers import readiness
-from ade_tasks.triggers.base import Matcher, TriggerTest
 from ade_tasks.triggers.filters import filter_matcher
 from ade_tasks.triggers.lane import lane_matcher, merged_lane_events
+from ade_tasks.triggers.matcher import Matcher, TriggerTest
 from ade_tasks.triggers.readiness import ReadinessCheck
 from ade_tasks.triggers.run_finished import run_finished_matcher
 from ade_tasks.triggers.webhook import webhook_matcher

@@ -43,7 +43,7 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, TriggerType
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import RunStatus
-from ade_tasks.triggers.base import Refusal, TriggerTest
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 
 SOURCE = "run"
 RUN_FINISHED = TriggerType.RUN_FINISHED.value

@@ -29,7 +29,7 @@ from ade_tasks.states import RunStatus
 
 if TYPE_CHECKING:  # the CLI reads `summary` without loading the database layer
     from ade_tasks.runs.dispatch_results import DispatchResult
-    from ade_tasks.triggers.base import Refusal
+    from ade_tasks.triggers.matcher import Refusal
 
 MAX_SHOWN = 50
 MAX_REASON = 300

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from ade_tasks.hooks.config import JsonFilter, filters_match
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, WebhookTrigger
-from ade_tasks.triggers.base import Refusal, TriggerTest
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 
 SOURCE_PREFIX = "webhook:"
 

@@ -71,7 +71,7 @@ from ade_tasks.rules.ade_actions import (
 )
 from ade_tasks.rules.steps import AdeActionStep
 from ade_tasks.states import CleanupStatus, RunStatus, StepStatus
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.integrations.github import GithubClient
 from ade_workers.integrations.notify import send_notification
 

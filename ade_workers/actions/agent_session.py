@@ -31,7 +31,7 @@ from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.threads import THREAD_EVENT
 from ade_tasks.errors import AdeError
 from ade_tasks.guardrails import registry as guardrails
-from ade_tasks.guardrails.base import Allowance, Cost
+from ade_tasks.guardrails.guardrail import Allowance, Cost
 from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
 from ade_tasks.rules.rule import Rule
@@ -40,14 +40,14 @@ from ade_tasks.secrets import resolve as resolve_secret
 from ade_tasks.settings import Settings
 from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
 from ade_workers.agents.cli.cli_session import CLI_BINARIES, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.thread_session import close_thread, open_thread, tainted_by
-from ade_workers.agents.tools.base import RunLink, ToolContext
+from ade_workers.agents.tools.tool import RunLink, ToolContext
 from ade_workers.containment.agent_user import SETTING as AGENT_USER_SETTING
 from ade_workers.containment.agent_user import AgentUser, AgentUsers
 from ade_workers.sandbox.egress import open_egress

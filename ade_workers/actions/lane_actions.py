@@ -20,7 +20,7 @@ from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.steps import CreateLaneAction, DeleteLaneAction, PredictConflictsAction
 from ade_tasks.states import StepStatus
 from ade_tasks.triggers.local_events import emit_lane_event
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.integrations import git_lanes as lanes
 
 

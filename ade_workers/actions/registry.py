@@ -24,7 +24,7 @@ from ade_tasks.rules.steps import (
 )
 from ade_workers.actions.ade_action import ade_action
 from ade_workers.actions.agent_session import agent_session
-from ade_workers.actions.base import ActionExecutor
+from ade_workers.actions.executor import ActionExecutor
 from ade_workers.actions.lane_actions import create_lane, delete_lane, predict_conflicts
 from ade_workers.actions.run_command import run_command
 from ade_workers.actions.run_tests import run_tests

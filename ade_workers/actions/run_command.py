@@ -12,7 +12,7 @@ from ade_tasks.json_document import JsonObject
 from ade_tasks.paths import resolve_inside
 from ade_tasks.rules.steps import CommandStep, Step
 from ade_tasks.states import StepStatus
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.actions.live_output import LiveOutput, step_output_writer
 from ade_workers.containment.process import OUTPUT_CAP, ProcessResult, run_process
 from ade_workers.sandbox.engine import command_sandbox

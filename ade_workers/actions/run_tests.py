@@ -18,7 +18,7 @@ from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
 from ade_tasks.rules.steps import RunTestsAction
 from ade_tasks.states import StepStatus
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.actions.junit import JunitError, summarize_reports
 from ade_workers.actions.run_command import command_outcome, start_command
 from ade_workers.sandbox.engine import exchange_directory

@@ -37,8 +37,8 @@ from ade_workers.agents.providers import (
     ToolSpec,
 )
 from ade_workers.agents.tools import github
-from ade_workers.agents.tools.base import Finding, Report, ToolContext, ToolResult
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
+from ade_workers.agents.tools.tool import Finding, Report, ToolContext, ToolResult
 from ade_workers.integrations.http import IntegrationError, IntegrationUnavailableError
 
 TOOL_RESULT_CAP = 20_000

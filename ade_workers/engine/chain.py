@@ -30,7 +30,7 @@ from ade_tasks.rules.steps import Action
 from ade_tasks.secrets import Masker, SecretError, resolve, seal, unseal, unsealable
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import TemplateContext, TemplateError, render_value
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 
 #: Lane values of a step's `lane` field that are not lane names.
 RUN_LANE, PROJECT_ROOT = "created", "project"

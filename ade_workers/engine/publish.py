@@ -23,7 +23,7 @@ from ade_tasks.secrets import resolve
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.templating import render
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.engine.chain import ChainState, template_context
 from ade_workers.integrations import git_lanes as lanes
 from ade_workers.integrations.github import GithubClient

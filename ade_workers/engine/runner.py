@@ -30,7 +30,7 @@ from ade_tasks.db.retry import UnitsOfWork, is_connection_lost, retrying
 from ade_tasks.db.run_steps import StepRecord
 from ade_tasks.errors import AdeError, DatabaseUnavailableError
 from ade_tasks.guardrails import registry as guardrails
-from ade_tasks.guardrails.base import Admission, Deadline
+from ade_tasks.guardrails.guardrail import Admission, Deadline
 from ade_tasks.rules.outputs import Disposition
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import Action, RunCommandAction
@@ -40,7 +40,7 @@ from ade_tasks.runs.review import review
 from ade_tasks.secrets import Masker
 from ade_tasks.states import FINAL_STATUSES, RunStatus, StepStatus
 from ade_tasks.triggers.finished_runs import emit_after_finish
-from ade_workers.actions.base import StepOutcome
+from ade_workers.actions.executor import StepOutcome
 from ade_workers.engine.chain import ChainState, StepRun, run_step
 from ade_workers.engine.publish import publish
 from ade_workers.engine.run_monitor import SHUTDOWN, SHUTDOWN_ERROR, Watch

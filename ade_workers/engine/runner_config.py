@@ -13,7 +13,7 @@ from typing import Any
 
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.settings import Settings
-from ade_workers.actions.base import ActionExecutor
+from ade_workers.actions.executor import ActionExecutor
 from ade_workers.actions.registry import registry
 from ade_workers.engine.run_monitor import RunMonitor
 

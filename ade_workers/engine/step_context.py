@@ -9,10 +9,10 @@ import time
 from ade_tasks.db import lanes as lanes_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.lanes import LaneRef
-from ade_tasks.guardrails.base import Deadline
+from ade_tasks.guardrails.guardrail import Deadline
 from ade_tasks.rules.steps import Action
 from ade_tasks.states import StepStatus
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.actions.registry import unknown_action
 from ade_workers.engine.chain import ChainState, template_context
 from ade_workers.engine.run_monitor import Watch

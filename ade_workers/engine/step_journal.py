@@ -30,7 +30,7 @@ from ade_tasks.rules.approval_policy import gate_policy
 from ade_tasks.rules.steps import Action
 from ade_tasks.states import RunStatus
 from ade_workers.actions.agent_session import park_for_tool
-from ade_workers.actions.base import StepOutcome
+from ade_workers.actions.executor import StepOutcome
 from ade_workers.engine.run_monitor import Watch
 from ade_workers.engine.run_plan import RunPlan
 from ade_workers.engine.runner_config import INTERRUPTED

@@ -1,5 +1,5 @@
 """The worker's end of a sandbox's forwarded port: a Unix socket whose every connection is
-relayed to a TCP address of the worker's (the model proxy on 127.0.0.1)."""
+forwarded to a TCP address of the worker's (the model proxy on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from ade_workers.sandbox.forward import relay
+from ade_workers.sandbox.forward import splice
 
 
 class Owner(Protocol):
@@ -20,7 +20,7 @@ class Owner(Protocol):
 
 
 class UnixBridge:
-    """Serves `path` from a background thread while the context is open, relaying each
+    """Serves `path` from a background thread while the context is open, forwarding each
     connection to `target` (host, port). Only the socket's owner may connect: the worker, or
     the agent user it is handed to (`owner`)."""
 
@@ -68,4 +68,4 @@ class UnixBridge:
             client.close()
             return
         upstream.settimeout(None)
-        relay(client, upstream)
+        splice(client, upstream)

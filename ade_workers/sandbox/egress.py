@@ -5,7 +5,7 @@ An agent session's sandbox has a network namespace of its own, holding only a lo
 rule names hosts, the worker runs this proxy on 127.0.0.1 for the session, the sandbox forwards a
 port to it (like the model proxy's) and the session's environment points `HTTP_PROXY` /
 `HTTPS_PROXY` at it (curl, git, pip, npm and both CLIs honour them). A `CONNECT host:port` (TLS)
-or an absolute-form request (`GET http://host:port/...`) to a named host is connected and relayed
+or an absolute-form request (`GET http://host:port/...`) to a named host is connected and forwarded
 byte for byte; anything else is answered `403` with the reason. The sandbox cannot reach the
 host's network around it, so a program that ignores the proxy variables reaches nothing.
 """
@@ -23,7 +23,7 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from ade_workers.sandbox.bridge import Owner, UnixBridge
-from ade_workers.sandbox.forward import relay
+from ade_workers.sandbox.forward import splice
 from ade_workers.sandbox.layout import Forward, Sandbox
 from ade_workers.sandbox.scratch import make_directory
 
@@ -111,7 +111,7 @@ class EgressProxy:
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
             upstream.sendall(forward)
-        relay(client, upstream)
+        splice(client, upstream)
 
 
 def _answer(client: socket.socket, status: int, reason: str) -> None:

@@ -5,11 +5,11 @@ the engine bound in, then run the command and exit with its status.
 
 An agent CLI speaks HTTP to `http://127.0.0.1:PORT` (its model proxy) and cannot speak to a Unix
 socket, while a sandbox with a network namespace of its own reaches no host address. So each
-connection to PORT inside is relayed to SOCKET, a socket of the engine's (`bridge.py`) that the
+connection to PORT inside is forwarded to SOCKET, a socket of the engine's (`bridge.py`) that the
 sandbox binds in; nothing else of the host's network is reachable.
 
 Standard library only: this file runs as a program inside the sandbox (an engine-owned copy,
-`helpers.py`), with no site packages; the worker imports `relay` from it for its end.
+`helpers.py`), with no site packages; the worker imports `splice` from it for its end.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
             target.shutdown(socket.SHUT_WR)
 
 
-def relay(one: socket.socket, other: socket.socket) -> None:
+def splice(one: socket.socket, other: socket.socket) -> None:
     """Copy bytes both ways until both sides have closed; then close both."""
     back = threading.Thread(target=_pump, args=(other, one), daemon=True)
     back.start()
@@ -59,7 +59,7 @@ def _connect(client: socket.socket, path: str) -> None:
         upstream.close()
         client.close()
         return
-    relay(client, upstream)
+    splice(client, upstream)
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus, StepStatus
 from ade_tasks.testing import InMemorySender
 from ade_workers.actions.ade_action import ade_action
-from ade_workers.actions.base import StepContext
+from ade_workers.actions.executor import StepContext
 from ade_workers.actions.registry import registry
 from ade_workers.engine.chain import ChainState, prepare, template_context
 from ade_workers.engine.runner import execute_run

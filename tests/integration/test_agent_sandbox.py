@@ -21,8 +21,8 @@ import pytest
 from ade_api.dev_model import ScriptedAnthropic, Turn
 from ade_tasks.rules.agent import ToolPolicy
 from ade_tasks.settings import Settings
-from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.shell import bash
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.fake_responses import ScriptedResponsesServer, add_file_patch
 from tests.fake_responses import Turn as CodexTurn

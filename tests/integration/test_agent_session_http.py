@@ -27,7 +27,7 @@ from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_s
 from ade_workers.agents.providers import ModelProvider
 from ade_workers.agents.providers.anthropic import AnthropicProvider
 from ade_workers.agents.providers.openai import OpenAIProvider
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 from tests.fake_llm import Reply, ScriptedModelServer, load_fixture
 
 KEY = "sk-test-session-0123456789"

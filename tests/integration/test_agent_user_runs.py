@@ -26,8 +26,8 @@ from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.settings import ProviderSettings
 from ade_tasks.states import RunStatus
 from ade_tasks.testing import InMemorySender
-from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import run_tool
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.containment.process import run_process
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig

@@ -33,7 +33,7 @@ from ade_workers.agents.cli.cli_session import run_cli_session
 from ade_workers.agents.cli.outcome import CliSessionOutcome
 from ade_workers.agents.cli.setup import CliSetup, call_id
 from ade_workers.agents.http_session import SessionLimits
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.sandbox import scratch
 from ade_workers.sandbox.engine import agent_sandbox
 from tests.real_clis import real_cli

@@ -1,7 +1,7 @@
-"""The engine's GitHub tools in a real Claude Code session (`tool_relay`, `mcp_relay`): the model
+"""The engine's GitHub tools in a real Claude Code session (`tool_bridge`, `mcp_bridge`): the model
 calls `mcp__ade__github_checks` and `mcp__ade__github_comment` against the scripted GitHub on
 127.0.0.1, the worker runs them with a token the CLI never sees, and a command of the agent that
-talks to the relay socket itself runs nothing."""
+talks to the bridge socket itself runs nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ claude, server, gh = real.claude, real.server, palette.gh  # their fixtures, sha
 
 GITHUB = ("repo", "git", "github")
 
-#: A command an adversarial agent runs: it finds the relay socket from the MCP helper's command
+#: A command an adversarial agent runs: it finds the bridge socket from the MCP helper's command
 #: line and asks the worker to post a comment itself, with an invented call id, then with the id
 #: of the call the engine allowed (and ran) before.
 ATTACK = textwrap.dedent(
@@ -34,7 +34,7 @@ ATTACK = textwrap.dedent(
             args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
         except OSError:
             continue
-        if any(a.endswith(b"mcp_relay.py") for a in args):
+        if any(a.endswith(b"mcp_bridge.py") for a in args):
             path = [a for a in args if a][-1].decode()
     def ask(request):
         with socket.socket(socket.AF_UNIX) as sock:
@@ -82,7 +82,7 @@ def test_claude_reads_the_failing_check_and_comments_once_with_a_token_it_never_
     assert TOKEN not in transcript
 
 
-def test_a_command_that_calls_the_relay_socket_itself_runs_nothing(
+def test_a_command_that_calls_the_bridge_socket_itself_runs_nothing(
     claude: Path, server: ScriptedAnthropic, gh: Setup
 ) -> None:
     allowed = Turn.tool("mcp__ade__github_comment", body="posted")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ade_api.cli.base import Api
+from ade_api.cli.root import Api
 from ade_tasks.api_address import ApiAddress
 from tests.support import free_port
 

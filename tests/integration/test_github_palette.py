@@ -25,8 +25,8 @@ from ade_tasks.secrets import Masker
 from ade_tasks.settings import GithubSettings
 from ade_workers.agents.http_session import STARTED_EVENT, SessionLimits, run_session
 from ade_workers.agents.providers.openai import OpenAIProvider
-from ade_workers.agents.tools.base import RunLink, ToolContext, ToolResult
 from ade_workers.agents.tools.registry import run_tool
+from ade_workers.agents.tools.tool import RunLink, ToolContext, ToolResult
 from tests.fake_github import MISSING_SCOPE, SECONDARY_RATE_LIMIT, FakeGithub
 from tests.fake_http import ScriptedServer
 from tests.fake_llm import Reply, ScriptedModelServer

@@ -10,7 +10,7 @@ GraphQL threads, `git http-backend`), and a scripted Anthropic Messages server
 
 The model's turns are written once, provider-neutral (`Agent`), in the Anthropic shape both
 read: the HTTP provider calls the engine's `github_*`, `write_file` and `bash`; Claude Code calls
-the same GitHub tools as `mcp__ade__github_*` (through the engine's MCP relay) and its own
+the same GitHub tools as `mcp__ade__github_*` (through the engine's MCP bridge) and its own
 `Write` and `Bash` (in the session's sandbox). The recipe's rule files are the same for both: the
 test swaps only the provider and the model.
 """
@@ -260,7 +260,7 @@ def processes_below(worker: Child) -> tuple[dict[int, list[str]], dict[int, int]
 
 def cli_processes(worker: Child, cli: str | None) -> dict[int, str]:
     """The agent CLI's processes below the worker (`cli` and everything it started: its MCP
-    relay, the tools it runs), by pid with their command line; none for an HTTP provider."""
+    bridge, the tools it runs), by pid with their command line; none for an HTTP provider."""
     argvs, parents = processes_below(worker)
     tree = {pid for pid, argv in argvs.items() if cli and Path(argv[0]).name.startswith(cli)}
     frontier = set(tree)

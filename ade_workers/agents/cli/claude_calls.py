@@ -17,7 +17,7 @@ Claude's own tools, and what the engine knows them as:
 | NotebookEdit | edit_file | notebook_path | yes |
 | Bash | bash | none: judged by tool rules | - |
 | Glob, Grep, LS (older CLIs) | glob, grep, list_dir | path (and an absolute pattern) | no |
-| mcp__ade__github_pr, ... | github_pr, ... (the engine's tools, `tool_relay`) | none | - |
+| mcp__ade__github_pr, ... | github_pr, ... (the engine's tools, `tool_bridge`) | none | - |
 | mcp__server__tool | mcp:server:tool | none | - |
 
 Any other tool (WebFetch, Task, ...) keeps its own name: only `allowed_tools` can let it run.
@@ -25,7 +25,7 @@ An `ask` verdict ends the session with the call pending (`on_ask`): the run park
 HTTP providers. The call's id is derived from the tool and its input, so when the run resumes,
 a fresh session repeating the same call meets the operator's answer. An allowed call of the
 engine's own MCP server (`mcp__ade__*`) also gets a ticket, without which the worker's tool
-relay runs nothing (`tool_relay.py`).
+bridge runs nothing (`tool_bridge.py`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from ade_workers.agents.cli.setup import (
     replayed,
     taint_refusal,
 )
-from ade_workers.agents.cli.tool_relay import BRIDGED_TOOLS, PREFIX, Tickets
+from ade_workers.agents.cli.tool_bridge import BRIDGED_TOOLS, PREFIX, Tickets
 
 Record = Callable[[str, JsonObject], None]
 ENGINE_TOOLS = READ_ONLY_TOOLS | WRITE_TOOLS | COMMAND_TOOLS | SERVICE_TOOLS
@@ -171,9 +171,9 @@ class CallJudge:
     """Calls an interrupted attempt finished: the first repeat of each gets its recorded
     result instead of running again."""
     bridged: frozenset[str] = frozenset()
-    """The engine tools this session's `ade` MCP server offers (`tool_relay`)."""
+    """The engine tools this session's `ade` MCP server offers (`tool_bridge`)."""
     tickets: Tickets = field(default_factory=Tickets)
-    """The allowed calls of those tools, which the relay runs once each."""
+    """The allowed calls of those tools, which the bridge runs once each."""
 
     def __call__(self, call: JsonObject) -> tuple[str, str]:
         name = str(call.get("tool_name") or "")

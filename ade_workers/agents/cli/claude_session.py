@@ -14,8 +14,8 @@ What the engine sets up around `claude -p`, and why:
   settings (so no hooks of the checked-out tree), `--strict-mcp-config` with no MCP servers but
   the engine's own, and a private HOME and `CLAUDE_CONFIG_DIR` per session, removed afterwards.
 - **The engine's tools.** A session whose palette brings engine-run tools (`github`, `notify`)
-  gets one MCP server, `ade`: the engine's `mcp_relay.py` inside the sandbox, relaying each
-  call to the worker's `ToolRelay`, which runs only a call the hook allowed (`tool_relay.py`).
+  gets one MCP server, `ade`: the engine's `mcp_bridge.py` inside the sandbox, passing each
+  call to the worker's `ToolBridge`, which runs only a call the hook allowed (`tool_bridge.py`).
 - **Credentials.** The CLI talks to the engine's model proxy (`model_proxy.py`) with a
   per-session token; the provider's key (`ADE_PROVIDERS__CLAUDE_CODE__API_KEY`) and endpoint
   (`..._BASE_URL`) stay in the worker, so no `Bash` call of the model can read them.
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.agent import AgentSession
-from ade_workers.agents.cli import claude_hook, mcp_relay
+from ade_workers.agents.cli import claude_hook, mcp_bridge
 from ade_workers.agents.cli.claude_calls import CallJudge, claude_tools_for
 from ade_workers.agents.cli.decision_server import DecisionServer
 from ade_workers.agents.cli.facts import Capability, CapabilityReport, Support
@@ -60,7 +60,7 @@ from ade_workers.agents.cli.setup import (
     sandbox_capability,
     session_sandbox,
 )
-from ade_workers.agents.cli.tool_relay import SERVER, ToolRelay, bridged, mcp_name
+from ade_workers.agents.cli.tool_bridge import SERVER, ToolBridge, bridged, mcp_name
 from ade_workers.containment.process import ProcessResult, run_process
 from ade_workers.sandbox import helpers
 from ade_workers.sandbox.bridge import UnixBridge
@@ -82,8 +82,8 @@ QUIET_ENV = {
 
 #: The hook's bytes as this worker started with them (never the source tree's later state).
 HOOK_PROGRAM = helpers.register(claude_hook.__file__)
-#: Likewise the MCP server that relays the engine's tools from inside the sandbox.
-RELAY_PROGRAM = helpers.register(mcp_relay.__file__)
+#: Likewise the MCP server that serves the engine's tools inside the sandbox.
+BRIDGE_PROGRAM = helpers.register(mcp_bridge.__file__)
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,13 @@ def session_settings(hook: Hook) -> JsonObject:
     return {"hooks": {"PreToolUse": every_tool, "PostToolUse": every_tool}}
 
 
-def mcp_config(hook: Hook, relay_socket: Path) -> JsonObject:
-    """The session's one MCP server: the engine's relay, run by the hook's Python from the
-    engine's copy, talking to the worker's relay socket."""
+def mcp_config(hook: Hook, bridge_socket: Path) -> JsonObject:
+    """The session's one MCP server: the engine's bridge, run by the hook's Python from the
+    engine's copy, talking to the worker's bridge socket."""
     server = {
         "type": "stdio",
         "command": hook.python,
-        "args": ["-I", "-S", str(RELAY_PROGRAM.installed()), str(relay_socket)],
+        "args": ["-I", "-S", str(BRIDGE_PROGRAM.installed()), str(bridge_socket)],
     }
     return {"mcpServers": {SERVER: server}}
 
@@ -128,10 +128,10 @@ def claude_argv(
     prompt: str,
     system: str | None,
     hook: Hook,
-    relay_socket: Path | None = None,
+    bridge_socket: Path | None = None,
 ) -> list[str]:
     """The `claude -p` command line of one engine-bounded session (with the engine's MCP
-    server when `relay_socket` is given)."""
+    server when `bridge_socket` is given)."""
     argv = [
         real_binary(setup),
         "-p",
@@ -152,8 +152,8 @@ def claude_argv(
         "--tools",
         ",".join(claude_tools_for(setup.tools, setup.policy)),
     ]
-    if relay_socket is not None:
-        argv += ["--mcp-config", json.dumps(mcp_config(hook, relay_socket))]
+    if bridge_socket is not None:
+        argv += ["--mcp-config", json.dumps(mcp_config(hook, bridge_socket))]
     if setup.limits.max_cost_usd is not None:
         argv += ["--max-budget-usd", f"{setup.limits.max_cost_usd:g}"]
     if system is not None:
@@ -199,8 +199,8 @@ def capabilities(
     """What the engine enforces on this session and how, checked against Claude's init event
     (the tools it really offered, its MCP servers) once it has run."""
     E, U = Support.ENFORCED, Support.UNSUPPORTED
-    relayed = [mcp_name(tool) for tool in relayed_tools(setup)]
-    offered = claude_tools_for(setup.tools, setup.policy) + relayed
+    served = [mcp_name(tool) for tool in bridged_tools(setup)]
+    offered = claude_tools_for(setup.tools, setup.policy) + served
     hook = "the engine's PreToolUse hook decides every call"
     items = [
         Capability(
@@ -240,24 +240,24 @@ def capabilities(
         ),
         *proxy_capabilities(setup, f"{hook}: only read-only tools run"),
     ]
-    if relayed:
-        items.append(_engine_tools(setup, relayed, hook))
+    if served:
+        items.append(_engine_tools(setup, served, hook))
     if init is None:
         items.append(
             Capability(
                 "settings",
                 E,
                 "--setting-sources '' --strict-mcp-config"
-                + (f" (only the engine's {SERVER!r} server)" if relayed else "")
+                + (f" (only the engine's {SERVER!r} server)" if served else "")
                 + ", private HOME and CLAUDE_CONFIG_DIR (not yet checked: no init)",
             )
         )
         given = ",".join(claude_tools_for(setup.tools, setup.policy)) or "(none)"
         items.append(
-            Capability("tools", E, f"--tools {given}" + "".join(f", {t}" for t in relayed))
+            Capability("tools", E, f"--tools {given}" + "".join(f", {t}" for t in served))
         )
         return CapabilityReport(cli="claude-code", items=tuple(items))
-    items.append(_settings_checked(init.get("mcp_servers") or [], bool(relayed)))
+    items.append(_settings_checked(init.get("mcp_servers") or [], bool(served)))
     reported = [str(t) for t in init.get("tools") or []]
     extra = sorted(set(reported) - set(offered))
     missing = [t for t in offered if t not in reported]
@@ -272,10 +272,10 @@ def capabilities(
     return CapabilityReport(cli="claude-code", items=tuple(items))
 
 
-def _engine_tools(setup: CliSetup, relayed: list[str], hook: str) -> Capability:
-    """The engine_tools item: the relay's tools, and whether their token is out of reach."""
+def _engine_tools(setup: CliSetup, served: list[str], hook: str) -> Capability:
+    """The engine_tools item: the bridge's tools, and whether their token is out of reach."""
     how = (
-        f"{', '.join(relayed)}: run by the worker with the cluster's credentials, through the "
+        f"{', '.join(served)}: run by the worker with the cluster's credentials, through the "
         f"engine's MCP server {SERVER!r}; only a call {hook} allowed runs, once"
     )
     if setup.sandbox is None and setup.user is None:
@@ -288,14 +288,14 @@ def _engine_tools(setup: CliSetup, relayed: list[str], hook: str) -> Capability:
     return Capability("engine_tools", Support.ENFORCED, how)
 
 
-def _settings_checked(servers: list[object], relayed: bool) -> Capability:
+def _settings_checked(servers: list[object], bridged: bool) -> Capability:
     """The settings item against init's MCP servers: none, or only the engine's own."""
     names = [str(s.get("name")) if isinstance(s, dict) else str(s) for s in servers]
-    if any(name != SERVER or not relayed for name in names):
+    if any(name != SERVER or not bridged for name in names):
         return Capability(
             "settings", Support.UNSUPPORTED, f"claude started MCP servers anyway: {servers}"
         )
-    if relayed:
+    if bridged:
         return Capability(
             "settings",
             Support.ENFORCED,
@@ -306,7 +306,7 @@ def _settings_checked(servers: list[object], relayed: bool) -> Capability:
     )
 
 
-def relayed_tools(setup: CliSetup) -> list[str]:
+def bridged_tools(setup: CliSetup) -> list[str]:
     """The engine tools the session's `ade` MCP server offers: the bridged tools of its
     palette, when the engine gave it a context to run them in."""
     return bridged(setup.tools) if setup.tool_ctx is not None else []
@@ -355,11 +355,11 @@ def run_claude(
         masker=setup.masker,
         stopping=stop.refusal,
         completed=dict(setup.completed),
-        bridged=frozenset(relayed_tools(setup)),
+        bridged=frozenset(bridged_tools(setup)),
     )
     try:
         hook = _hook(setup, sockets)
-        relay_socket = sockets / "tools.sock" if judge.bridged else None
+        bridge_socket = sockets / "tools.sock" if judge.bridged else None
         with (
             ModelProxy(
                 upstream=upstream,
@@ -371,10 +371,11 @@ def run_claude(
                 on_refused=lambda reason: stop.set("failed", f"{reason}: check {KEY_SETTING}"),
             ) as proxy,
             DecisionServer(hook.socket_path, judge, owner=setup.user),
-            _relay(setup, relay_socket, judge, stop),
+            _bridge(setup, bridge_socket, judge, stop),
         ):
             argv = claude_argv(
-                execution, setup, prompt=prompt, system=system, hook=hook, relay_socket=relay_socket
+                execution, setup, prompt=prompt, system=system, hook=hook,
+                bridge_socket=bridge_socket,
             )
             masker = setup.masker.with_values([proxy.token, *([key] if key else [])])
             model_socket = sockets / "model.sock"
@@ -407,13 +408,13 @@ def run_claude(
         shutil.rmtree(sockets, ignore_errors=True)
 
 
-def _relay(
+def _bridge(
     setup: CliSetup, path: Path | None, judge: CallJudge, stop: Stop
 ) -> contextlib.AbstractContextManager[object]:
-    """The worker's tool relay for the session's `ade` MCP server (nothing without one)."""
+    """The worker's tool bridge for the session's `ade` MCP server (nothing without one)."""
     if path is None or setup.tool_ctx is None:
         return contextlib.nullcontext()
-    return ToolRelay(
+    return ToolBridge(
         path,
         sorted(judge.bridged),
         setup.tool_ctx,

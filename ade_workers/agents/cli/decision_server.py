@@ -7,7 +7,7 @@ bug in the engine refuses a call rather than letting it through. The socket live
 session's private directory (mode 0700) and is gone when the session ends.
 
 `LineServer` is the transport (one JSON line in, one out, a thread per connection); the engine's
-tool relay (`tool_relay.py`) serves the sandbox's MCP helper on one too.
+tool bridge (`tool_bridge.py`) serves the sandbox's MCP helper on one too.
 """
 
 from __future__ import annotations

@@ -281,12 +281,12 @@ def _handler(proxy: ModelProxy) -> type[BaseHTTPRequestHandler]:
             return
 
         def do_GET(self) -> None:
-            self._relay()
+            self._forward()
 
         def do_POST(self) -> None:
-            self._relay()
+            self._forward()
 
-        def _relay(self) -> None:
+        def _forward(self) -> None:
             headers = {k.lower(): v for k, v in self.headers.items()}
             length = int(headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""

@@ -14,8 +14,8 @@ from ade_tasks.rules.agent import AgentSession
 from ade_workers.agents.cli.facts import CapabilityReport, CliFacts
 from ade_workers.agents.cli.setup import CliSetup, Stop
 from ade_workers.agents.http_session import Record, SessionOutcome, SessionStatus
-from ade_workers.agents.tools.base import Finding
 from ade_workers.agents.tools.notes import FINDING_SEVERITIES
+from ade_workers.agents.tools.tool import Finding
 
 NOISE_LINES = 50
 _JSON_BLOCK = re.compile(r"```json[ \t]*\r?\n(.*?)\r?\n?```", re.DOTALL | re.IGNORECASE)

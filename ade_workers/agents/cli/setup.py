@@ -28,7 +28,7 @@ from ade_tasks.secrets import Masker
 from ade_tasks.settings import ProviderSettings
 from ade_workers.agents.cli.facts import Capability, Support
 from ade_workers.agents.http_session import Record, SessionLimits, SessionStatus
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.containment.agent_user import AgentUser
 from ade_workers.sandbox.egress import PROXY_VARIABLES
 from ade_workers.sandbox.host import SETTING as SANDBOX_SETTING
@@ -57,7 +57,7 @@ class CliSetup:
     completed: Mapping[str, str] = field(default_factory=dict)
     """Calls an earlier, interrupted attempt finished (`call_id` -> the result it recorded)."""
     tool_ctx: ToolContext | None = None
-    """What the engine's own tools (`tool_relay`: github, notify) run with, in the worker."""
+    """What the engine's own tools (`tool_bridge`: github, notify) run with, in the worker."""
 
     def api_key(self) -> str | None:
         """The provider's key (it stays in the worker's model proxy)."""

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from ade_tasks.errors import AdeError
 from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     STRING,
     RunLink,
     Tool,

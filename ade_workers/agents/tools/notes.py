@@ -4,7 +4,7 @@ answered by the session itself, so it has a spec and no tool here) and its final
 from __future__ import annotations
 
 from ade_tasks.json_document import JsonObject
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     STRING,
     Finding,
     Todo,

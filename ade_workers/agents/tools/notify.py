@@ -11,7 +11,7 @@ import time
 from ade_tasks.errors import AdeError
 from ade_tasks.json_document import JsonObject
 from ade_tasks.retry import RetryPolicy
-from ade_workers.agents.tools.base import STRING, ToolContext, ToolError, ToolResult, ToolSpec, spec
+from ade_workers.agents.tools.tool import STRING, ToolContext, ToolError, ToolResult, ToolSpec, spec
 from ade_workers.integrations.notify import send_notification
 
 TEXT_CAP = 4_000

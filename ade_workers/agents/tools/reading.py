@@ -10,7 +10,7 @@ from pathlib import Path
 from ade_tasks.globs import glob_regex
 from ade_tasks.json_document import JsonObject
 from ade_tasks.patterns import PatternError, compile_pattern
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     STRING,
     ToolContext,
     ToolError,

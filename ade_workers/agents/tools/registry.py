@@ -10,7 +10,7 @@ import logging
 from ade_tasks.agents.policy import SERVICE_TOOLS
 from ade_tasks.json_document import JsonObject
 from ade_workers.agents.tools import github, notes, notify, reading, shell, writing
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     Tool,
     ToolContext,
     ToolError,

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from ade_tasks.json_document import JsonObject
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     STRING,
     ToolContext,
     ToolError,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ade_tasks.errors import PolicyViolationError
 from ade_tasks.paths import resolve_inside
-from ade_workers.agents.tools.base import ToolContext, ToolError
+from ade_workers.agents.tools.tool import ToolContext, ToolError
 
 BINARY_SNIFF = 8_192
 

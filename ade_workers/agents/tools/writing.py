@@ -4,7 +4,7 @@ Neither writes under `.git` nor the engine's own data (`worktree.writable`)."""
 from __future__ import annotations
 
 from ade_tasks.json_document import JsonObject
-from ade_workers.agents.tools.base import (
+from ade_workers.agents.tools.tool import (
     STRING,
     ToolContext,
     ToolError,

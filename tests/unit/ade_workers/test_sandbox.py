@@ -199,7 +199,7 @@ def test_a_helper_copy_holds_the_engines_bytes_and_is_rewritten_when_changed(tmp
 
 
 @needs_bwrap
-def test_the_forwarder_relays_a_port_inside_to_a_unix_socket_outside(tmp_path):
+def test_the_forwarder_forwards_a_port_inside_to_a_unix_socket_outside(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as upstream:
         port = upstream.getsockname()[1]
 

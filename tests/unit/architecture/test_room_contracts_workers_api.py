@@ -32,9 +32,9 @@ LAYERS: dict[str, Sequence[str | set[str]]] = {
         {"sandbox", "integrations"},
     ),
     "ade_api": ("cli", "relay", {"http", "dev_model"}),
-    # Each command module attaches its commands to `base`'s groups and imports no other
-    # command module; the modules below `base` are shared by commands and import none of them.
-    # (`registry` names the command modules as strings, and `base`'s lazy groups import one
+    # Each command module attaches its commands to `root`'s groups and imports no other
+    # command module; the modules below `root` are shared by commands and import none of them.
+    # (`registry` names the command modules as strings, and `root`'s lazy groups import one
     # when its command runs: the late binding that keeps start-up cheap, not an import.)
     "ade_api.cli": (
         {
@@ -58,7 +58,7 @@ LAYERS: dict[str, Sequence[str | set[str]]] = {
             "runs",
         },
         "run_stream",
-        "base",
+        "root",
         {"dev", "git_hooks", "health", "plain_http", "registry", "serve", "step_lines"},
     ),
 }

@@ -24,8 +24,8 @@ from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
 from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers import registry as trigger_registry
-from ade_tasks.triggers.base import Refusal
 from ade_tasks.triggers.health import LiveState, rule_health
+from ade_tasks.triggers.matcher import Refusal
 from ade_tasks.triggers.registry import trigger_test
 from ade_workers.actions import registry as action_registry
 from ade_workers.engine.runner import execute_run

@@ -29,7 +29,7 @@ from ade_workers.agents.http_session import SessionLimits, run_session
 from ade_workers.agents.providers import HttpProvider, Message, ModelTurn, ToolCall, ToolSpec
 from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
 from ade_workers.agents.readiness import providers_report
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 
 # --- the toy provider: everything it is, in one place -----------------------------------------
 

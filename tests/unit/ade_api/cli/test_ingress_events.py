@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from ade_api.cli import main
-from ade_api.cli.base import Api
+from ade_api.cli.root import Api
 from ade_api.http.app import create_app
 from ade_tasks.access.roles import Role
 from ade_tasks.db import tokens as tokens_db

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from ade_api.cli.base import Api
 from ade_api.cli.logs import LogPrinter, stored_rest
+from ade_api.cli.root import Api
 from ade_api.cli.step_lines import LiveLines
 from ade_workers.containment.process import CappedOutput
 

@@ -1,5 +1,5 @@
 """Each CLI module imports on its own, whichever is first (they attach commands to the groups of
-`ade_api.cli.base`); a command imports only its own module (ade_api/cli/registry.py), whose map
+`ade_api.cli.root`); a command imports only its own module (ade_api/cli/registry.py), whose map
 names every command; `--version` imports no settings, HTTP client or domain, and `runs list`
 neither pydantic (the settings) nor httpx nor the database nor Celery. Start-up time itself is measured in bench/cli_startup.py."""
 
@@ -71,7 +71,7 @@ def test_version_imports_no_settings_http_client_or_domain() -> None:
     loaded = loaded_after(["--version"], heavy)
 
     assert loaded["heavy"] == []
-    assert loaded["commands"] == ["ade_api.cli.base", "ade_api.cli.registry"]
+    assert loaded["commands"] == ["ade_api.cli.registry", "ade_api.cli.root"]
 
 
 def test_runs_list_imports_neither_the_settings_models_nor_httpx_nor_the_database() -> None:
@@ -83,8 +83,8 @@ def test_runs_list_imports_neither_the_settings_models_nor_httpx_nor_the_databas
 
     assert loaded["heavy"] == []
     assert loaded["commands"] == [
-        "ade_api.cli.base", "ade_api.cli.history", "ade_api.cli.plain_http",
-        "ade_api.cli.registry", "ade_api.cli.run_stream", "ade_api.cli.step_lines",
+        "ade_api.cli.history", "ade_api.cli.plain_http", "ade_api.cli.registry",
+        "ade_api.cli.root", "ade_api.cli.run_stream", "ade_api.cli.step_lines",
     ]  # fmt: skip
 
 
@@ -109,9 +109,9 @@ def test_the_registry_names_the_module_of_every_command(
         command = command.get_command(click.Context(command), name)
     assert isinstance(command, click.Group)
 
-    outside_base = {name: module for name, module in defined_commands(command).items()
-                    if module != "ade_api.cli.base"}  # fmt: skip
+    outside_root = {name: module for name, module in defined_commands(command).items()
+                    if module != "ade_api.cli.root"}  # fmt: skip
 
-    missing = {name: module for name, module in outside_base.items() if lazy.get(name) != module}
+    missing = {name: module for name, module in outside_root.items() if lazy.get(name) != module}
     assert not missing, f"add to ade_api/cli/registry.py ({' '.join(group) or 'ROOT'}): {missing}"
-    assert set(lazy) <= set(outside_base), "the registry names commands that do not exist"
+    assert set(lazy) <= set(outside_root), "the registry names commands that do not exist"

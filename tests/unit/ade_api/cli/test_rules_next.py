@@ -11,8 +11,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from ade_api.cli import base as cli
 from ade_api.cli import main
+from ade_api.cli import root as cli
 from ade_api.http.routes.rule_schedule import schedule_preview
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import InvalidInputError

@@ -14,8 +14,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ade_api.cli import base as cli
 from ade_api.cli import history as cli_history
+from ade_api.cli import root as cli
 from ade_api.cli import run_stream
 from ade_api.cli import runs as cli_runs
 from ade_api.http import follow

@@ -19,8 +19,8 @@ from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger
-from ade_tasks.triggers.base import Refusal, TriggerTest
 from ade_tasks.triggers.local_events import matching_rules
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 from tests.conftest import write_rule
 
 BUILT_IN = "execution: {kind: built-in, actions: [{type: run-command, command: 'true'}]}"

@@ -17,7 +17,7 @@ from ade_tasks.db import usage as usage_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.schema import RunRow
 from ade_tasks.guardrails import registry
-from ade_tasks.guardrails.base import Admission, Allowance, Cost, Deadline, Guardrail
+from ade_tasks.guardrails.guardrail import Admission, Allowance, Cost, Deadline, Guardrail
 from ade_tasks.rules.rule import Rule
 from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent

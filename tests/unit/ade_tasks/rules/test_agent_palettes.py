@@ -71,7 +71,7 @@ def test_codex_with_the_github_palette_is_refused_not_left_toolless() -> None:
 def test_claude_code_with_the_github_palette_validates() -> None:
     document = _rule(["repo", "github"])
     document["execution"]["actions"][0].update(provider="claude-code", model="claude-sonnet-4-5")
-    Rule.model_validate(document)  # it reaches them through the engine's MCP relay
+    Rule.model_validate(document)  # it reaches them through the engine's MCP bridge
 
 
 @pytest.mark.parametrize("name", ["pr-fixer", "pr-fixer-claude"])

@@ -16,9 +16,9 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, TriggerType
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.base import Refusal
 from ade_tasks.triggers.ingress_events import dispatch_ingress_event
 from ade_tasks.triggers.lane import lane_event
+from ade_tasks.triggers.matcher import Refusal
 from ade_tasks.triggers.registry import follow_on_events, matcher_for, matchers
 from tests.unit.ade_tasks.triggers.test_ingress_events import event_of
 

@@ -26,7 +26,7 @@ from ade_workers.agents.providers import (
     ToolSpec,
     Usage,
 )
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.integrations.http import IntegrationUnavailableError
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]

@@ -12,9 +12,9 @@ from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.secrets import Masker
 from ade_tasks.settings import Settings
 from ade_workers.agents.tools import github, notes, notify, reading, shell, writing
-from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.reading import READ_CAP
 from ade_workers.agents.tools.registry import TOOL_SPECS, TOOLS, checked_args, run_tool
+from ade_workers.agents.tools.tool import ToolContext
 
 ENV = {"PATH": os.environ["PATH"]}
 

@@ -43,7 +43,7 @@ def ask(proxy: EgressProxy, request: bytes, until: bytes = b"\n") -> bytes:
         return received
 
 
-def test_a_named_host_is_relayed_and_any_other_refused_with_the_reason(web) -> None:
+def test_a_named_host_is_forwarded_and_any_other_refused_with_the_reason(web) -> None:
     port = web.server_address[1]
     with EgressProxy([f"localhost:{port}"]) as proxy:
         request = f"GET http://localhost:{port}/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n"

@@ -6,7 +6,7 @@ from typing import Literal
 
 from ade_tasks.rules.steps import Step
 from ade_tasks.states import StepStatus
-from ade_workers.actions.base import StepContext, StepOutcome
+from ade_workers.actions.executor import StepContext, StepOutcome
 
 
 class ShoutAction(Step):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ade_tasks.guardrails.base import Admission, Guardrail
+from ade_tasks.guardrails.guardrail import Admission, Guardrail
 
 
 class QuietHours(Guardrail):

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, TriggerDocument
-from ade_tasks.triggers.base import Refusal, TriggerTest
+from ade_tasks.triggers.matcher import Refusal, TriggerTest
 from ade_tasks.triggers.readiness import DeliveryState, Readiness
 from ade_tasks.triggers.registry import TriggerKind
 

@@ -1,13 +1,13 @@
-"""The worker's end of the engine's tools for a CLI agent: the relay socket the sandbox's MCP
-helper (`mcp_relay.py`) calls, and the tickets that tie each call to the engine's judgement.
+"""The worker's end of the engine's tools for a CLI agent: the bridge socket the sandbox's MCP
+helper (`mcp_bridge.py`) calls, and the tickets that tie each call to the engine's judgement.
 
 Claude Code cannot call the engine's tools itself, so the engine gives it one MCP server, `ade`
-(`mcp_relay.py`, run inside the sandbox), whose tools are the session's service tools (the
+(`mcp_bridge.py`, run inside the sandbox), whose tools are the session's service tools (the
 `github` and `notify` palettes, `BRIDGED_TOOLS`): `mcp__ade__github_pr`, ... Claude asks the
 engine's PreToolUse hook before each call like before any other; the judge (`CallJudge`)
 decides it as the engine tool it names, with the rule's policy, the mode, taint and approvals.
 An allowed call gets a **ticket**: Claude's id for the call, the tool and its exact arguments.
-The relay runs a call only by taking its ticket, once: the token stays in the worker, and a
+The bridge runs a call only by taking its ticket, once: the token stays in the worker, and a
 command of the agent that connects to the socket itself (it is reachable: the helper runs in the
 same sandbox as the agent's commands, as the same user) runs nothing the judgement did not
 allow, and nothing twice.
@@ -16,7 +16,7 @@ A call runs through the same registry as the HTTP providers' (`run_tool`), marke
 call's stable id (`call_id`, the one its decision and journal carry), so a repeat after a
 resumed run finds its earlier effect and posts nothing new; it runs within the session's deadline
 and is refused once the session is stopping (a budget, a pending approval). A write is recorded
-as `agent.tool_started` before it runs; a refused relay call as `agent.refused`.
+as `agent.tool_started` before it runs; a refused bridge call as `agent.refused`.
 """
 
 from __future__ import annotations
@@ -32,25 +32,25 @@ from ade_tasks.json_document import JsonObject
 from ade_workers.agents.cli.decision_server import LineServer
 from ade_workers.agents.cli.setup import call_id
 from ade_workers.agents.http_session import REPEATABLE_TOOLS, STARTED_EVENT, Record
-from ade_workers.agents.tools.base import ToolContext
 from ade_workers.agents.tools.registry import TOOL_SPECS, run_tool
+from ade_workers.agents.tools.tool import ToolContext
 from ade_workers.containment.agent_user import AgentUser
 
 SERVER = "ade"
 """The MCP server's name: Claude Code calls its tools `mcp__ade__<tool>`."""
 PREFIX = f"mcp__{SERVER}__"
 BRIDGED_TOOLS = SERVICE_TOOLS
-"""The engine tools a CLI session reaches through the relay: the ones the CLI has no own tool
+"""The engine tools a CLI session reaches through the bridge: the ones the CLI has no own tool
 for (its own Read, Edit, Bash stand in for the rest)."""
 
 
 def bridged(tools: Sequence[str]) -> list[str]:
-    """The session's tools the relay serves (empty: the CLI gets no MCP server)."""
+    """The session's tools the bridge serves (empty: the CLI gets no MCP server)."""
     return [tool for tool in tools if tool in BRIDGED_TOOLS]
 
 
 def mcp_name(tool: str) -> str:
-    """Claude Code's name for an engine tool the relay serves."""
+    """Claude Code's name for an engine tool the bridge serves."""
     return PREFIX + tool
 
 
@@ -60,7 +60,7 @@ def _canonical(arguments: object) -> str:
 
 @dataclass
 class Tickets:
-    """The relayed calls the engine's judgement allowed and that have not run, by the CLI's
+    """The bridged calls the engine's judgement allowed and that have not run, by the CLI's
     id for each call."""
 
     _open: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -96,7 +96,7 @@ def mcp_tools(tools: Sequence[str]) -> list[JsonObject]:
     ]
 
 
-class ToolRelay(LineServer):
+class ToolBridge(LineServer):
     """Serves the session's bridged tools on `path` while the context is open: `list`, and
     `call` for a call that holds a ticket."""
 
@@ -117,7 +117,7 @@ class ToolRelay(LineServer):
         self._record = record
         self._stopping = stopping
         self._running = threading.Lock()  # ctx carries the running call's id
-        super().__init__(path, self._serve_request, _failed, owner=owner, name="ade-tool-relay")
+        super().__init__(path, self._serve_request, _failed, owner=owner, name="ade-tool-bridge")
 
     def _serve_request(self, request: JsonObject) -> JsonObject:
         if request.get("op") == "list":

@@ -1,13 +1,13 @@
 """The engine's MCP server inside a CLI agent's sandbox: it offers the engine's tools (the
-`github` and `notify` palettes) and relays every call to the worker, which runs it.
+`github` and `notify` palettes) and passes every call to the worker, which runs it.
 
-    python -I -S mcp_relay.py SOCKET
+    python -I -S mcp_bridge.py SOCKET
 
 The CLI starts this program as its only MCP server, `ade` (Claude Code names its tools
 `mcp__ade__github_pr`, ...), and speaks MCP's stdio transport to it: JSON-RPC 2.0 messages, one
 a line, on stdin and stdout (`initialize`, `tools/list`, `tools/call`, `ping`). It holds no
 credential and runs no tool: `tools/list` and `tools/call` go as one JSON line each to the
-worker's relay socket (`tool_relay.py`), which answers with the tools and runs each call with
+worker's bridge socket (`tool_bridge.py`), which answers with the tools and runs each call with
 the cluster's token, and only a call the engine's PreToolUse judgement allowed (so a command of
 the agent that connects to the socket itself runs nothing). A call carries Claude Code's id for
 it (`_meta["claudecode/toolUseId"]`), which is how the worker finds that judgement.
@@ -37,7 +37,7 @@ _write = threading.Lock()
 
 
 def ask_worker(path: str, request: JsonObject, timeout: float | None) -> JsonObject:
-    """Send one request to the worker's relay socket and return its one-line answer."""
+    """Send one request to the worker's bridge socket and return its one-line answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
@@ -115,7 +115,7 @@ def send(message: JsonObject) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        sys.stderr.write("usage: mcp_relay.py SOCKET\n")
+        sys.stderr.write("usage: mcp_bridge.py SOCKET\n")
         return 2
     for line in sys.stdin:
         try:

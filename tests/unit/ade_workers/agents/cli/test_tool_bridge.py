@@ -1,6 +1,6 @@
 """The engine's tools for Claude Code without the CLI: the judge's tickets for `mcp__ade__*`
-calls, the worker's relay that runs only a ticketed call once, and the sandbox's MCP helper
-speaking MCP's stdio transport to it (`tool_relay.py`, `mcp_relay.py`)."""
+calls, the worker's bridge that runs only a ticketed call once, and the sandbox's MCP helper
+speaking MCP's stdio transport to it (`tool_bridge.py`, `mcp_bridge.py`)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from ade_tasks.agents.policy import Policy
 from ade_tasks.agents.protected import ProtectedPaths
 from ade_tasks.db.approvals import ToolDecisions
 from ade_tasks.rules.agent import AgentSession, ToolPolicy
-from ade_workers.agents.cli import mcp_relay
+from ade_workers.agents.cli import mcp_bridge
 from ade_workers.agents.cli.claude_calls import CallJudge, engine_name
 from ade_workers.agents.cli.claude_session import _settings_checked, capabilities
-from ade_workers.agents.cli.tool_relay import ToolRelay
-from ade_workers.agents.tools.base import ToolContext
+from ade_workers.agents.cli.tool_bridge import ToolBridge
+from ade_workers.agents.tools.tool import ToolContext
 from tests.unit.ade_tasks.rules.providers.test_codex import setup_for
 
 NONE = ToolDecisions(frozenset(), frozenset(), frozenset())
@@ -52,15 +52,15 @@ def _pre(name: str, cli_id: str, **tool_input: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def relay(tmp_path: Path) -> Iterator[tuple[CallJudge, Any, list[tuple[str, Any]]]]:
+def bridge(tmp_path: Path) -> Iterator[tuple[CallJudge, Any, list[tuple[str, Any]]]]:
     judge, events = _judge(tmp_path), []
     # No run link: a tool that runs answers "no GitHub access", a refused call never gets there.
     ctx = ToolContext(worktree=tmp_path, env={})
     path = tmp_path / "tools.sock"
     record = lambda kind, data: events.append((kind, data))  # noqa: E731
-    with ToolRelay(path, TOOLS, ctx, judge.tickets, record):
+    with ToolBridge(path, TOOLS, ctx, judge.tickets, record):
         helper = subprocess.Popen(
-            [sys.executable, "-I", "-S", mcp_relay.__file__, str(path)],
+            [sys.executable, "-I", "-S", mcp_bridge.__file__, str(path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -94,8 +94,8 @@ def test_the_engines_server_names_map_onto_engine_tools() -> None:
     assert engine_name("mcp__other__github_comment") == "mcp:other:github_comment"
 
 
-def test_the_helper_speaks_mcp_and_runs_only_an_allowed_call_once(relay: Any) -> None:
-    judge, helper, events = relay
+def test_the_helper_speaks_mcp_and_runs_only_an_allowed_call_once(bridge: Any) -> None:
+    judge, helper, events = bridge
     init = _rpc(helper, 1, "initialize", protocolVersion="2025-03-26", capabilities={})
     assert init["result"]["protocolVersion"] == "2025-03-26"
     assert init["result"]["serverInfo"]["name"] == "ade"
@@ -138,12 +138,12 @@ def test_a_call_the_judge_does_not_allow_gets_no_ticket(
 
 def test_the_capability_report_accepts_only_the_engines_own_mcp_server() -> None:
     ade = [{"name": "ade", "status": "connected"}]
-    assert _settings_checked(ade, relayed=True).support == "enforced"
-    assert _settings_checked(ade, relayed=False).support == "unsupported"
-    assert _settings_checked([*ade, {"name": "evil"}], relayed=True).support == "unsupported"
+    assert _settings_checked(ade, bridged=True).support == "enforced"
+    assert _settings_checked(ade, bridged=False).support == "unsupported"
+    assert _settings_checked([*ade, {"name": "evil"}], bridged=True).support == "unsupported"
 
 
-def test_the_report_lists_the_relayed_tools_and_says_when_their_token_is_within_reach(
+def test_the_report_lists_the_bridged_tools_and_says_when_their_token_is_within_reach(
     tmp_path: Path,
 ) -> None:
     base = setup_for(tmp_path, "edit", ["read_file", "github_pr", "github_comment"])
