@@ -14,6 +14,8 @@ import pytest
 from importlinter import configuration
 from importlinter.application import use_cases
 
+from tests.unit.architecture.graphs import strongly_connected
+
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("ade_tasks", "ade_workers", "ade_api")
 
@@ -73,52 +75,17 @@ def _kept(config: Path, *contracts: str) -> bool:
     )
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[set[str]] = []
-
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = set()
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.add(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(component)
-
-    for node in graph:
-        if node not in index:
-            connect(node)
-    return found
-
-
 def test_no_module_imports_one_that_imports_it_back_type_checking_included() -> None:
-    assert _cycles(_imports(_modules(), in_functions=False)) == []
+    assert strongly_connected(_imports(_modules(), in_functions=False)) == []
 
 
 def test_imports_inside_functions_close_no_cycle_either() -> None:
-    assert _cycles(_imports(_modules(), in_functions=True)) == []
+    assert strongly_connected(_imports(_modules(), in_functions=True)) == []
 
 
 def test_the_check_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _cycles(graph) == [{"a", "b", "c"}]
+    assert strongly_connected(graph) == [{"a", "b", "c"}]
 
 
 def test_the_rooms_keep_the_contracts_in_pyproject() -> None:

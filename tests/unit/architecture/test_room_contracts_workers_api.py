@@ -19,6 +19,8 @@ from functools import cache
 import grimp
 import pytest
 
+from tests.unit.architecture.graphs import strongly_connected
+
 #: Each package's rooms, from the top down (a set: rooms that never import each other).
 LAYERS: dict[str, Sequence[str | set[str]]] = {
     "ade_workers": (
@@ -69,36 +71,6 @@ def _graph() -> grimp.ImportGraph:
     return grimp.build_graph("ade_workers", "ade_api", cache_dir=None)
 
 
-def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The groups of more than one node that import each other, directly or round a loop."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[set[str]] = []
-
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = set()
-            while (member := stack.pop()) != node:
-                component.add(member)
-            component.add(node)
-            if len(component) > 1:
-                found.append(component)
-
-    for node in graph:
-        if node not in index:
-            connect(node)
-    return found
-
-
 def _collapsed(graph: grimp.ImportGraph, package: str) -> dict[str, set[str]]:
     """The imports between the rooms (children) of `package`, each room standing for itself
     and everything below it."""
@@ -143,14 +115,14 @@ def test_every_room_is_placed(package: str) -> None:
 
 def test_no_rooms_import_each_other_at_any_depth() -> None:
     graph = _graph()
-    loops = {p: _strongly_connected(_collapsed(graph, p)) for p in _packages(graph)}
+    loops = {p: strongly_connected(_collapsed(graph, p)) for p in _packages(graph)}
     assert {p: found for p, found in loops.items() if found} == {}
 
 
 def test_no_modules_import_each_other() -> None:
     graph = _graph()
     edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
-    assert _strongly_connected(edges) == []
+    assert strongly_connected(edges) == []
 
 
 def test_the_checks_find_a_loop_and_an_upward_import() -> None:
@@ -161,6 +133,6 @@ def test_the_checks_find_a_loop_and_an_upward_import() -> None:
     graph.add_import(importer="pkg.low.a", imported="pkg.high.b")
     graph.add_import(importer="pkg.high.b", imported="pkg.low.a")
     # Then both checks see it
-    assert _strongly_connected(_collapsed(graph, "pkg")) == [{"pkg.low", "pkg.high"}]
+    assert strongly_connected(_collapsed(graph, "pkg")) == [{"pkg.low", "pkg.high"}]
     illegal = graph.find_illegal_dependencies_for_layers(layers=("high", "low"), containers={"pkg"})
     assert {(d.importer, d.imported) for d in illegal} == {("pkg.low", "pkg.high")}
