@@ -1,6 +1,7 @@
 """Guardrails the engine holds every run to: one module per guardrail behind the hooks of
-`base.Guardrail`, and `registry.GUARDRAILS`, the ordered tuple dispatch, the runner and agent
-sessions iterate (adding a guardrail: one module here and one line in the registry).
+`guardrail.Guardrail`, and `registry.GUARDRAILS`, the ordered tuple dispatch, the runner, agent
+sessions and rule health iterate (adding a guardrail: one module declaring its hooks and what it
+reads of a rule, and one line, `registry.register(MyGuardrail())`).
 
 The overlap policy is not one of them: it does not admit or refuse a run on its own but shares
 slots between the runs of a batch, buffers runs, cancels the runs in the way and releases

@@ -40,6 +40,7 @@ class ApprovalGate(Guardrail):
     """Parks the run in `waiting` at its gate until an operator approves or rejects it."""
 
     name = "approval-gate"
+    rule_fields = ("require_human", "verify_before_publish")
 
     def gate(self, rule: Rule) -> int | None:
         return approval_gate(rule)

@@ -62,6 +62,7 @@ class Budget(Guardrail):
     """The daily budgets: admission, the run-seconds deadline, agents' allowance and charge."""
 
     name = "budget"
+    rule_fields = ("budget",)
 
     def admit(self, admission: Admission) -> str | None:
         rule, settings = admission.rule, admission.settings

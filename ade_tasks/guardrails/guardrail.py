@@ -1,6 +1,11 @@
 """The hooks every guardrail may implement: admit a run (at dispatch, and when a worker claims
-it), bound it while it runs (a deadline, an approval gate, an agent's allowance), and count
-what a step or agent call spent.
+it), bound it while it runs (a deadline, an approval gate, an agent's allowance), count what a
+step or agent call spent, and say in rule health what holds a rule's runs now.
+
+A guardrail also declares what it reads of a rule: the built-in ones fields of
+`ade_tasks.rules.guardrails.Guardrails` (`rule_fields`); a guardrail of its own its configuration
+model (`config_model`), which a rule sets under `guardrails: {<config_key>: ...}` once the
+guardrail is registered (`ade_tasks.guardrails.registry.register`).
 
 `Guardrail` is a base class whose hooks have nothing to say (Dramatiq's `Middleware`): a
 guardrail overrides the ones it needs.
@@ -10,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
+from ade_tasks.rules.document import Document
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 
@@ -67,6 +73,13 @@ def _least(a: N | None, b: N | None) -> N | None:
     return a if b is None else min(a, b)
 
 
+class HealthState(Protocol):
+    """What a guardrail's health check looks at (`ade_tasks.triggers.health.LiveState` is one)."""
+
+    @property
+    def now(self) -> datetime: ...
+
+
 class Guardrail:
     """A limit the engine holds runs to; every hook here says nothing, so a guardrail
     overrides only the hooks it needs.
@@ -78,6 +91,21 @@ class Guardrail:
 
     #: What the guardrail is called (for a reader: tests, a debugger, a log line).
     name = "guardrail"
+    #: The fields of a rule's `guardrails:` it reads (the docs' table of guardrails lists them).
+    rule_fields: ClassVar[tuple[str, ...]] = ()
+    #: The model of its own configuration under `guardrails: {config_key: ...}` (None: it reads
+    #: only fields of its `rule_fields`); registering the guardrail lets rules set it.
+    config_model: ClassVar[type[Document] | None] = None
+    config_key: ClassVar[str] = ""
+
+    def config(self, rule: Rule) -> Document | None:
+        """Its own configuration in the rule (None: the rule sets none)."""
+        found = getattr(rule.guardrails, self.config_key, None) if self.config_model else None
+        return found if isinstance(found, Document) else None
+
+    def health(self, rule: Rule, state: HealthState) -> str | None:
+        """What holds the rule's runs now, in words, for rule health (None: nothing does)."""
+        return None
 
     def serialized(self, rule: Rule) -> bool:
         """Must dispatch admit the rule's runs under its lock, because admission counts the

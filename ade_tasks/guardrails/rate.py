@@ -56,6 +56,7 @@ class RateLimit(Guardrail):
     is not counted again when a worker claims it."""
 
     name = "rate-limit"
+    rule_fields = ("rate_limit",)
 
     def serialized(self, rule: Rule) -> bool:
         return rule.guardrails.rate_limit is not None

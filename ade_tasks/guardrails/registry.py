@@ -2,9 +2,10 @@
 reason, and of equal deadlines the first names the limit reached.
 
 Adding a guardrail: its module in `ade_tasks/guardrails/` (a `Guardrail` overriding the hooks
-it needs) and one line here. Dispatch, the runner and agent sessions consult them through this
-module's functions, which read `GUARDRAILS` at each call, so a test may register a fake one
-with `monkeypatch`.
+it needs, declaring the rule fields it reads or its own configuration model) and one line,
+`register(MyGuardrail())`, here below the built-in ones. Dispatch, the runner, agent sessions
+and rule health consult them through this module's functions, which read `GUARDRAILS` at each
+call, so a test may register a toy one and `unregister` it after.
 """
 
 from __future__ import annotations
@@ -15,18 +16,47 @@ from sqlalchemy.orm import Session
 
 from ade_tasks.guardrails.approval import ApprovalGate
 from ade_tasks.guardrails.budget import Budget
-from ade_tasks.guardrails.guardrail import Admission, Allowance, Cost, Deadline, Guardrail
+from ade_tasks.guardrails.guardrail import (
+    Admission,
+    Allowance,
+    Cost,
+    Deadline,
+    Guardrail,
+    HealthState,
+)
 from ade_tasks.guardrails.rate import RateLimit
 from ade_tasks.guardrails.time_limit import TimeLimit
+from ade_tasks.rules.extensions import register_guardrail_config, unregister_guardrail_config
 from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import Settings
 
-GUARDRAILS: tuple[Guardrail, ...] = (
-    TimeLimit(),
-    RateLimit(),
-    Budget(),
-    ApprovalGate(),
-)
+#: The registered guardrails, in the order they are consulted.
+GUARDRAILS: tuple[Guardrail, ...] = ()
+
+
+def register(guardrail: Guardrail) -> None:
+    """Consult `guardrail` after those registered before it, and let rules set its own
+    configuration; ValueError if one of its name is registered."""
+    global GUARDRAILS
+    if any(known.name == guardrail.name for known in GUARDRAILS):
+        raise ValueError(f"a guardrail named {guardrail.name!r} is registered already")
+    if guardrail.config_model is not None:
+        register_guardrail_config(guardrail.config_key, guardrail.config_model)
+    GUARDRAILS = (*GUARDRAILS, guardrail)
+
+
+def unregister(guardrail: Guardrail) -> None:
+    """Consult `guardrail` no more, and refuse its configuration in rules again."""
+    global GUARDRAILS
+    GUARDRAILS = tuple(known for known in GUARDRAILS if known is not guardrail)
+    if guardrail.config_model is not None:
+        unregister_guardrail_config(guardrail.config_key)
+
+
+register(TimeLimit())
+register(RateLimit())
+register(Budget())
+register(ApprovalGate())
 
 
 def refusal(admission: Admission, guardrails: Iterable[Guardrail] | None = None) -> str | None:
@@ -75,3 +105,8 @@ def charge(session: Session, rule: Rule, cost: Cost) -> None:
     """Tell every guardrail what an agent call spent."""
     for guardrail in GUARDRAILS:
         guardrail.charge(session, rule, cost)
+
+
+def problems(rule: Rule, state: HealthState) -> list[str]:
+    """What holds the rule's runs now, in words, as each guardrail's health check says."""
+    return [found for guardrail in GUARDRAILS if (found := guardrail.health(rule, state))]

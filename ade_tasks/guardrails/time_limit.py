@@ -13,6 +13,7 @@ class TimeLimit(Guardrail):
     """A run's steps are stopped (the run ends `timed_out`) after `max_duration_min`."""
 
     name = "time-limit"
+    rule_fields = ("max_duration_min",)
 
     def deadline(
         self, session: Session, rule: Rule, settings: Settings, started: float

@@ -4,8 +4,7 @@ worker."""
 
 from __future__ import annotations
 
-from types import GenericAlias
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -19,8 +18,8 @@ from ade_tasks.rules.guardrails import Guardrails
 from ade_tasks.rules.notify import NotifyPolicy
 from ade_tasks.rules.outputs import InputSpec, Outputs, Verification, in_declared_order
 from ade_tasks.rules.providers.registry import PROVIDERS
-from ade_tasks.rules.steps import BuiltinExecution, Execution, action_union
-from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger, trigger_union
+from ade_tasks.rules.steps import Execution
+from ade_tasks.rules.triggers import RunFinishedTrigger, Trigger
 
 # --- the rule ------------------------------------------------------------------------------
 
@@ -167,18 +166,3 @@ class Rule(Document):
     def document(self) -> JsonObject:
         """The rule as JSON-ready data (stored in the database)."""
         return self.model_dump(mode="json", exclude_none=True)
-
-
-def rebuild_rule_models() -> None:
-    """Build the step and trigger unions again from `ACTION_MODELS` and `TRIGGER_MODELS`, and
-    the models that hold them, after an extension registered at run time (a test's toy, and its
-    removal)."""
-    BuiltinExecution.model_fields["actions"].annotation = _list_of(action_union())
-    BuiltinExecution.model_rebuild(force=True)
-    Rule.model_fields["triggers"].annotation = _list_of(trigger_union())
-    Rule.model_rebuild(force=True)
-
-
-def _list_of(item: object) -> Any:
-    """`list[item]` for an item type built at run time."""
-    return GenericAlias(list, (item,))

@@ -1,10 +1,12 @@
 """What runs: the built-in step types of a chain, the registry of their models, and the two
 executions (a chain of steps, or one agent session).
 
-An action type declares itself once, as its step model: the `type` literal names it, the class
-variable `templated` lists the fields that may hold templates, and `ACTION_TYPES` registers it
-(one line). `ACTION_MODELS` and the `Action` union are derived from that tuple; its executor
-registers against the same name in `ade_workers.actions.registry`.
+A step model declares its action type: the `type` literal names it and the class variable
+`templated` lists the fields that may hold templates. `ACTION_TYPES` lists the built-in models
+(one line each), for rules validated without the workers; `ACTION_MODELS` and the `Action` union
+are derived from it. An action type is declared whole (model and executor) and registered in
+`ade_workers.actions.registry`, which adds the model of a type from outside this package here
+(`ade_tasks.rules.extensions`).
 """
 
 from __future__ import annotations

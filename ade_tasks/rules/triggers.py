@@ -1,10 +1,11 @@
 """When a rule runs: its trigger types and the model of each (schedules, manual runs, webhooks,
 GitHub, git, lane and file events).
 
-A trigger model names the kinds it answers to in its `type` literal; `TRIGGER_MODELS` registers
-it (one line), and the `Trigger` union and the known kinds are derived from that tuple. What
-else a kind needs (its matcher, its readiness check) its declaration in `ade_tasks.triggers`
-says.
+A trigger model names the kinds it answers to in its `type` literal; `TRIGGER_MODELS` lists the
+built-in ones (one line each), and the `Trigger` union and the known kinds are derived from that
+tuple. A trigger kind is declared whole (its model, matcher and readiness check) and registered
+in `ade_tasks.triggers.registry`, which adds the model of a kind from outside this package here
+(`ade_tasks.rules.extensions`).
 """
 
 from __future__ import annotations

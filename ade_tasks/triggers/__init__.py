@@ -3,11 +3,11 @@ that are matched and dispatched without passing through ingress.
 
 One module per trigger family behind the `Matcher` protocol (`base.py`), looked up by trigger kind
 in `registry.py`; `ingress_events.py` (stored ingress events, on a worker) and `local_events.py`
-ask the registry instead of branching on the kind. `registry.KINDS` declares each trigger model's
-kind once: its matcher, its follow-on events and its readiness check (`readiness.py`: can the
-trigger fire, which rule health, `health.py`, reports). Schedules are claimed by the beat
-(`ade_tasks.schedule.scheduler`) and manual runs are dispatched by the API, so neither needs a
-matcher.
+ask the registry instead of branching on the kind. `registry.KINDS` declares each built-in trigger
+model's kind once: its matcher, its follow-on events and its readiness check (`readiness.py`: can
+the trigger fire, which rule health, `health.py`, reports); `registry.register(kind)` adds one.
+Schedules are claimed by the beat (`ade_tasks.schedule.scheduler`) and manual runs are dispatched
+by the API, so neither needs a matcher.
 
 Above `ade_tasks.ingress` (the normalized event, GitHub's payloads, the stored events),
 `ade_tasks.runs`, `ade_tasks.rules` and `ade_tasks.db`; ingress never imports this room.

@@ -27,8 +27,10 @@ will fire it, or the setup error in words, as its kind's readiness check
 
 Beside the triggers, problems of the whole rule stop every trigger: an untrusted shared rule,
 an agent provider that is not set up (as `ade-tasks providers` decides, without a network call),
-a project that is not configured. A rule is `ready` when it has no such problem and every
-trigger is ready. Whether it is enabled is its own state, not part of its health.
+a project that is not configured, a guardrail that holds its runs now (each registered
+guardrail's `health` check says; the built-in ones have none). A rule is `ready` when it has
+no such problem and every trigger is ready. Whether it is enabled is its own state, not part of
+its health.
 
 A pause (`ade_tasks.db.pauses`) holds triggers: a paused trigger, and every automatic trigger
 of a paused rule, is not ready, its error the pause's note with who paused it and since when
@@ -44,6 +46,7 @@ from datetime import datetime
 
 from ade_tasks.db.heartbeats import Heartbeat
 from ade_tasks.db.pauses import Pause, holding
+from ade_tasks.guardrails import registry as guardrails
 from ade_tasks.json_document import JsonObject
 from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.schedules import rule_schedules
@@ -186,7 +189,7 @@ def _rule_problems(rule: Rule, state: LiveState, untrusted: Untrusted | None) ->
         if readiness is None or not readiness.ready:
             fixes = "; ".join(readiness.fixes) if readiness else "no such provider"
             problems.append(f"agent provider {provider!r} is not set up: {fixes}")
-    return problems
+    return [*problems, *guardrails.problems(rule, state)]
 
 
 def _providers(rule: Rule) -> list[str]:

@@ -5,10 +5,13 @@ check that says whether it can fire (rule health), the matcher that tests it aga
 and the further events one of its events stands for. `MATCHERS`, `FOLLOW_ONS` and the readiness
 checks are derived from `KINDS`.
 
-Adding a trigger kind: its model in `ade_tasks/rules/triggers.py` (a `type` literal and one line
-in `TRIGGER_MODELS`, from which the `Trigger` union is derived), and its declaration here: its
-matcher module in `ade_tasks/triggers/` and its readiness check. Schedules (claimed by the beat)
-and manual runs (dispatched by the API) are never matched against an event, so they have none.
+Adding a trigger kind: one module holding its model (a `TriggerDocument` whose `type` literal
+names its kinds), its matcher and its readiness check, declared as one `TriggerKind`, and one
+line, `register(MY_KIND)`, which also lets rules name it (the model joins `TRIGGER_MODELS`, from
+which the `Trigger` union is derived). The built-in kinds are declared in `KINDS` below; their
+models are listed in `ade_tasks.rules.triggers.TRIGGER_MODELS` as well, because rules are
+validated in the `rules` room, which cannot import this one. Schedules (claimed by the beat) and
+manual runs (dispatched by the API) are never matched against an event, so they have no matcher.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import not_registered
+from ade_tasks.rules.extensions import register_trigger_model, unregister_trigger_model
 from ade_tasks.rules.triggers import (
     FileTrigger,
     GithubTrigger,
@@ -79,6 +83,22 @@ KINDS: tuple[TriggerKind, ...] = (
     TriggerKind(FileTrigger, readiness.local_ready, filter_matcher),
     TriggerKind(RunFinishedTrigger, readiness.run_finished_ready, run_finished_matcher),
 )
+
+
+def register(kind: TriggerKind) -> None:
+    """Let rules name the kinds `kind` declares, match its events and report its readiness;
+    ValueError if one of its kinds is registered already."""
+    global KINDS
+    if kind not in KINDS:
+        register_trigger_model(kind.model)
+        KINDS = (*KINDS, kind)
+
+
+def unregister(kind: TriggerKind) -> None:
+    """Rules may no longer name `kind`'s kinds, nor its events be matched."""
+    global KINDS
+    KINDS = tuple(known for known in KINDS if known is not kind)
+    unregister_trigger_model(kind.model)
 
 
 def matchers() -> dict[str, Matcher]:

@@ -1,9 +1,9 @@
 """The agent providers, in the order rules, reports and health list them.
 
 Adding one: its module in `ade_tasks/rules/providers/` (a `PROVIDER`) and one line here, then
-what runs it in `ade_workers/agents/providers/registry.py`. The rule models, rule health and
-`ade-tasks providers` read `PROVIDERS` at each call, so a test may register a toy provider
-with `monkeypatch.setitem`.
+what runs it in `ade_workers/agents/providers/registry.py`, whose `register(MyAdapter)` registers
+an HTTP provider's declaration here too (so a provider outside this package is one line). The
+rule models, rule health and `ade-tasks providers` read `PROVIDERS` at each call.
 """
 
 from __future__ import annotations
@@ -20,6 +20,20 @@ PROVIDERS: dict[str, AgentProvider] = {
         codex.PROVIDER,
     )
 }
+
+
+def register(provider: AgentProvider) -> None:
+    """Let rules name `provider`; ValueError if another provider has its name."""
+    known = PROVIDERS.get(provider.name)
+    if known is not None and known is not provider:
+        raise ValueError(f"agent provider {provider.name!r} is registered already")
+    PROVIDERS[provider.name] = provider
+
+
+def unregister(provider: AgentProvider) -> None:
+    """Rules may no longer name `provider`."""
+    if PROVIDERS.get(provider.name) is provider:
+        del PROVIDERS[provider.name]
 
 
 def provider_names() -> str:

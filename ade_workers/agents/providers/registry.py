@@ -1,10 +1,12 @@
 """The LLM APIs the engine drives itself (`execution.provider` of an agent session), by name.
 
-Adding one: its declaration in `ade_tasks/rules/providers/` (and a line in its registry), its
-adapter module here (an `HttpProvider` with `complete` and the class attributes that say which
-provider it runs, its vendor's variables, its default URL and its models path), and one line in
-`HTTP_PROVIDERS`. Rule validation, rule health, `ade-tasks providers` and `--check` follow from
-those. The CLI agents (claude-code, codex) are registered apart, in
+Adding one: its adapter module (an `HttpProvider` with `complete` and the class attributes that
+say which provider it runs, its vendor's variables, its default URL and its models path) and one
+line, `register(MyAdapter)`, which registers its declaration (`PROVIDER`) with the rules too.
+Rule validation, rule health, `ade-tasks providers` and `--check` follow from those. The built-in
+providers' declarations live in `ade_tasks/rules/providers/` and are listed in its registry,
+because rules are validated where the workers are not loaded; registering them again here
+changes nothing. The CLI agents (claude-code, codex) are registered apart, in
 `ade_workers/agents/cli/cli_session.py`'s `CLI_DRIVERS`.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ade_tasks.errors import not_registered
+from ade_tasks.rules.providers import registry as rule_providers
 from ade_tasks.rules.providers.declaration import AgentProvider
 from ade_tasks.settings import Settings
 from ade_workers.agents.providers import HttpModelProvider
@@ -33,9 +36,28 @@ class HttpAdapter(Protocol):
 
 
 CHECK_PROVIDER = "check the rule's execution.provider"
-HTTP_PROVIDERS: dict[str, HttpAdapter] = {
-    adapter.PROVIDER.name: adapter for adapter in (OpenAIProvider, AnthropicProvider)
-}
+HTTP_PROVIDERS: dict[str, HttpAdapter] = {}
+
+
+def register(adapter: HttpAdapter) -> None:
+    """Let rules name the adapter's provider and sessions run on it; ValueError if another
+    adapter or declaration has its name."""
+    name = adapter.PROVIDER.name
+    if HTTP_PROVIDERS.get(name, adapter) is not adapter:
+        raise ValueError(f"HTTP provider {name!r} has an adapter already")
+    rule_providers.register(adapter.PROVIDER)
+    HTTP_PROVIDERS[name] = adapter
+
+
+def unregister(adapter: HttpAdapter) -> None:
+    """Rules may no longer name the adapter's provider, nor sessions run on it."""
+    if HTTP_PROVIDERS.get(adapter.PROVIDER.name) is adapter:
+        del HTTP_PROVIDERS[adapter.PROVIDER.name]
+    rule_providers.unregister(adapter.PROVIDER)
+
+
+register(OpenAIProvider)
+register(AnthropicProvider)
 
 
 def http_provider(name: str, settings: Settings) -> HttpModelProvider:

@@ -1,6 +1,7 @@
-"""A new HTTP agent provider is one declaration and one registration: the toy below is all a
-provider needs, and with it registered a rule naming it validates, its session runs, and rule
-health says whether it is set up, with nothing else listing providers."""
+"""A new HTTP agent provider is one declaration and one registration line: the toy below is all a
+provider needs, and with it registered (`register(ToyProvider)`, which registers its declaration
+with the rules too) a rule naming it validates, its session runs, and rule health says whether it
+is set up, with nothing else listing providers."""
 
 from __future__ import annotations
 
@@ -26,8 +27,15 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.settings import ProviderSettings, Settings
 from ade_tasks.triggers.health import LiveState, ProviderReadiness, rule_health
 from ade_workers.agents.http_session import SessionLimits, run_session
-from ade_workers.agents.providers import HttpProvider, Message, ModelTurn, ToolCall, ToolSpec
-from ade_workers.agents.providers.registry import HTTP_PROVIDERS, http_provider
+from ade_workers.agents.providers import (
+    HttpProvider,
+    Message,
+    ModelTurn,
+    ToolCall,
+    ToolSpec,
+    registry,
+)
+from ade_workers.agents.providers.registry import http_provider
 from ade_workers.agents.readiness import providers_report
 from ade_workers.agents.tools.tool import ToolContext
 
@@ -88,11 +96,10 @@ def _turn(data: dict[str, Any]) -> ModelTurn:
 
 
 @pytest.fixture(autouse=True)
-def toy_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # The registration: the domain's line and the worker's, as the real providers have them.
-    monkeypatch.setitem(PROVIDERS, TOY.name, TOY)
-    monkeypatch.setitem(HTTP_PROVIDERS, TOY.name, ToyProvider)
+def toy_registered() -> Iterator[None]:
+    registry.register(ToyProvider)  # the registration: one line
     yield
+    registry.unregister(ToyProvider)
 
 
 # --- what follows from it --------------------------------------------------------------------
@@ -117,10 +124,9 @@ def test_a_rule_naming_the_toy_provider_validates() -> None:
     assert rule.execution.provider == "toy"
 
 
-def test_an_unregistered_provider_is_refused_with_the_registered_names(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delitem(PROVIDERS, TOY.name)
+def test_an_unregistered_provider_is_refused_with_the_registered_names() -> None:
+    registry.unregister(ToyProvider)
+    assert "toy" not in PROVIDERS and "toy" not in registry.HTTP_PROVIDERS
 
     refused = parse_rule(TOY_RULE, "config/rules/toy.yaml")
 
