@@ -4,6 +4,7 @@ any caller naming it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -63,15 +64,25 @@ class Recording(Guardrail):
         self.charges.append((rule.id, cost))
 
 
-def register(monkeypatch: pytest.MonkeyPatch, guardrail: Guardrail) -> None:
-    monkeypatch.setattr(registry, "GUARDRAILS", (*registry.GUARDRAILS, guardrail))
+@pytest.fixture
+def register() -> Iterator[Callable[[Guardrail], None]]:
+    """Register a guardrail as a guardrail module does (one line), and unregister it after."""
+    registered: list[Guardrail] = []
+
+    def add(guardrail: Guardrail) -> None:
+        registry.register(guardrail)
+        registered.append(guardrail)
+
+    yield add
+    for guardrail in registered:
+        registry.unregister(guardrail)
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Recording:
+def fake(register: Callable[[Guardrail], None]) -> Recording:
     """A recording guardrail registered after the real ones."""
     recording = Recording()
-    register(monkeypatch, recording)
+    register(recording)
     return recording
 
 
@@ -94,10 +105,10 @@ def test_a_registered_guardrail_is_consulted_at_dispatch_and_at_claim(
 
 
 def test_a_registered_guardrail_that_refuses_skips_the_trigger_with_its_reason(
-    session_factory: SessionFactory, rules_dir: Path, monkeypatch: pytest.MonkeyPatch
+    session_factory: SessionFactory, rules_dir: Path, register: Callable[[Guardrail], None]
 ) -> None:
     sender = InMemorySender()
-    register(monkeypatch, Recording(refuse="skipped: the recording guardrail says no"))
+    register(Recording(refuse="skipped: the recording guardrail says no"))
     add_rule(session_factory, rules_dir, "r", BUILT_IN)
 
     run = dispatch(session_factory, sender, "r", TriggerEvent.manual()).run
@@ -111,11 +122,11 @@ def test_a_registered_guardrails_deadline_stops_the_run_naming_it(
     session_factory: SessionFactory,
     rules_dir: Path,
     config: RunnerConfig,
-    monkeypatch: pytest.MonkeyPatch,
+    register: Callable[[Guardrail], None],
 ) -> None:
     add_rule(session_factory, rules_dir, "r", BUILT_IN.replace("sleep 0.5", "sleep 30"))
     run = dispatch(session_factory, InMemorySender(), "r", TriggerEvent.manual()).run
-    register(monkeypatch, Recording(stop_after=0.5))
+    register(Recording(stop_after=0.5))
 
     assert execute_run(session_factory, config, run.id, "w1") == RunStatus.TIMED_OUT
     assert "the recording guardrail's limit was reached" in (
