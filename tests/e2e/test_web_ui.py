@@ -31,7 +31,7 @@ from ade_tasks.access.roles import Role
 from ade_tasks.clock import utcnow
 from tests.conftest import REPO, write_rule
 from tests.integration.conftest import Cluster, own_redis_db, require
-from tests.integration.test_web_pages import SECRET, add_run, token, write_web_rules
+from tests.integration.web_support import SECRET, add_run, token, write_web_rules
 from tests.support import redis_db_url, wait_until
 
 sync_api = pytest.importorskip("playwright.sync_api")
