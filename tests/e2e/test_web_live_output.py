@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.access.roles import Role
-from tests.e2e.test_web_ui import RUN_MS, browser, logged_in, redis_url  # noqa: F401
+from tests.e2e.browser_support import RUN_MS, browser, logged_in, redis_url  # noqa: F401
 from tests.integration.conftest import Cluster
 from tests.integration.test_live_output import LIVE, LIVE_STEP, SECRET
 from tests.integration.test_run_path import add_rule
