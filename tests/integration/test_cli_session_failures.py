@@ -13,13 +13,7 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.errors import NotFoundError
-from tests.integration.cli_session_support import (
-    FIXTURES,
-    claude_result,
-    jsonl,
-    process_gone,
-    run,
-)
+from tests.integration.cli_session_support import FIXTURES, claude_result, jsonl, process_gone, run
 from tests.support import wait_until
 
 

@@ -11,9 +11,7 @@ import json
 import pytest
 
 from ade_workers.agents.cli.outcome import parse_report
-from tests.integration.cli_session_support import (
-    REPORT_TEXT,
-)
+from tests.integration.cli_session_support import REPORT_TEXT
 
 
 def test_parse_report_reads_the_last_json_block_and_drops_invalid_findings() -> None:

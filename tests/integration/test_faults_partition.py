@@ -19,14 +19,7 @@ import pytest
 from sqlalchemy import make_url
 
 from tests.integration.conftest import Cluster
-from tests.integration.fault_suite import (
-    LEDGER_LINE,
-    RULE,
-    Load,
-    descendants,
-    run_events,
-    tally,
-)
+from tests.integration.fault_suite import LEDGER_LINE, RULE, Load, descendants, run_events, tally
 from tests.integration.test_run_path import add_rule
 from tests.support import Child, wait_until
 

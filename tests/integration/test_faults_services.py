@@ -13,13 +13,10 @@ import time
 from pathlib import Path
 
 from tests.integration.conftest import Cluster, terminate_backends
-from tests.integration.fault_suite import (
-    CONCURRENCY,
-    Load,
-    steady_rule,
-    tally,
-)
+from tests.integration.fault_suite import CONCURRENCY, Load, steady_rule, tally
 from tests.support import Child, free_port, wait_until
+
+# --- broker outage ------------------------------------------------------------------------------
 
 
 class OwnRedis:

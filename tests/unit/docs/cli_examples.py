@@ -27,8 +27,6 @@ CLI_REFERENCE = "docs/reference/cli.md"
 HELP_OPTIONS = ("-h", "--help")
 
 
-# --- commands: every `ade-tasks` line against the CLI's parser ---------------------------------
-
 SHELL_LANGS = {"sh", "bash", "shell", "zsh", "console", "shell-session"}
 DATA_LANGS = {"yaml", "yml", "json", "toml", "ini", "python", "py", "html", "sql", "promql"}
 OPERATORS = set(";&|()<>")

@@ -18,9 +18,6 @@ def doc_files() -> list[Path]:
     return [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted(ROOT.glob("docs/**/*.md"))]
 
 
-# --- reading markdown -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Block:
     """A fenced code block: its language and text, and the line its text starts on."""

@@ -13,8 +13,6 @@ from pathlib import Path
 
 from tests.unit.docs.doc_pages import ROOT, doc_files, read_markdown
 
-# --- cited files exist -------------------------------------------------------------------------
-
 REPO_PATH = re.compile(
     r"(ade_tasks|ade_workers|ade_api|tests|bench|deploy|docs|config)/[\w./-]*(:\w+)?"
 )

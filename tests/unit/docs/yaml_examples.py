@@ -21,8 +21,6 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.steps import ACTION_MODELS
 from tests.unit.docs.doc_pages import Block, doc_files, read_markdown
 
-# --- YAML: every example is checked as what it is ----------------------------------------------
-
 
 class UniqueKeyLoader(yaml.SafeLoader):
     """A YAML loader that refuses a key given twice (the reader sees both, the loader keeps one)."""

@@ -14,13 +14,7 @@ from typing import Any
 from ade_tasks.agents.policy import Policy
 from ade_tasks.db.approvals import ToolDecisions
 from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
-from ade_workers.agents.providers import (
-    Message,
-    ModelTurn,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from ade_workers.agents.providers import Message, ModelTurn, ToolCall, ToolSpec, Usage
 from ade_workers.agents.tools.tool import ToolContext
 
 Step = ModelTurn | Exception | Callable[[], ModelTurn]

@@ -12,9 +12,7 @@ from pathlib import Path
 
 from ade_tasks.agents.policy import Policy
 from ade_workers.agents.http_session import SessionOutcome
-from ade_workers.agents.providers import (
-    ToolCall,
-)
+from ade_workers.agents.providers import ToolCall
 from tests.unit.ade_workers.agents.session_support import (
     ScriptedProvider,
     Transcript,

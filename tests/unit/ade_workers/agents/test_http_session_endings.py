@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 
 from ade_workers.agents.http_session import SessionLimits
-from ade_workers.agents.providers import (
-    ModelTurn,
-    ToolCall,
-)
+from ade_workers.agents.providers import ModelTurn, ToolCall
 from ade_workers.integrations.http import IntegrationUnavailableError
 from tests.unit.ade_workers.agents.session_support import (
     ScriptedProvider,

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ade_workers.agents.providers import (
-    ToolCall,
-)
+from ade_workers.agents.providers import ToolCall
 from tests.unit.ade_workers.agents.session_support import (
     ScriptedProvider,
     Transcript,

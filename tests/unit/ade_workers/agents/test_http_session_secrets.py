@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 
 from ade_tasks.agents.policy import Policy
-from ade_workers.agents.providers import (
-    ToolCall,
-)
+from ade_workers.agents.providers import ToolCall
 from tests.unit.ade_workers.agents.session_support import (
     ScriptedProvider,
     Transcript,
