@@ -96,7 +96,7 @@ from bench.common import (
     tail,
 )
 from bench.run_history import fill_history
-from bench.webhooks import base_env, serving
+from bench.servers import base_env, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ADE_TASKS = Path(sys.executable).parent / "ade-tasks"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from bench import rawhttp
 from bench.cluster_mix import Layout
 from bench.common import github_headers
-from bench.webhooks import trimmed_payload
+from bench.webhooks_load import trimmed_payload
 
 WEBHOOK_PATH = "/api/v1/webhooks/github"
 REQUEST_TIMEOUT = 30.0

@@ -32,7 +32,7 @@ from ade_api.http.app import create_app
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.settings import Settings
 from bench.common import BenchError, percentile
-from bench.webhooks import free_port
+from bench.servers import free_port
 
 ADMIN_URL = os.environ.get(
     "ADE_BENCH_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

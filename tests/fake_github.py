@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fake_http import RecordedRequest, ScriptedServer, _error, _Handler
+from tests.fake_http import RecordedRequest, ScriptedServer, _error
+from tests.scripted_http import _Handler
 
 MISSING_SCOPE = {"X-Accepted-OAuth-Scopes": "repo", "X-OAuth-Scopes": "read:org"}
 """Headers of GitHub's 403 for a classic token without the scope a call needs."""

@@ -1,10 +1,11 @@
 """Scripted local HTTP servers for tests: a small in-memory GitHub and a notify webhook.
 
-A `ScriptedServer` listens on 127.0.0.1 on a free port, records every request and answers
-either like GitHub's REST API (`kind="github"`) or like a Slack incoming webhook
+A `ScriptedServer` (a `tests.scripted_http.ScriptedHttpServer`: loopback, request log, fault
+queue) answers either like GitHub's REST API (`kind="github"`) or like a Slack incoming webhook
 (`kind="webhook"`). Issues, pull requests and comments seeded with `seed_issue` / `seed_pull` /
-`seed_comment` are listed as GitHub lists them (`since`, `sort=updated`, Link pagination). Faults queued with `fail_next` / `delay_next` are served, one per matching
-request, so a test scripts "500, then success" in one line.
+`seed_comment` are listed as GitHub lists them (`since`, `sort=updated`, Link pagination). Faults
+queued with `fail_next` / `delay_next` are served, one per matching request, so a test scripts
+"500, then success" in one line.
 
     with ScriptedServer(repos=["acme/widgets"]) as server:
         server.fail_next(status=503)
@@ -13,54 +14,18 @@ request, so a test scripts "500, then success" in one line.
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
-DOCS = "https://docs.github.com/rest"
+from tests.github_lists import instant, paginate, since_filter, sorted_items
+from tests.scripted_http import DOCS, RecordedRequest, ScriptedHttpServer
 
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server saw it (header names lower-cased)."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    json: Any
+__all__ = ["RecordedRequest", "ScriptedServer"]
 
 
-@dataclass(frozen=True)
-class Fault:
-    """A scripted answer served instead of (status set) or before (delay only) normal handling."""
-
-    status: int | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: Any = None
-    delay: float = 0.0
-    method: str | None = None
-    path_prefix: str = ""
-
-    def matches(self, request: RecordedRequest) -> bool:
-        """True when this fault targets `request` (no method: any request)."""
-        return (self.method is None or self.method == request.method) and request.path.startswith(
-            self.path_prefix
-        )
-
-
-class ScriptedServer:
-    """A threaded loopback HTTP server with an in-memory GitHub model and a fault queue."""
-
-    #: The request handler class (None: `_Handler`); a subclass may serve more than JSON.
-    handler_class: type[BaseHTTPRequestHandler] | None = None
+class ScriptedServer(ScriptedHttpServer):
+    """A loopback HTTP server with an in-memory GitHub model (or a webhook) and a fault queue."""
 
     def __init__(
         self,
@@ -73,9 +38,6 @@ class ScriptedServer:
         self.kind = kind
         self.token = token
         self.html_base = html_base
-        self.lock = threading.Lock()
-        self.requests: list[RecordedRequest] = []
-        self.faults: list[Fault] = []
         self.repos = set(repos)
         self.comments: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.labels: dict[tuple[str, int], list[str]] = {}
@@ -85,65 +47,9 @@ class ScriptedServer:
         # GET /issues/events: what happened to issues and PRs (labeled, renamed), newest last.
         self.issue_events: dict[str, list[dict[str, Any]]] = {}
         self._next_id = 1000
-        self._closing = threading.Event()
-        self._httpd = _Httpd(("127.0.0.1", 0), self.handler_class or _Handler)
-        self._httpd.scripted = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        super().__init__()
 
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """The base URL, e.g. http://127.0.0.1:PORT (a webhook's is `url + "/hooks/T/B/x"`)."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ScriptedServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._closing.set()  # cut scripted delays short
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> ScriptedServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    # -- scripting ------------------------------------------------------------------------------
-
-    def fail_next(
-        self,
-        status: int = 500,
-        *,
-        headers: Mapping[str, str] | None = None,
-        message: str | None = None,
-        times: int = 1,
-        method: str | None = None,
-        path_prefix: str = "",
-    ) -> None:
-        """Answer the next `times` matching requests with `status` and a GitHub-style error body
-        (a webhook-style server answers the same JSON; clients treat it as text)."""
-        body = {"message": message or _reason(status), "documentation_url": DOCS}
-        fault = Fault(status, dict(headers or {}), body, method=method, path_prefix=path_prefix)
-        with self.lock:
-            self.faults.extend(fault for _ in range(times))
-
-    def delay_next(
-        self, seconds: float, *, times: int = 1, method: str | None = None, path_prefix: str = ""
-    ) -> None:
-        """Handle the next `times` matching requests normally but answer them `seconds` late: a
-        client that timed out has still changed the server's state, as with real GitHub."""
-        fault = Fault(delay=seconds, method=method, path_prefix=path_prefix)
-        with self.lock:
-            self.faults.extend(fault for _ in range(times))
+    # -- seeding --------------------------------------------------------------------------------
 
     def add_comment(self, repo: str, number: int, body: str) -> dict[str, Any]:
         """Seed a comment as if someone had posted it."""
@@ -329,13 +235,6 @@ class ScriptedServer:
                     issue["pull_request"]["merged_at"] = at
             self._touch(repo, number, at)
 
-    def requests_to(self, method: str, path_prefix: str = "") -> list[RecordedRequest]:
-        """Recorded requests with `method` whose path starts with `path_prefix`."""
-        with self.lock:
-            return [
-                r for r in self.requests if r.method == method and r.path.startswith(path_prefix)
-            ]
-
     def comment_bodies(self, repo: str, number: int) -> list[str]:
         with self.lock:
             return [c["body"] for c in self.comments.get((repo, number), [])]
@@ -344,22 +243,10 @@ class ScriptedServer:
         with self.lock:
             return [dict(p) for p in self.pulls.get(repo, []) if p["state"] == "open"]
 
-    # -- request handling (called by the handler thread) ----------------------------------------
+    # -- answering (called by the handler thread, under `lock`) ---------------------------------
 
-    def handle(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
-        with self.lock:
-            self.requests.append(request)
-            fault = next((f for f in self.faults if f.matches(request)), None)
-            if fault is not None:
-                self.faults.remove(fault)
-        if fault is not None and fault.status is not None:
-            answer = fault.status, dict(fault.headers), fault.body
-        else:
-            with self.lock:
-                answer = self._webhook(request) if self.kind == "webhook" else self._github(request)
-        if fault is not None and fault.delay:
-            self._closing.wait(fault.delay)
-        return answer
+    def answer(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
+        return self._webhook(request) if self.kind == "webhook" else self._github(request)
 
     def _webhook(self, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
         if request.method != "POST":
@@ -390,7 +277,7 @@ class ScriptedServer:
             case ["issues", "events"] if method == "GET":
                 # Newest first, and no `since`: GitHub lists every event it keeps.
                 events = sorted(self.issue_events.get(repo, []), key=lambda e: -e["id"])
-                return _paginate(self, request, events)
+                return paginate(self.url, request, events)
             case ["pulls", num] if method == "GET" and num.isdigit():
                 pull = self._find_pull(repo, int(num))
                 return (200, {}, dict(pull)) if pull is not None else _error(404, "Not Found")
@@ -455,20 +342,20 @@ class ScriptedServer:
             if (
                 item is not None
                 and "updated_at" in item
-                and _instant(at) > _instant(item["updated_at"])
+                and instant(at) > instant(item["updated_at"])
             ):
                 item["updated_at"] = at
 
     def _list_issues(self, repo: str, request: RecordedRequest) -> tuple[int, dict[str, str], Any]:
         state = request.query.get("state", ["open"])[0]
         found = [i for i in self.issues.get(repo, []) if state == "all" or i["state"] == state]
-        return _paginate(self, request, _sorted(_since_filter(found, request), request))
+        return paginate(self.url, request, sorted_items(since_filter(found, request), request))
 
     def _list_repo_comments(
         self, repo: str, request: RecordedRequest
     ) -> tuple[int, dict[str, str], Any]:
         found = [c for (r, _), comments in self.comments.items() if r == repo for c in comments]
-        return _paginate(self, request, _sorted(_since_filter(found, request), request))
+        return paginate(self.url, request, sorted_items(since_filter(found, request), request))
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -602,97 +489,5 @@ def _seed_number(server: ScriptedServer, repo: str) -> int:
     return max(taken, default=0) + 1
 
 
-def _instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _since_filter(items: list[dict[str, Any]], request: RecordedRequest) -> list[dict[str, Any]]:
-    since = request.query.get("since", [None])[0]
-    if since is None:
-        return list(items)
-    start = _instant(since)
-    return [item for item in items if _instant(item["updated_at"]) >= start]
-
-
-def _sorted(items: list[dict[str, Any]], request: RecordedRequest) -> list[dict[str, Any]]:
-    key = request.query.get("sort", ["created"])[0]
-    key = "updated_at" if key == "updated" else "created_at"
-    reverse = request.query.get("direction", ["desc"])[0] != "asc"
-    return sorted(items, key=lambda item: (_instant(item[key]), item["id"]), reverse=reverse)
-
-
-def _paginate(
-    server: ScriptedServer, request: RecordedRequest, items: list[dict[str, Any]]
-) -> tuple[int, dict[str, str], Any]:
-    """One page of `items` with GitHub's Link header; the links keep the request's query."""
-    per_page = min(int(request.query.get("per_page", ["30"])[0]), 100)
-    page = int(request.query.get("page", ["1"])[0])
-    last = max((len(items) + per_page - 1) // per_page, 1)
-    query = {k: v[0] for k, v in request.query.items() if k != "page"}
-    base = f"{server.url}{request.path}"
-    links = []
-    if page < last:
-        links.append(f'<{base}?{urlencode({**query, "page": page + 1})}>; rel="next"')
-        links.append(f'<{base}?{urlencode({**query, "page": last})}>; rel="last"')
-    if page > 1:
-        links.append(f'<{base}?{urlencode({**query, "page": 1})}>; rel="first"')
-    headers = {"Link": ", ".join(links)} if links else {}
-    chunk = items[(page - 1) * per_page : page * per_page]
-    return 200, headers, [dict(item) for item in chunk]
-
-
 def _error(status: int, message: str) -> tuple[int, dict[str, str], Any]:
     return status, {}, {"message": message, "documentation_url": DOCS}
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-class _Httpd(ThreadingHTTPServer):
-    scripted: ScriptedServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out closed its end while a delayed answer was pending: expected.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Httpd
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _serve(self) -> None:
-        split = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            payload = raw.decode("utf-8", "replace")
-        request = RecordedRequest(
-            method=self.command,
-            path=split.path,
-            query=parse_qs(split.query),
-            headers={k.lower(): v for k, v in self.headers.items()},
-            json=payload,
-        )
-        status, headers, body = self.server.scripted.handle(request)
-        if isinstance(body, str):
-            data, content_type = body.encode(), "text/plain; charset=utf-8"
-        else:
-            data, content_type = json.dumps(body).encode(), "application/json; charset=utf-8"
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve

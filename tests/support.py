@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 TEST_REDIS = os.environ.get("ADE_TEST_REDIS", "127.0.0.1:6379")
 
 
-#: Lines of the fault suite's report (tests/integration/test_faults.py), printed at the end of
+#: Lines of the fault suite's report (tests/integration/fault_suite.py), printed at the end of
 #: the test session by `tests/conftest.py`.
 FAULT_REPORTS: list[str] = []
 

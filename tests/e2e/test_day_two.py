@@ -24,7 +24,8 @@ from tests.conftest import REPO
 from tests.e2e.test_dev import Dev
 from tests.support import BIN, child_env
 from tests.tracked import copy_tracked
-from tests.unit.docs.test_examples import read_markdown, shell_lines
+from tests.unit.docs.cli_examples import shell_lines
+from tests.unit.docs.doc_pages import read_markdown
 
 PAGE = REPO / "docs" / "day-two.md"
 #: The run id the page shows; the reader types their own run's short id instead.

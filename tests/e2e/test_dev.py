@@ -272,7 +272,7 @@ def test_a_plan_mode_session_in_dev_never_reads_or_shows_the_stacks_token(
     from sqlalchemy import text as sql
 
     from tests.fake_llm import ScriptedModelServer
-    from tests.integration.test_agent_runs import text, tool_calls
+    from tests.integration.agent_run_support import text, tool_calls
 
     write_rule(
         workdir / "config" / "rules",

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from ade_tasks.access.roles import Role
-from tests.e2e.test_web_ui import RUN_MS, browser, logged_in, redis_url  # noqa: F401
+from tests.e2e.browser_support import RUN_MS, browser, logged_in, redis_url  # noqa: F401
 from tests.integration.conftest import Cluster
 from tests.integration.test_live_output import LIVE, LIVE_STEP, SECRET
 from tests.integration.test_run_path import add_rule
 from tests.integration.test_runs_api import start
-from tests.integration.test_web_pages import token
+from tests.integration.web_support import token
 from tests.support import wait_until
 
 sync_api = pytest.importorskip("playwright.sync_api")

@@ -14,7 +14,7 @@ from ade_tasks.testing import InMemorySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_llm import ScriptedModelServer
-from tests.integration.test_agent_runs import config, llm, rules_dir, session_factory, text
+from tests.integration.agent_run_support import config, llm, rules_dir, session_factory, text
 from tests.unit.conftest import add_rule
 
 __all__ = ["config", "llm", "rules_dir", "session_factory"]  # the fixtures this module uses

@@ -26,8 +26,8 @@ from tests.conftest import write_rule
 from tests.fake_llm import Reply, ScriptedModelServer
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn
+from tests.integration.agent_run_support import text, tool_calls
 from tests.integration.conftest import Cluster
-from tests.integration.test_agent_runs import text, tool_calls
 from tests.integration.test_run_path import finished
 from tests.real_clis import real_cli
 from tests.support import wait_until

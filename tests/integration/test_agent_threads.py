@@ -33,7 +33,7 @@ from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_llm import ScriptedModelServer
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
-from tests.integration.test_agent_runs import run_of, text, tool_calls
+from tests.integration.agent_run_support import run_of, text, tool_calls
 from tests.real_clis import real_cli
 from tests.unit.conftest import add_rule
 

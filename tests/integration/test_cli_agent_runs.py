@@ -30,7 +30,7 @@ from ade_workers.engine.runner_config import RunnerConfig
 from tests.fake_responses import ScriptedResponsesServer
 from tests.fake_responses import Turn as ResponsesTurn
 from tests.git_project import make_git_project, make_runner_config, migrated_sqlite
-from tests.integration.test_agent_runs import run_of
+from tests.integration.agent_run_support import run_of
 from tests.real_clis import real_cli
 from tests.unit.conftest import add_rule
 

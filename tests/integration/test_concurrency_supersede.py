@@ -18,14 +18,14 @@ from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.conftest import write_rule
 from tests.fake_llm import Reply, ScriptedModelServer
-from tests.integration.conftest import Cluster
-from tests.integration.test_agent_runs import (  # noqa: F401 (fixtures)
+from tests.integration.agent_run_support import (  # noqa: F401 (fixtures)
     RECORDED,
     config,
     llm,
     rules_dir,
     session_factory,
 )
+from tests.integration.conftest import Cluster
 from tests.integration.test_cancel import DEFAULT_TIMING
 from tests.integration.test_run_path import finished, run_row
 from tests.support import host_pid, pid_alive, wait_until

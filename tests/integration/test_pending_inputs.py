@@ -21,8 +21,8 @@ from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.fake_llm import ScriptedModelServer
+from tests.integration.agent_run_support import text, tool_calls
 from tests.integration.conftest import Cluster
-from tests.integration.test_agent_runs import text, tool_calls
 from tests.integration.test_cli_cluster import cli
 from tests.support import wait_until
 

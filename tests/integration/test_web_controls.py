@@ -23,7 +23,7 @@ from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import AuditRow, RulePauseRow, RunRow, ScheduledRunRow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster, own_redis_db
-from tests.integration.test_web_pages import browser_like, check_page, token, write_web_rules
+from tests.integration.web_support import browser_like, check_page, token, write_web_rules
 from tests.support import redis_db_url, wait_until
 
 

@@ -28,7 +28,7 @@ from ade_tasks.testing import InMemorySender
 from ade_workers.actions import agent_session
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
-from tests.unit.ade_workers.agents.test_http_session import ScriptedProvider, turn
+from tests.unit.ade_workers.agents.session_support import ScriptedProvider, turn
 from tests.unit.conftest import add_rule
 
 BUILT_IN = """id: r

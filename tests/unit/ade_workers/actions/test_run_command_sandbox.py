@@ -165,7 +165,7 @@ execution: {kind: built-in, actions: [{id: s, type: run-command, command: "echo 
 
 
 DOC = Path(__file__).resolve().parents[4] / "docs" / "actions.md"
-#: The page's YAML blocks (tests/unit/docs/test_examples.py validates each as what it is).
+#: The page's YAML blocks (tests/unit/docs/yaml_examples.py validates each as what it is).
 EXAMPLES = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
 
 
