@@ -1,6 +1,7 @@
-"""`make bench` end to end at a small size (bench/dispatch.py): a raw Celery worker and an ADE
-worker run side by side on real Redis and PostgreSQL, the sides take turns, and the ADE worker's
-app reports each finished run so the bench waits without polling the database. A hook that did
+"""`make bench` end to end at a small size (bench/dispatch.py): a raw Celery worker, one with a
+PostgreSQL result backend and an ADE worker run side by side on real Redis and PostgreSQL, the
+sides take turns, and the ADE worker's app reports each finished run so the bench waits without
+polling the database. A hook that did
 not fire, a worker that did not start or a run that failed makes the bench exit non-zero."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sqlalchemy import text
 
 from ade_tasks.db.engine import create_db_engine
 from bench.dispatch import main
+from bench.dispatch_durable import LABEL
 from tests.integration.conftest import PG_ADMIN_URL
 
 
@@ -26,11 +28,16 @@ def test_a_small_bench_measures_every_side_in_turns_and_leaves_nothing_behind(
 
     out = capsys.readouterr().out
     assert status == 0, out
-    for label in ("raw celery no-op", "raw celery `true` subprocess", "ADE run-command true"):
+    labels = ("raw celery no-op", "raw celery `true` subprocess", LABEL, "ADE run-command true")
+    for label in labels:
         assert re.search(rf"^{re.escape(label)} +[0-9.]+ \w+/s .* p50 +[0-9.]+ ms", out, re.M), out
     rounds = re.search(r"round by round: ([0-9.]+), ([0-9.]+)\)", out)
     assert rounds is not None and all(float(ratio) > 0 for ratio in rounds.groups()), out
     assert "p50 breakdown: dispatch() call" in out
+    durable = re.search(
+        r"ADE / durable-celery throughput = [0-9.]+ .*round by round: ([0-9.]+), ([0-9.]+)\)", out
+    )
+    assert durable is not None and all(float(ratio) > 0 for ratio in durable.groups()), out
     # the scratch database is dropped and the bench's Redis database flushed
     admin = create_db_engine(PG_ADMIN_URL)
     try:

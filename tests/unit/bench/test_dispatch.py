@@ -27,10 +27,11 @@ def test_the_report_gives_the_throughput_ratio_of_each_round_beside_the_pooled_o
 ) -> None:
     noop = _result("noop", 1.0, 500.0)
     true = Result("true", "tasks", bursts=[(300, 1.0), (300, 1.0)], latencies=[0.002] * 3)
+    durable = Result("durable", "tasks", bursts=[(100, 1.0)] * 2, latencies=[0.008] * 3)
     ade = Result("ade", "runs", bursts=[(300, 2.5), (300, 1.5)], latencies=[0.004] * 3)
     commits = CommitProbe(after_idle=[0.0003] * 3, back_to_back=[0.0001] * 3)
 
-    report(noop, true, ade, commits)
+    report(noop, true, durable, ade, commits)
 
     out = capsys.readouterr().out
     assert "ADE / raw-true throughput = 0.500  (target >= 0.5)  PASS" in out
@@ -55,12 +56,36 @@ def test_the_report_says_whether_the_commits_alone_leave_the_p50_target_in_reach
     noop, true, ade = _result("noop", 1.0), _result("true", 0.5), _result("ade", 5.0, 40.0)
     commits = CommitProbe(after_idle=[commit_ms / 1000] * 3, back_to_back=[0.0001] * 3)
 
-    report(noop, true, ade, commits)
+    report(noop, true, _result("durable", 5.0), ade, commits)
 
     out = capsys.readouterr().out
     assert f"the p50 ratio cannot go below {floor_ratio} here ({reach} of the target" in out
     rest = 5.0 - 0.5 - 2 * commit_ms
     assert f"ADE p50 - floor = {rest:.1f} ms" in out
+
+
+def test_the_report_gives_ade_against_the_durable_celery_side_round_by_round(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    noop = _result("noop", 1.0, 500.0)
+    true = Result("true", "tasks", bursts=[(400, 1.0)] * 2, latencies=[0.002] * 3)
+    durable = Result(
+        "durable", "tasks", bursts=[(100, 1.0), (100, 1.0)], latencies=[0.008, 0.008, 0.004, 0.004]
+    )
+    ade = Result(
+        "ade", "runs", bursts=[(200, 1.0), (100, 1.0)], latencies=[0.004, 0.004, 0.004, 0.004]
+    )
+    durable.trips_per_round = ade.trips_per_round = 2
+    commits = CommitProbe(after_idle=[0.0003] * 3, back_to_back=[0.0001] * 3)
+
+    report(noop, true, durable, ade, commits)
+
+    out = capsys.readouterr().out
+    assert (
+        "ADE / durable-celery throughput = 1.500  (target >= 1.5)  PASS"
+        "   (round by round: 2.000, 1.000)" in out
+    )
+    assert "ADE p50 / durable-celery p50    = 0.67   (round by round: 0.50, 1.00)" in out
 
 
 @pytest.mark.parametrize("months", ["-1", "121"])
