@@ -109,7 +109,7 @@ OWNER = "bench/webhooks.py"
 
 PATH = "/api/v1/webhooks/github"
 MINIMAL_KEY = "bench:webhooks:minimal"
-INGRESS_QUEUE = "ade.control"  # where the API queues ingress messages (ade_workers.celery.sender)
+INGRESS_QUEUE = "ade.ingress"  # where the API queues ingress messages (ade_workers.celery.sender)
 SECRET_ENV = "BENCH_WEBHOOKS_SECRET"
 REDIS_ENV = "BENCH_WEBHOOKS_REDIS_URL"
 
