@@ -197,12 +197,12 @@ def check_workers(probe: Probe) -> Finding:
             f"start a worker for it: `ade-tasks worker -Q {','.join(missing)}` (on a host "
             "that reaches the broker and the database)",
         )
+    warnings: list[tuple[str, str]] = []  # (what, what to do)
     if idle:
-        return Finding(
-            Verdict.WARN,
-            f"no worker consumes {', '.join(idle)}, which no enabled rule uses yet; {summary}",
+        warnings.append((
+            f"no worker consumes {', '.join(idle)}, which no enabled rule uses yet",
             f"before enabling rules that use it: `ade-tasks worker -Q {','.join(idle)}`",
-        )
+        ))  # fmt: skip
     shared = sorted(
         worker
         for worker, queues in answers.items()
@@ -210,13 +210,18 @@ def check_workers(probe: Probe) -> Finding:
         and any(q["name"] == INGRESS_QUEUE for q in queues)
     )
     if shared:
-        return Finding(
-            Verdict.WARN,
+        warnings.append((
             f"{', '.join(shared)} match(es) webhooks and events ({INGRESS_QUEUE}) in the pool "
-            f"that runs rules: runs wait while matching holds its processes; {summary}",
+            "that runs rules: runs wait while matching holds its processes",
             f"give matching a worker of its own: `ade-tasks worker -Q {INGRESS_QUEUE},"
             f"{CONTROL_QUEUE} -c 2`, then take {CONTROL_QUEUE} and {INGRESS_QUEUE} off the "
             "others' -Q (a worker on ade.control also consumes ade.ingress)",
+        ))  # fmt: skip
+    if warnings:
+        return Finding(
+            Verdict.WARN,
+            "; ".join(what for what, _ in warnings) + f"; {summary}",
+            "; ".join(fix for _, fix in warnings),
         )
     return Finding(Verdict.OK, summary)
 

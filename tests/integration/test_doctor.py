@@ -212,4 +212,7 @@ def test_a_worker_left_on_builtin_and_control_by_an_upgrade_matches_events_with_
     assert result.verdict == Verdict.WARN, result
     assert "ade.ingress: 1 worker(s)" in result.detail
     assert "runs wait while matching holds its processes" in result.detail
-    assert "`ade-tasks worker -Q ade.ingress,ade.control -c 2`" in result.fix
+    assert (
+        "give matching a worker of its own: `ade-tasks worker -Q ade.ingress,ade.control -c 2`"
+        in (result.fix)
+    )
