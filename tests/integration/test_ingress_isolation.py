@@ -8,6 +8,7 @@ Matching an event may take up to its 10 s bound and holds a pool process while i
 from __future__ import annotations
 
 import statistics
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import yaml
 from sqlalchemy import select
 
 from ade_tasks.db.schema import IngressEventRow, RunRow
-from ade_tasks.ingress.intake import hook_row, store_event
+from ade_tasks.ingress.intake import hook_row, record, store_event
 from ade_tasks.runs.dispatch import dispatch
+from ade_tasks.runs.recovery import recover
 from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
@@ -114,3 +116,16 @@ def test_a_burst_of_slow_events_does_not_delay_manual_runs(cluster: Cluster) -> 
             select(IngressEventRow.id).where(IngressEventRow.status == "received")
         ).all()
     assert len(waiting) > BURST / 2, "the burst was matched already: it proves nothing"
+
+
+def test_the_recovery_sweep_sends_a_lost_event_to_the_ingress_queue(cluster: Cluster) -> None:
+    # Given an event stored while its message was lost (the broker was down, say)
+    event_id = record(cluster.session_factory, hook_row("deploys", "lost", {"n": 0}))
+    broker = redis.Redis.from_url(cluster.settings.broker_url)
+
+    # When the recovery sweep runs
+    report = recover(cluster.session_factory, cluster.sender(), requeue_after=timedelta(0))
+
+    # Then it sends the event where matching is consumed, not to the sweep's own queue
+    assert report.resent_events == [event_id]
+    assert (broker.llen("ade.ingress"), broker.llen("ade.control")) == (1, 0)
