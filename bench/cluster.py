@@ -2,10 +2,12 @@
 processes, at a multiple of real time, until something bends.
 
 What runs (all real processes, on loopback): the API (`ade-tasks api`, `--api-processes`
-uvicorn processes), `--workers` `celery worker` processes (prefork, `--concurrency` each, every
-queue), `--beats` beats (`celery beat -S ade_workers.celery.beat:DatabaseScheduler`), PostgreSQL
-(a scratch database `ade_cluster_<pid>`, dropped at the end) and Redis (database 15, flushed
-before and after).
+uvicorn processes), `--workers` `celery worker` processes on the run queues (prefork,
+`--concurrency` each) and, as the deployment examples do, one more on `ade.ingress,ade.control`
+(matching and the recovery sweep, `--ingress-concurrency`; 0: none, every worker on every queue,
+as before 2026-12-07), `--beats` beats (`celery beat -S
+ade_workers.celery.beat:DatabaseScheduler`), PostgreSQL (a scratch database `ade_cluster_<pid>`,
+dropped at the end) and Redis (database 15, flushed before and after).
 
 What it simulates:
 
@@ -104,6 +106,9 @@ DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
 OWNER = "bench/cluster.py"
 WORKER_START_SECONDS = 60.0
+#: The deployment examples' split: runs in one pool, matching and the sweep in another.
+RUN_QUEUES = "ade.builtin,ade.agent"
+INGRESS_QUEUES = "ade.ingress,ade.control"
 DRAIN_POLL_SECONDS = 1.0
 _SIZE = text("SELECT pg_database_size(current_database())")
 
@@ -241,11 +246,16 @@ def run_cluster(
     try:
         with serving("ade-api", api_argv, env, work) as api:
             names = [f"sim-{i}-{uuid.uuid4().hex[:6]}@localhost" for i in range(args.workers)]
-            for index, name in enumerate(names):
+            pools = [(name, args.concurrency, RUN_QUEUES) for name in names]
+            if args.ingress_concurrency:
+                names.append(f"sim-ingress-{uuid.uuid4().hex[:6]}@localhost")
+                pools.append((names[-1], args.ingress_concurrency, INGRESS_QUEUES))
+            for index, (name, concurrency, queues) in enumerate(pools):
                 argv = [
                     sys.executable, "-m", "celery", "-A", "ade_workers.celery.app", "worker",
-                    "-P", "prefork", "-c", str(args.concurrency), "--without-mingle",
+                    "-P", "prefork", "-c", str(concurrency), "--without-mingle",
                     "--without-gossip", "-n", name, "--loglevel=WARNING",
+                    *(["-Q", queues] if args.ingress_concurrency else []),
                 ]  # fmt: skip
                 children.append(start_child(f"worker-{index}", argv, env, work, work))
             wait_workers(control, children, names)
@@ -339,6 +349,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--manual-per-s", type=float, default=0.2, help="manual runs per team second")
     add("--workers", type=int, default=2, help="celery worker processes")
     add("--concurrency", type=int, default=2, help="prefork processes per worker")
+    add("--ingress-concurrency", type=int, default=2, help="of the ingress worker (0: none)")
     add("--beats", type=int, default=3, help="beat processes")
     add("--api-processes", type=int, default=1, help="uvicorn processes of the API")
     add("--warmup", type=float, default=20.0, help="unmeasured seconds of load first")

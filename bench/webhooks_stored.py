@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 
 from bench.webhooks_load import Sample
 
-INGRESS_QUEUE = "ade.control"  # where the API queues ingress messages (ade_workers.celery.sender)
+INGRESS_QUEUE = "ade.ingress"  # where the API queues ingress messages (ade_workers.celery.sender)
 
 
 @dataclass

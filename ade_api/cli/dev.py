@@ -1,8 +1,11 @@
 """`ade-tasks dev`: the whole stack in one process, with no servers to install.
 
-SQLite under ./.ade/, Celery's in-memory broker, a real Celery worker (thread pool) and beat
-in threads, and the API served by uvicorn in the main thread. Because the database is the
-record, a run queued before a restart is re-sent at start-up by the recovery sweep.
+SQLite under ./.ade/, Celery's in-memory broker, two real Celery workers (thread pools) and
+beat in threads, and the API served by uvicorn in the main thread. One worker runs rules; the
+other matches webhooks and events and runs the recovery sweep (`ade.ingress`, `ade.control`), as
+in the deployment examples, so that slow matching never holds a thread a run needs. Because the
+database is the record, a run queued before a restart is re-sent at start-up by the recovery
+sweep.
 
 The data directory stays `./.ade/`, inside the default project's root (the working
 directory), although agent sessions work there: the CLI run in this directory finds the
@@ -53,11 +56,15 @@ from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.rules.loader import RULE_SUFFIXES, LoadResult
 from ade_tasks.runs.recovery import recover
 from ade_tasks.settings import Settings
-from ade_workers.celery.app import CelerySender, create_celery_app
+from ade_workers.celery.app import CONTROL_QUEUE, INGRESS_QUEUE, CelerySender, create_celery_app
 from ade_workers.engine import run_monitor, runner_config
 from ade_workers.engine.runner_config import RunNotice
 
 log = logging.getLogger(__name__)
+
+#: The queues of the ingress worker, and its threads (matching waits little on a laptop).
+INGRESS_QUEUES = (INGRESS_QUEUE, CONTROL_QUEUE)
+INGRESS_CONCURRENCY = 2
 
 
 def rule_queues(session_factory: SessionFactory) -> tuple[str, ...]:
@@ -67,11 +74,11 @@ def rule_queues(session_factory: SessionFactory) -> tuple[str, ...]:
 
 
 def start_worker(
-    app: Celery, queues: tuple[str, ...], concurrency: int
+    app: Celery, queues: tuple[str, ...], concurrency: int, hostname: str = "dev@ade"
 ) -> tuple[object, threading.Thread]:
     """A real Celery WorkController with a thread pool, running in a background thread."""
     worker = app.WorkController(
-        hostname="dev@ade",
+        hostname=hostname,
         pool_cls="threads",
         concurrency=concurrency,
         queues=list(queues),
@@ -80,7 +87,7 @@ def start_worker(
         without_gossip=True,
         loglevel="WARNING",
     )
-    thread = threading.Thread(target=worker.start, name="ade-worker", daemon=True)
+    thread = threading.Thread(target=worker.start, name=f"ade-worker-{hostname}", daemon=True)
     thread.start()
     return worker, thread
 
@@ -310,12 +317,25 @@ def run_dev(settings: Settings) -> None:
     app.set_current()
     app.set_default()
     all_queues = tuple(q.name for q in app.conf.task_queues)
+    run_queues = tuple(q for q in all_queues if q not in INGRESS_QUEUES)
     echo(
-        f"[3/4] starting worker ({settings.worker_concurrency} threads) on {', '.join(all_queues)}"
+        f"[3/4] starting workers: {settings.worker_concurrency} threads on "
+        f"{', '.join(run_queues)}; {INGRESS_CONCURRENCY} on {', '.join(INGRESS_QUEUES)}"
     )
     console = Console(echo)
     app.ade_runtime.on_run = console.run_notice  # before the worker takes its first task
-    worker, worker_thread = start_worker(app, all_queues, settings.worker_concurrency)
+    # An app of its own: a worker's queue selection lives on its app, and a second selection
+    # on the same app would change what the first worker consumes. The in-memory broker's
+    # queues are the process's, so both apps see every message.
+    ingress_app = create_celery_app(
+        settings.model_copy(update={"worker_housekeeping": False}),  # the run worker keeps house
+        extra_queues=queues,
+        session_factory=session_factory,
+    )
+    workers = [
+        start_worker(app, run_queues, settings.worker_concurrency),
+        start_worker(ingress_app, INGRESS_QUEUES, INGRESS_CONCURRENCY, "dev-ingress@ade"),
+    ]
     beat = EmbeddedService(
         app, thread=True, scheduler_cls="ade_workers.celery.beat:DatabaseScheduler"
     )
@@ -356,8 +376,9 @@ def run_dev(settings: Settings) -> None:
         beat.stop()
         from celery.worker import state
 
-        state.should_stop = 0
-        worker_thread.join(timeout=15)
-        worker.stop(in_sighandler=False)  # type: ignore[attr-defined]
+        state.should_stop = 0  # both workers read it
+        for worker, worker_thread in workers:
+            worker_thread.join(timeout=15)
+            worker.stop(in_sighandler=False)  # type: ignore[attr-defined]
         engine.dispose()
         echo("stopped")

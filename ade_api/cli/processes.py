@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 @main.command("worker", context_settings={"ignore_unknown_options": True})
-@click.option("--queues", "-Q", default="ade.builtin,ade.agent,ade.control", show_default=True)
+@click.option(
+    "--queues", "-Q", default="ade.builtin,ade.agent,ade.control,ade.ingress", show_default=True
+)
 @click.option("--concurrency", "-c", type=int, default=None)
 @click.option("--pool", "-P", default="prefork", show_default=True)
 @click.option(

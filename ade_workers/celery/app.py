@@ -13,18 +13,28 @@ from kombu.entity import Queue
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.settings import Settings, get_settings
+from ade_workers.celery import ingress_queue
+from ade_workers.celery.ingress_queue import CONTROL_QUEUE, INGRESS_QUEUE, INGRESS_TASK
 from ade_workers.celery.redis_transport import transport_for
 from ade_workers.celery.sender import EXECUTE_TASK, CelerySender
 
-__all__ = ["EXECUTE_TASK", "CelerySender", "broker_reachable", "create_celery_app"]
+__all__ = [
+    "CONTROL_QUEUE",
+    "EXECUTE_TASK",
+    "INGRESS_QUEUE",
+    "CelerySender",
+    "broker_reachable",
+    "create_celery_app",
+]
 
 log = logging.getLogger(__name__)
 app: Celery  # built on first access by __getattr__ below
 
 BUILTIN_QUEUE = "ade.builtin"
 AGENT_QUEUE = "ade.agent"
-CONTROL_QUEUE = "ade.control"
-DEFAULT_QUEUES = (BUILTIN_QUEUE, AGENT_QUEUE, CONTROL_QUEUE)
+#: ade.control: the recovery sweep; ade.ingress: matching webhooks and events
+#: (`ingress_queue`), each away from the pools that run rules.
+DEFAULT_QUEUES = (BUILTIN_QUEUE, AGENT_QUEUE, CONTROL_QUEUE, INGRESS_QUEUE)
 RECOVER_TASK = "ade.control.recover"
 
 # A rule may run up to 12 h (max_duration_min 720); an unacked message must not be redelivered
@@ -90,7 +100,10 @@ def create_celery_app(
         worker_send_task_events=True,
         task_default_queue=BUILTIN_QUEUE,
         task_queues=[_queue(name, settings.broker_url) for name in queues],
-        task_routes={RECOVER_TASK: {"queue": CONTROL_QUEUE}},
+        task_routes={
+            RECOVER_TASK: {"queue": CONTROL_QUEUE},
+            INGRESS_TASK: {"queue": INGRESS_QUEUE},
+        },
         # Beat fires schedules and housekeeping from database claims, not from a static table.
         beat_scheduler="ade_workers.celery.beat:DatabaseScheduler",
         worker_hijack_root_logger=False,
@@ -104,6 +117,7 @@ def create_celery_app(
     # Signal handlers: log context and JSON lines for every task, worker metrics when configured.
     metrics.install(app, settings)
     housekeeper.install(app, settings)
+    ingress_queue.install(app)
     return app
 
 

@@ -14,10 +14,9 @@ from kombu.utils.url import maybe_sanitize_url
 from kombu.utils.uuid import uuid
 
 from ade_tasks.errors import BrokerUnavailableError
+from ade_workers.celery.ingress_queue import INGRESS_QUEUE, INGRESS_TASK
 
 EXECUTE_TASK = "ade.runs.execute"
-INGRESS_TASK = "ade.ingress.dispatch"
-INGRESS_QUEUE = "ade.control"
 
 
 class PublishOptions(TypedDict):

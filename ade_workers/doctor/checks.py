@@ -4,10 +4,12 @@ They look at the cluster from the machine the doctor runs on: the database, brok
 beats are the cluster's own, but the providers and the sandbox are this machine's (run the doctor
 on a worker host to check a worker's). Choices where a cluster differs:
 
-- workers: a queue an enabled rule uses (or `ade.control`, where recovery runs) without a worker
-  fails; a default queue no enabled rule uses (`ade.agent` in a cluster without agent rules)
-  only warns. The embedded broker of `ade-tasks dev` lives in that process, so workers and the
-  broker are not checked from outside it.
+- workers: a queue an enabled rule uses (or `ade.control`, where recovery runs, or `ade.ingress`,
+  where webhooks and events are matched) without a worker fails; a default queue no enabled rule
+  uses (`ade.agent` in a cluster without agent rules) only warns, and so does a worker that
+  consumes `ade.ingress` beside a run queue (runs wait behind matching there). The embedded
+  broker of `ade-tasks dev` lives in that process, so workers and the broker are not checked
+  from outside it.
 - beats: no live beat fails (schedules do not fire); a beat whose clock is more than
   `CLOCK_WARN_SECONDS` off the database's warns.
 - providers: only configured ones (`ADE_PROVIDERS__<NAME>__*`) are judged, from the engine's
@@ -43,6 +45,7 @@ from ade_workers.agents.readiness import providers_report
 from ade_workers.celery.app import (
     CONTROL_QUEUE,
     DEFAULT_QUEUES,
+    INGRESS_QUEUE,
     broker_reachable,
     create_celery_app,
 )
@@ -51,6 +54,8 @@ from ade_workers.doctor.github_token import check_token
 from ade_workers.sandbox.host import BWRAP, HOST_NEEDS, SETTING, sandbox_problem
 
 CLOCK_WARN_SECONDS = 5.0
+#: The default queues that run rules (the others match events and sweep: `ingress_queue`).
+RUN_QUEUES = tuple(q for q in DEFAULT_QUEUES if q not in (CONTROL_QUEUE, INGRESS_QUEUE))
 #: How long a worker has to answer the broadcast that lists its queues.
 INSPECT_SECONDS = 3.0
 
@@ -174,11 +179,12 @@ def check_workers(probe: Probe) -> Finding:
         return Finding(
             Verdict.FAIL,
             f"no worker answered within {wait:g} s: queued runs are not executed",
-            f"start workers: `ade-tasks worker -Q {','.join(DEFAULT_QUEUES)}` (on hosts that "
-            "reach the broker and the database)",
+            f"start workers: `ade-tasks worker -Q {','.join(RUN_QUEUES)}` and `ade-tasks worker "
+            f"-Q {INGRESS_QUEUE},{CONTROL_QUEUE}` (on hosts that reach the broker and the "
+            "database)",
         )
     used = rule_queues(probe)
-    needed = {CONTROL_QUEUE, *(used if used is not None else DEFAULT_QUEUES)}
+    needed = {CONTROL_QUEUE, INGRESS_QUEUE, *(used if used is not None else DEFAULT_QUEUES)}
     shown = sorted(needed | set(DEFAULT_QUEUES))
     lines = [f"{queue}: {len(consumers.get(queue, []))} worker(s)" for queue in shown]
     missing = sorted(q for q in needed if q not in consumers)
@@ -191,11 +197,31 @@ def check_workers(probe: Probe) -> Finding:
             f"start a worker for it: `ade-tasks worker -Q {','.join(missing)}` (on a host "
             "that reaches the broker and the database)",
         )
+    warnings: list[tuple[str, str]] = []  # (what, what to do)
     if idle:
+        warnings.append((
+            f"no worker consumes {', '.join(idle)}, which no enabled rule uses yet",
+            f"before enabling rules that use it: `ade-tasks worker -Q {','.join(idle)}`",
+        ))  # fmt: skip
+    shared = sorted(
+        worker
+        for worker, queues in answers.items()
+        if {str(q["name"]) for q in queues} - {CONTROL_QUEUE, INGRESS_QUEUE}
+        and any(q["name"] == INGRESS_QUEUE for q in queues)
+    )
+    if shared:
+        warnings.append((
+            f"{', '.join(shared)} match(es) webhooks and events ({INGRESS_QUEUE}) in the pool "
+            "that runs rules: runs wait while matching holds its processes",
+            f"give matching a worker of its own: `ade-tasks worker -Q {INGRESS_QUEUE},"
+            f"{CONTROL_QUEUE} -c 2`, then take {CONTROL_QUEUE} and {INGRESS_QUEUE} off the "
+            "others' -Q (a worker on ade.control also consumes ade.ingress)",
+        ))  # fmt: skip
+    if warnings:
         return Finding(
             Verdict.WARN,
-            f"no worker consumes {', '.join(idle)}, which no enabled rule uses yet; {summary}",
-            f"before enabling rules that use it: `ade-tasks worker -Q {','.join(idle)}`",
+            "; ".join(what for what, _ in warnings) + f"; {summary}",
+            "; ".join(fix for _, fix in warnings),
         )
     return Finding(Verdict.OK, summary)
 

@@ -265,6 +265,40 @@ def test_an_emitted_event_is_stored_handed_over_and_run_in_dev(dev: Dev, workdir
     assert run["rule_id"] == "on-commit"
 
 
+def test_dev_matches_events_while_every_run_thread_is_busy(dev: Dev, workdir: Path) -> None:
+    # Given dev, its run worker's two threads each holding a slow run, and a rule on commits
+    write_rule(
+        workdir / "config" / "rules",
+        "zz-on-commit.yaml",
+        """
+        id: on-commit
+        triggers: [{type: git.commit, repo: acme/api}]
+        execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
+        """,
+    )
+    child = dev.start()
+    assert "2 threads on ade.builtin, ade.agent; 2 on ade.ingress, ade.control" in child.output()
+    slow = [dev.cli("run", "slow").stdout.split()[1].rstrip(":") for _ in range(2)]
+    wait_until(
+        lambda: all(dev.get(f"/api/v1/runs/{r}").json()["status"] == "running" for r in slow),
+        20,
+        "both slow runs to hold a run thread",
+    )
+
+    # When a commit event arrives
+    emitted = dev.cli("emit", "git.commit", "--repo", "acme/api", "--sha", "abc123", "--json")
+    assert emitted.returncode == 0, emitted.stdout + emitted.stderr
+
+    # Then the ingress worker matches it at once, its run waiting for a run thread instead
+    event = wait_until(
+        lambda: dispatched(dev, json.loads(emitted.stdout)["event_id"]),
+        10,
+        "the event to be matched while the run threads are busy",
+    )
+    (run_id,) = event["runs"]
+    assert dev.get(f"/api/v1/runs/{run_id}").json()["status"] == "queued"
+
+
 def test_a_plan_mode_session_in_dev_never_reads_or_shows_the_stacks_token(
     dev: Dev, workdir: Path
 ) -> None:

@@ -131,15 +131,17 @@ class Cluster:
         beat: bool = False,
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
+        app: str = "ade_workers.celery.app",
     ) -> Child:
         """A real `celery worker` process, returned once it answers a ping. `prefix` wraps its
-        command (e.g. `ip netns exec NAME` to run it on a network host of the test's own)."""
+        command (e.g. `ip netns exec NAME` to run it on a network host of the test's own); `app`
+        is the module holding the Celery app (a test's own wraps ADE's)."""
         name = f"it-{uuid.uuid4().hex[:8]}@localhost"
         argv = [
             *(prefix or []),
             str(BIN / "celery"),
             "-A",
-            "ade_workers.celery.app",
+            app,
             "worker",
             "-Q",
             queues,

@@ -69,8 +69,10 @@ def verdicts(output: str) -> dict[str, str]:
 
 
 def test_a_healthy_cluster_passes_every_check(cluster: Cluster) -> None:
-    # Given a worker on every default queue, a live beat and a token with the `repo` scope
-    cluster.worker()
+    # Given a worker on the run queues, one on ingress and control (the deployment examples'
+    # split), a live beat and a token with the `repo` scope
+    cluster.worker(queues="ade.builtin,ade.agent")
+    cluster.worker(queues="ade.ingress,ade.control")
     cluster.beat()
     with cluster.session_factory() as session:
         wait_until(
@@ -100,6 +102,7 @@ def test_a_healthy_cluster_passes_every_check(cluster: Cluster) -> None:
     found = lines(done.stdout)
     assert "token of ade-bot accepted, scopes: repo, workflow" in found["github"]
     assert "ade.builtin: 1 worker(s)" in found["workers"]
+    assert "ade.ingress: 1 worker(s)" in found["workers"]
     assert done.stdout.rstrip().endswith("all 9 checks passed")
 
 
@@ -163,7 +166,8 @@ def test_no_workers_no_beat_and_a_token_without_repo_scope_fail(cluster: Cluster
     }
     assert results["workers"]["detail"].startswith("no worker answered within 1 s")
     assert results["workers"]["fix"].startswith(
-        "start workers: `ade-tasks worker -Q ade.builtin,ade.agent,ade.control`"
+        "start workers: `ade-tasks worker -Q ade.builtin,ade.agent` and "
+        "`ade-tasks worker -Q ade.ingress,ade.control`"
     )
     assert results["beats"]["fix"].startswith("start one: `ade-tasks beat`")
     assert (
@@ -191,3 +195,24 @@ def test_a_broker_that_accepts_and_never_answers_is_cut_off_in_time(cluster: Clu
     # Then it fails within about that bound instead of hanging the doctor
     assert time.monotonic() - started < 3
     assert result.verdict == Verdict.FAIL
+
+
+def test_a_worker_left_on_builtin_and_control_by_an_upgrade_matches_events_with_a_warning(
+    cluster: Cluster,
+) -> None:
+    # Given the only worker started as before ade.ingress existed
+    cluster.worker(queues="ade.builtin,ade.control")
+    workers = next(check for check in CHECKS if check.name == "workers")
+
+    # When the doctor's workers check runs
+    result = run_check(workers, Probe(cluster.settings, timeout=6.0))
+
+    # Then that worker consumes ade.ingress too (no event waits for a worker), and the doctor
+    # warns that runs share its pool with matching, saying how to split them
+    assert result.verdict == Verdict.WARN, result
+    assert "ade.ingress: 1 worker(s)" in result.detail
+    assert "runs wait while matching holds its processes" in result.detail
+    assert (
+        "give matching a worker of its own: `ade-tasks worker -Q ade.ingress,ade.control -c 2`"
+        in (result.fix)
+    )

@@ -110,7 +110,7 @@ def test_a_redos_pull_request_does_not_block_the_workers(
 
     def taken(count: int) -> bool:  # each event's message reached a worker (not one batch)
         handed = int(broker.hlen("unacked")) + sum(e.status != "received" for e in events(cluster))
-        return int(broker.llen("ade.control")) == 0 and handed >= count
+        return int(broker.llen("ade.ingress")) == 0 and handed >= count
 
     # When two pull requests arrive titled to trigger it, and then an operator runs another rule
     for count, number in enumerate((101, 102), start=1):

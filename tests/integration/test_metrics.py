@@ -126,6 +126,7 @@ def test_metrics_report_runs_queues_usage_and_approvals(
         assert samples[("ade_run_duration_seconds_bucket", (("le", "60.0"), ("rule", rule)))] == 1
     assert samples[("ade_queue_depth", (("queue", "ade.agent"),))] == 2
     assert samples[("ade_queue_depth", (("queue", "ade.builtin"),))] == 0
+    assert samples[("ade_queue_depth", (("queue", "ade.ingress"),))] == 0  # listed, and consumed
     assert samples[("ade_usage_tokens_total", (("billing_code", "auto:good"),))] == 2000
     assert samples[("ade_usage_cost_usd_total", (("billing_code", "auto:good"),))] == 0.5
     assert (

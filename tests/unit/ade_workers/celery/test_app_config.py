@@ -17,7 +17,13 @@ def test_reliable_delivery_settings() -> None:
     assert conf.broker_connection_retry_on_startup
     assert conf.broker_transport_options["visibility_timeout"] > LONGEST_RUN_SECONDS
     assert conf.worker_send_task_events and not conf.task_send_sent_event
-    assert {q.name for q in conf.task_queues} == {"ade.builtin", "ade.agent", "ade.control"}
+    assert {q.name for q in conf.task_queues} == {
+        "ade.builtin",
+        "ade.agent",
+        "ade.control",
+        "ade.ingress",
+    }
+    assert conf.task_routes["ade.ingress.dispatch"] == {"queue": "ade.ingress"}
 
 
 def test_tasks_have_explicit_stable_names() -> None:

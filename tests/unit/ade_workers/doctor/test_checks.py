@@ -194,10 +194,11 @@ def test_a_queue_an_enabled_rule_uses_without_a_worker_fails_an_unused_one_warns
         probe = Probe(settings, timeout=5, shared={"engine": engine, "celery": _App(queues)})
         return check_workers(probe)
 
-    # When only ade.control and ade.builtin have workers: the rule's queue is missing
-    missing = workers({"w1@h": ["ade.control", "ade.builtin"]})
+    # When only ade.ingress, ade.control and ade.builtin have workers: the rule's queue is missing
+    ingress = {"w0@h": ["ade.ingress", "ade.control"]}
+    missing = workers({**ingress, "w1@h": ["ade.builtin"]})
     # When `nightly` has one too: only ade.agent, which no enabled rule uses, lacks one
-    idle = workers({"w1@h": ["ade.control", "ade.builtin"], "w2@h": ["nightly"]})
+    idle = workers({**ingress, "w1@h": ["ade.builtin"], "w2@h": ["nightly"]})
 
     # Then the first fails naming the queue and the command; the second only warns
     assert missing.verdict == Verdict.FAIL
@@ -206,6 +207,32 @@ def test_a_queue_an_enabled_rule_uses_without_a_worker_fails_an_unused_one_warns
     assert idle.verdict == Verdict.WARN
     assert idle.detail.startswith("no worker consumes ade.agent, which no enabled rule uses")
     assert "nightly: 1 worker(s)" in idle.detail and "other" not in idle.detail
+
+
+def test_matching_beside_a_run_queue_warns_and_no_ingress_worker_fails(
+    session_factory: SessionFactory,
+) -> None:
+    engine = session_factory.kw["bind"]
+    settings = Settings(broker_url="redis://127.0.0.1:1/0")
+
+    def workers(queues: dict[str, list[str]]) -> Finding:
+        probe = Probe(settings, timeout=5, shared={"engine": engine, "celery": _App(queues)})
+        return check_workers(probe)
+
+    # When a worker matches events in the pool that runs rules (an upgraded `-Q
+    # ade.builtin,ade.control` one, which adopts ade.ingress), or no worker consumes ade.ingress
+    runs = {"w1@h": ["ade.builtin", "ade.agent"]}
+    shared = workers({"w1@h": ["ade.builtin", "ade.agent", "ade.control", "ade.ingress"]})
+    apart = workers({**runs, "w0@h": ["ade.ingress", "ade.control"]})
+    none = workers({**runs, "w0@h": ["ade.control"]})
+
+    # Then the first warns how to split them, the second passes, the third fails
+    assert shared.verdict == Verdict.WARN
+    assert shared.detail.startswith("w1@h match(es) webhooks and events (ade.ingress)")
+    assert shared.fix.startswith("give matching a worker of its own")
+    assert apart.verdict == Verdict.OK, apart
+    assert none.verdict == Verdict.FAIL
+    assert none.detail.startswith("no worker consumes ade.ingress")
 
 
 def test_the_operations_page_explains_every_check() -> None:
