@@ -271,7 +271,11 @@ def _leaf_problems(
             problems.append(f"{where}: `{' '.join(path)}` needs {required[-1].human_readable_name}")
         return problems
     try:  # a concrete command line: click parses it as the shell would run it
-        command.make_context(" ".join(path), list(tokens), resilient_parsing=False)
+        # With the root's context settings, as under the root: click keeps the help option it
+        # builds on the command, so one built without `-h` would refuse `-h` in later tests.
+        command.make_context(
+            " ".join(path), list(tokens), resilient_parsing=False, **cli.context_settings
+        )
     except click.ClickException as exc:
         problems.append(f"{where}: {exc.format_message()}")
     return problems
