@@ -135,7 +135,13 @@ def dispatch_ingress_event(
             tests = {kind: trigger_test(claimed.source, kind, payload) for kind in types}
             match = _bounded(lambda rule, t: tests[t.type](rule, t), deadline, clock)
             for rule_id, result in emit(
-                session_factory, sender, event, match, types=types, report=report
+                session_factory,
+                sender,
+                event,
+                match,
+                types=types,
+                report=report,
+                source=claimed.source,
             ):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
@@ -277,7 +283,7 @@ def _follow_ons(
     runs = []
     for source, event in follow_on_events(session_factory, kind, payload):
         match = trigger_test(source, event.type, event.payload)
-        for _, result in emit(session_factory, sender, event, match, report=report):
+        for _, result in emit(session_factory, sender, event, match, report=report, source=source):
             if isinstance(result, DispatchResult):
                 runs.append(result.run.id)
     return runs
