@@ -3,7 +3,10 @@ function: the local events a run emits (a lane created or deleted) and, for the 
 dispatcher, the events it stored and the further events they stand for (a lane merged).
 
 An event carries a key; each matching rule's run gets `<key>:<rule id>` as its idempotency key,
-so an event emitted twice (a retried step, a redelivered message) starts each rule once.
+so an event emitted twice (a retried step, a redelivered message) starts each rule once. The
+rules tested are the event's candidates from the event-matching index (by its types and the
+index keys its source and payload carry, `registry.event_keys`; `ade_tasks.db.rule_index`), so
+an event costs what the rules that can match it cost, not what every stored rule would.
 """
 
 from __future__ import annotations
