@@ -97,8 +97,9 @@ def dispatch_ingress_event(
     its sender is one of `own_logins` (the engine's own GitHub identities,
     `ADE_GITHUB__BOT_LOGINS`), which only triggers with `include_own: true` accept.
 
-    Every outcome also records the event's matching verdicts: what became of each rule with a
-    trigger of a type it starts (`ade_tasks.triggers.verdicts`)."""
+    Every outcome also records the event's matching verdicts: what became of each candidate
+    rule (a trigger of a type it starts, for its hook or repository when the trigger names one;
+    `ade_tasks.triggers.verdicts`)."""
     if automations_disabled:
         log.info("ingress event %s held: automations are disabled on this cluster", event_id)
         _hold(session_factory, event_id)
