@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ade_tasks.clock import utcnow
+from ade_tasks.db.rule_index import index_rules
 from ade_tasks.db.rule_versions import (
     CREATED,
     DELETED,
@@ -80,6 +81,7 @@ def create_rule(session: Session, rule: Rule, by: str) -> RuleRow:
             f"rule {rule.id!r} was created by another call at the same time; fetch it with "
             f"`GET /api/v1/rules/{rule.id}`"
         ) from exc
+    index_rules(session, {row.id: document}, new=True)
     return row
 
 
@@ -112,6 +114,8 @@ def update_rule(
     row.enabled = rule.enabled
     row.updated_at = now
     record_version(session, row, UPDATED, by, now)
+    session.flush()
+    index_rules(session, {row.id: document})
     return row, True
 
 

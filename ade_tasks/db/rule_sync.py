@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from ade_tasks.clock import utcnow
 from ade_tasks.db.copy_rows import JsonText, insert_rows
 from ade_tasks.db.prepared import BinaryArray
+from ade_tasks.db.rule_index import index_rules
 from ade_tasks.db.rule_trust import trusted_hashes
 from ade_tasks.db.rule_versions import (
     CREATED,
@@ -131,6 +132,7 @@ def sync_file_rules(
     updates: list[dict[str, object]] = []
     bookkeeping: list[dict[str, object]] = []
     versions: list[dict[str, object]] = []
+    documents: dict[str, JsonObject] = {}  # of the rules written, for their index rows
     for item in loaded:
         rule_id = item.rule_id
         row = existing.get(rule_id)
@@ -158,6 +160,7 @@ def sync_file_rules(
             report.unchanged.append(rule_id)
             continue
         document, enabled = item.stored()
+        documents[rule_id] = document
         state = {
             "source": FILE,
             "source_file": item.source_file,
@@ -213,6 +216,7 @@ def sync_file_rules(
         )
         for batch in in_batches(updates):
             session.execute(statement, batch)
+        index_rules(session, {rule_id: documents[rule_id] for rule_id in report.updated})
     if remove_missing:
         present = {item.rule_id for item in loaded}
         gone = [rid for rid, row in existing.items() if row.source == FILE and rid not in present]
@@ -221,6 +225,7 @@ def sync_file_rules(
             session.execute(_RULES.delete().where(_RULES.c.id.in_(batch)))
         report.removed.extend(gone)
     insert_rows(session, _RULES, inserts)
+    index_rules(session, {rule_id: documents[rule_id] for rule_id in report.added}, new=True)
     if copies_history and inserts:
         ids = [row["id"] for row in inserts]
         session.execute(_CREATED_FROM_ROWS, {"ids": BinaryArray(ids), "change": CREATED, "by": by})

@@ -1,38 +1,37 @@
-"""Which enabled rules have a trigger of a given type, read without validating every rule.
+"""Which rules can match an event, read from the event-matching index without touching the
+others (`ade_tasks.db.rule_index`).
 
-Matching an event (a webhook delivery, a lane event) needs only the rules with a trigger of the
-event's type, but a cluster's rules are mostly schedules. So a lookup reads the id and content
-hash of every enabled rule (one narrow statement), learns each content hash's trigger types once
-per process from its stored `triggers` list (JSON, not validated), and validates only the rules
-that have the type, once per content hash (`rules.parse_document`). At 10,000 rules an event
-used to read and validate every document, which took longer than the ingress dispatcher's
-10 s matching bound on a busy machine, so no rule ran for any event (docs/performance.md,
-"Cluster simulation").
+An event's lookup is one statement over the index: the rules with a trigger of one of its types
+indexed under one of the keys it carries or under the wildcard, joined with `rules` for their
+content hash and `enabled`. Only those candidates are validated, once per content hash per
+process (`rules.parse_document`); a warm lookup reads no document at all. So an event's cost
+follows the rules that can match it, not the rules stored: at 30,000 rules, mostly schedules,
+a webhook event used to read every rule's id and hash (docs/performance.md, "Event matching").
+The matcher still tests each candidate in full. The schedule book's bulk read of stored
+trigger lists (`stored_triggers`) lives here too.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import String, cast, select
+from sqlalchemy import String, Table, or_, select
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
-from ade_tasks.db.rules import in_batches, parse_document
+from ade_tasks.db.rule_index import WILDCARD, event_key
+from ade_tasks.db.rule_index_tables import RuleTriggerKeyRow
+from ade_tasks.db.rules import cached_rule, in_batches, parse_document
 from ade_tasks.db.schema import RuleRow
 from ade_tasks.rules.rule import Rule
 
 log = logging.getLogger(__name__)
 
-_TABLE = RuleRow.__table__
+_TABLE = cast(Table, RuleRow.__table__)
+_KEYS = cast(Table, RuleTriggerKeyRow.__table__)
 SCAN_ABOVE = 20_000
-#: Content hash -> its rule's trigger types; None: the stored list could not be read, so the
-#: rule is validated (and its problem logged) like one that has the type.
-_TYPES: dict[str, frozenset[str] | None] = {}
-_NONE: frozenset[str] = frozenset()
-_TYPES_MAX = 200_000  # above the rule count of a large cluster; past it, read again on demand
 
 
 def stored_triggers(session: Session, rule_ids: Iterable[str]) -> dict[str, str | None]:
@@ -41,7 +40,7 @@ def stored_triggers(session: Session, rule_ids: Iterable[str]) -> dict[str, str 
     load at 100,000 rules), read in one scan of the enabled rules, which is cheaper than
     a hundred lookups."""
     wanted = set(rule_ids)
-    triggers = cast(_TABLE.c.document["triggers"], String)
+    triggers = sql_cast(_TABLE.c.document["triggers"], String)
     query = select(_TABLE.c.id, _TABLE.c.content_hash, triggers)
     found: dict[str, str | None] = {}
     if len(wanted) > SCAN_ABOVE:
@@ -56,95 +55,78 @@ def stored_triggers(session: Session, rule_ids: Iterable[str]) -> dict[str, str 
 
 
 def rules_with_trigger(
-    session: Session, trigger_type: str | Collection[str], *, prefix: bool = False
+    session: Session,
+    trigger_type: str | Collection[str],
+    *,
+    keys: Collection[str] | None = None,
+    prefix: bool = False,
 ) -> list[Rule]:
     """The enabled rules with at least one trigger of `trigger_type` (or of one of several
-    types; `prefix`: of a type that starts with it, as "github." for the poller), by id. A
-    stored rule this version cannot read is logged and left out; the others are not held back
-    by it."""
-    rows = session.execute(
-        select(_TABLE.c.id, _TABLE.c.content_hash).where(_TABLE.c.enabled).order_by(_TABLE.c.id)
-    ).all()
-    _learn(session, rows)
-    return _validated(session, _having(rows, _type_set(trigger_type), prefix))
+    types; `prefix`: of a type that starts with it, as "github." for the poller) that an event
+    carrying `keys` may start (None: every such rule), by id. A stored rule this version
+    cannot read is logged and left out; the others are not held back by it."""
+    return _validated(session, _candidates(session, trigger_type, keys, prefix, enabled=True))
 
 
 def trigger_candidates(
-    session: Session, trigger_type: str | Collection[str]
+    session: Session, trigger_type: str | Collection[str], keys: Collection[str] | None = None
 ) -> tuple[list[Rule], list[str]]:
-    """The enabled rules with a trigger of `trigger_type` (or of one of several types; as
-    `rules_with_trigger`), and the ids of the disabled rules that have one (not validated:
-    their verdict is `disabled`), read in the same one statement."""
-    wanted_types = _type_set(trigger_type)
-    rows = session.execute(
-        select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.enabled).order_by(_TABLE.c.id)
-    ).all()
-    _learn(session, rows)
-    having = [  # one comprehension over every rule: this runs for every event
-        (rule_id, enabled)
-        for rule_id, content_hash, enabled in rows
-        if (types := _TYPES.get(content_hash, _NONE)) is None or not wanted_types.isdisjoint(types)
-    ]
-    wanted = [rule_id for rule_id, enabled in having if enabled]
-    return _validated(session, wanted), [rule_id for rule_id, enabled in having if not enabled]
+    """The enabled rules `rules_with_trigger` gives, and the ids of the disabled rules it
+    would give if they were enabled (not validated: their verdict is `disabled`), read in the
+    same one statement."""
+    rows = _candidates(session, trigger_type, keys, prefix=False, enabled=False)
+    enabled = [row for row in rows if row.enabled]
+    return _validated(session, enabled), [row.id for row in rows if not row.enabled]
 
 
-def _learn(session: Session, rows: Sequence[Sequence[Any]]) -> None:
-    """Learn the trigger types of the content hashes of (id, content hash, ...) `rows` that
-    were not seen yet."""
-    unseen = {row[0] for row in rows if row[1] not in _TYPES}
-    if unseen:
-        if len(_TYPES) + len(unseen) > _TYPES_MAX:
-            _TYPES.clear()
-        for content_hash, stored in stored_triggers(session, unseen).items():
-            _TYPES[content_hash] = _types_of(stored)
-
-
-def _type_set(trigger_type: str | Collection[str]) -> frozenset[str]:
-    return frozenset({trigger_type} if isinstance(trigger_type, str) else trigger_type)
-
-
-def _having(
-    rows: Sequence[tuple[str, str]], wanted_types: frozenset[str], prefix: bool
-) -> list[str]:
-    """The ids among (id, content hash) `rows` whose rule has a trigger of one of the types
-    (or one whose stored triggers cannot be read without validating it)."""
-    return [
-        rule_id
-        for rule_id, content_hash in rows
-        if (types := _TYPES.get(content_hash, frozenset())) is None
-        or (
-            any(t.startswith(tuple(wanted_types)) for t in types)
+def _candidates(
+    session: Session,
+    trigger_type: str | Collection[str],
+    keys: Collection[str] | None,
+    prefix: bool,
+    *,
+    enabled: bool,
+) -> Sequence[Any]:
+    """(id, content hash, enabled) of the rules indexed under the types and keys, by id."""
+    types = sorted({trigger_type} if isinstance(trigger_type, str) else set(trigger_type))
+    kind = _KEYS.c.trigger_type
+    query = (
+        select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.enabled)
+        .select_from(_KEYS.join(_TABLE, _TABLE.c.id == _KEYS.c.rule_id))
+        .where(
+            or_(*(kind.startswith(t, autoescape=True) for t in types))
             if prefix
-            else not wanted_types.isdisjoint(types)
+            else kind.in_(types)
         )
-    ]
+        .distinct()
+        .order_by(_TABLE.c.id)
+    )
+    if keys is not None:
+        query = query.where(_KEYS.c.match_key.in_(sorted({WILDCARD, *map(event_key, keys)})))
+    if enabled:
+        query = query.where(_TABLE.c.enabled)
+    return session.execute(query).all()
 
 
-def _validated(session: Session, wanted: list[str]) -> list[Rule]:
-    rules: list[Rule] = []
-    for chunk in in_batches(wanted):
+def _validated(session: Session, rows: Sequence[Any]) -> list[Rule]:
+    """The rules of (id, content hash, ...) `rows`, by id: parsed ones from this process's
+    cache, the others read and validated (enabled ones only: one changed meanwhile is read as
+    it is now)."""
+    found: dict[str, Rule] = {}
+    unread = []
+    for row in rows:
+        rule = cached_rule(row.content_hash)
+        if rule is None:
+            unread.append(row.id)
+        else:
+            found[row.id] = rule
+    for chunk in in_batches(unread):
         query = select(_TABLE.c.id, _TABLE.c.content_hash, _TABLE.c.document).where(
             _TABLE.c.id.in_(chunk), _TABLE.c.enabled
         )
-        for rule_id, content_hash, document in session.execute(query.order_by(_TABLE.c.id)):
+        for rule_id, content_hash, document in session.execute(query):
             try:
-                rules.append(parse_document(content_hash, document))
+                found[rule_id] = parse_document(content_hash, document)
             except ValueError as exc:  # one unreadable stored rule must not stop the others
                 log.warning("rule %s is left out of event matching: %s", rule_id, exc)
-    return rules
-
-
-def _types_of(stored: str | None) -> frozenset[str] | None:
-    """The `type` of each trigger in a stored trigger list, or None if it is not a list of
-    objects with a string `type` (validating the document then says what is wrong)."""
-    try:
-        triggers = json.loads(stored) if stored is not None else []
-    except ValueError:
-        return None
-    if not isinstance(triggers, list):
-        return None
-    types = [t.get("type") if isinstance(t, dict) else None for t in triggers]
-    if not all(isinstance(kind, str) for kind in types):
-        return None
-    return frozenset(kind for kind in types if isinstance(kind, str))
+    return [found[rule_id] for rule_id in sorted(found)]

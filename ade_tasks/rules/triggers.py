@@ -16,7 +16,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import reduce
 from operator import or_
-from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -136,6 +136,11 @@ def _normalize_trigger(value: object) -> object:
 
 class TriggerDocument(Document):
     """What every trigger model is: a document whose `type` literal names its kinds."""
+
+    #: The field whose value (or one of whose values) an event must carry for the trigger to
+    #: start, by which the event-matching index narrows (`ade_tasks.db.rule_index`); None:
+    #: every event of the kind is a candidate.
+    index_field: ClassVar[str | None] = None
 
     if TYPE_CHECKING:
         type: str  # each trigger model narrows it to its own literal
@@ -305,6 +310,7 @@ class WebhookTrigger(TriggerDocument):
     """A custom webhook `POST /api/v1/webhooks/{hook}` whose JSON body matches `filters`."""
 
     type: Literal["webhook"]
+    index_field: ClassVar[str | None] = "hook"
     hook: str = Field(pattern=SLUG)
     filters: JsonObject = Field(default_factory=dict)
 
@@ -324,6 +330,7 @@ class GithubTrigger(TriggerDocument):
     """
 
     type: Literal[GITHUB_TYPES]  # type: ignore[valid-type]
+    index_field: ClassVar[str | None] = "repo"
     repo: str | None = Field(default=None, pattern=REPO_NAME)
     branches: list[str] = Field(default_factory=list)
     base_branches: list[str] = Field(default_factory=list)
@@ -403,6 +410,7 @@ class RunFinishedTrigger(TriggerDocument):
     (`ade_tasks.triggers.run_finished`)."""
 
     type: Literal["run.finished"]
+    index_field: ClassVar[str | None] = "rule"
     rule: list[Annotated[str, Field(pattern=RULE_GLOB)]] = Field(min_length=1)
     status: list[str] = Field(default_factory=list)
 

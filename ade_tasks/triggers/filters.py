@@ -57,6 +57,12 @@ def filter_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTes
     return lambda _rule, trigger: refusal(trigger, event)
 
 
+def repo_keys(_source: str, payload: Mapping[str, object], /) -> tuple[str, ...]:
+    """The repository a GitHub event is of (none: only triggers without `repo` may start)."""
+    repo = payload.get("repo")
+    return (repo,) if isinstance(repo, str) else ()
+
+
 def trigger_matches(trigger: TriggerSpec, event: NormalizedEvent) -> bool:
     """Whether `trigger` (a trigger model or its dict) starts on `event`."""
     return refusal(trigger, event) is None

@@ -53,6 +53,7 @@ from ade_tasks.triggers.run_finished import (
     SOURCE,
     finished_event,
     follow_key,
+    followed_keys,
     run_finished_matcher,
     starts_on,
 )
@@ -87,11 +88,19 @@ def emit_run_finished(
     match = run_finished_matcher(SOURCE, event.payload)
     depth = int(event.payload["depth"])
     if depth > MAX_CHAIN_DEPTH:
-        followers = matching_rules(session_factory, RUN_FINISHED, match)
+        keys = followed_keys(SOURCE, event.payload)
+        followers = matching_rules(session_factory, RUN_FINISHED, match, keys=keys)
         if followers:
             _refuse(session_factory, run, depth, sorted(followers))
         return []
-    results = emit(session_factory, sender, event, match, automations_disabled=automations_disabled)
+    results = emit(
+        session_factory,
+        sender,
+        event,
+        match,
+        automations_disabled=automations_disabled,
+        source=SOURCE,
+    )
     return [result.run.id for _, result in results if isinstance(result, DispatchResult)]
 
 

@@ -97,8 +97,9 @@ def dispatch_ingress_event(
     its sender is one of `own_logins` (the engine's own GitHub identities,
     `ADE_GITHUB__BOT_LOGINS`), which only triggers with `include_own: true` accept.
 
-    Every outcome also records the event's matching verdicts: what became of each rule with a
-    trigger of a type it starts (`ade_tasks.triggers.verdicts`)."""
+    Every outcome also records the event's matching verdicts: what became of each candidate
+    rule (a trigger of a type it starts, for its hook or repository when the trigger names one;
+    `ade_tasks.triggers.verdicts`)."""
     if automations_disabled:
         log.info("ingress event %s held: automations are disabled on this cluster", event_id)
         _hold(session_factory, event_id)
@@ -135,7 +136,13 @@ def dispatch_ingress_event(
             tests = {kind: trigger_test(claimed.source, kind, payload) for kind in types}
             match = _bounded(lambda rule, t: tests[t.type](rule, t), deadline, clock)
             for rule_id, result in emit(
-                session_factory, sender, event, match, types=types, report=report
+                session_factory,
+                sender,
+                event,
+                match,
+                types=types,
+                report=report,
+                source=claimed.source,
             ):
                 if isinstance(result, DispatchResult):
                     runs.append(result.run.id)
@@ -277,7 +284,7 @@ def _follow_ons(
     runs = []
     for source, event in follow_on_events(session_factory, kind, payload):
         match = trigger_test(source, event.type, event.payload)
-        for _, result in emit(session_factory, sender, event, match, report=report):
+        for _, result in emit(session_factory, sender, event, match, report=report, source=source):
             if isinstance(result, DispatchResult):
                 runs.append(result.run.id)
     return runs

@@ -16,7 +16,7 @@ manual runs (dispatched by the API) are never matched against an event, so they 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from ade_tasks.db.engine import SessionFactory
@@ -37,12 +37,16 @@ from ade_tasks.rules.triggers import (
 )
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.triggers import readiness
-from ade_tasks.triggers.filters import filter_matcher
+from ade_tasks.triggers.filters import filter_matcher, repo_keys
 from ade_tasks.triggers.lane import lane_matcher, merged_lane_events
 from ade_tasks.triggers.matcher import Matcher, TriggerTest
 from ade_tasks.triggers.readiness import ReadinessCheck
-from ade_tasks.triggers.run_finished import run_finished_matcher
-from ade_tasks.triggers.webhook import webhook_matcher
+from ade_tasks.triggers.run_finished import followed_keys, run_finished_matcher
+from ade_tasks.triggers.webhook import hook_keys, webhook_matcher
+
+EventKeys = Callable[[str, Mapping[str, object]], Collection[str]]
+"""The values an event (its source and payload) carries for its trigger model's `index_field`,
+by which the event-matching index narrows the rules it reads (`ade_tasks.db.rule_index`)."""
 
 FollowOn = Callable[[SessionFactory, Mapping[str, object]], list[tuple[str, TriggerEvent]]]
 """The further events one event stands for, as (source, event): each is matched and
@@ -60,6 +64,9 @@ class TriggerKind:
     matcher: Matcher | None = None
     #: Kind -> the events an event of that kind also stands for.
     follow_ons: Mapping[str, FollowOn] = field(default_factory=dict)
+    #: The values an event carries for the model's `index_field`; None: the model declares
+    #: none, so every rule with a trigger of the kind is a candidate for every event of it.
+    event_keys: EventKeys | None = None
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -70,18 +77,24 @@ class TriggerKind:
 KINDS: tuple[TriggerKind, ...] = (
     TriggerKind(ScheduleTrigger, readiness.schedule_ready),
     TriggerKind(ManualTrigger, readiness.manual_ready),
-    TriggerKind(WebhookTrigger, readiness.webhook_ready, webhook_matcher),
+    TriggerKind(WebhookTrigger, readiness.webhook_ready, webhook_matcher, event_keys=hook_keys),
     TriggerKind(
         GithubTrigger,
         readiness.github_ready,
         filter_matcher,
         # a merged pull request merges lanes too
         {TriggerType.GITHUB_PR_MERGED.value: merged_lane_events},
+        event_keys=repo_keys,
     ),
     TriggerKind(GitTrigger, readiness.local_ready, filter_matcher),
     TriggerKind(LaneTrigger, readiness.lane_ready, lane_matcher),
     TriggerKind(FileTrigger, readiness.local_ready, filter_matcher),
-    TriggerKind(RunFinishedTrigger, readiness.run_finished_ready, run_finished_matcher),
+    TriggerKind(
+        RunFinishedTrigger,
+        readiness.run_finished_ready,
+        run_finished_matcher,
+        event_keys=followed_keys,
+    ),
 )
 
 
@@ -133,6 +146,18 @@ def readiness_check(model: type[TriggerDocument]) -> ReadinessCheck:
 def trigger_test(source: str, kind: str, payload: Mapping[str, object]) -> TriggerTest:
     """The test of a rule's trigger against one event of `kind` from `source`."""
     return matcher_for(kind)(source, payload)
+
+
+def event_keys(
+    source: str, kinds: Collection[str], payload: Mapping[str, object]
+) -> frozenset[str]:
+    """The index keys an event of `kinds` from `source` carries (for `local_events.emit`)."""
+    return frozenset(
+        key
+        for declared in KINDS
+        if declared.event_keys is not None and not set(declared.kinds).isdisjoint(kinds)
+        for key in declared.event_keys(source, payload)
+    )
 
 
 def follow_on_events(

@@ -83,6 +83,13 @@ def follow_key(run_id: str, rule_id: str) -> str:
     return f"{RUN_FINISHED}:{run_id}:{rule_id}"
 
 
+def followed_keys(_source: str, payload: Mapping[str, object], /) -> tuple[str, ...]:
+    """The rule whose run finished: the rules following it by name, or by a glob, may start."""
+    run = payload.get("run")
+    rule = run.get("rule") if isinstance(run, Mapping) else None
+    return (rule,) if isinstance(rule, str) else ()
+
+
 def run_finished_matcher(_source: str, payload: Mapping[str, object], /) -> TriggerTest:
     """Run triggers against a `run.finished` payload (`finished_event`)."""
     run = payload["run"]

@@ -1,13 +1,15 @@
 """What matching one event made of each rule: the verdicts an ingress event keeps, so an
 operator can answer "why did nothing run?" (`ade-tasks events show`, the API, the web page).
 
-Every rule with a trigger of the event's type gets a verdict: `matched` (the run it started),
+Every candidate rule gets a verdict (a trigger of the event's type, indexed under a key the
+event carries or none: `ade_tasks.db.rule_index`): `matched` (the run it started),
 `skipped` (a guardrail or the overlap policy recorded its run skipped, with why), `refused`
 (which filter of which trigger said no, and what it saw: `base.Refusal`), `paused` (by whom,
 with the note), `disabled`, `untrusted` (its shared rules file is not trusted), `kill-switch`
 (automations are disabled on the cluster) or `not-admitted` (dispatch refused it otherwise, say
-the rule was deleted meanwhile). Rules without a trigger of the event's type are no candidates
-and get none: nothing is computed for them, so matching costs what it cost before.
+the rule was deleted meanwhile). Rules without a trigger of the event's type, or whose triggers
+are narrowed to another hook or repository (or follow other rules by name), are no candidates
+and get none: nothing is read or computed for them, so matching costs what its candidates do.
 
 The stored record is bounded whatever the number of rules: at most `MAX_SHOWN` verdicts (the
 rules that passed their filters first, then refusals, then disabled rules), each reason cut

@@ -14,6 +14,11 @@ from ade_tasks.triggers.matcher import Refusal, TriggerTest
 SOURCE_PREFIX = "webhook:"
 
 
+def hook_keys(source: str, _payload: Mapping[str, object], /) -> tuple[str, ...]:
+    """The hook a delivery came to (none: it came to no custom hook)."""
+    return (source.removeprefix(SOURCE_PREFIX),) if source.startswith(SOURCE_PREFIX) else ()
+
+
 def webhook_matcher(source: str, payload: Mapping[str, object], /) -> TriggerTest:
     """Webhook triggers against a stored delivery. A source that names no hook (not
     `webhook:<hook>`) is no custom hook's delivery, so it starts none."""

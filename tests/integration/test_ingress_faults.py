@@ -198,7 +198,8 @@ def test_an_event_whose_connection_is_terminated_while_matching_is_matched_later
                     connection.execute(
                         text(
                             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND wait_event_type = 'Lock' AND query ILIKE '%FROM rules%'"
+                            "AND wait_event_type = 'Lock' "
+                            "AND (query ILIKE '%FROM rules%' OR query ILIKE '%JOIN rules%')"
                         )
                     ).scalars()
                 )

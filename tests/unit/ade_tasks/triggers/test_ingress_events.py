@@ -172,7 +172,7 @@ def test_an_event_the_database_failed_under_stays_received_and_is_matched_later(
     event_id = store_pr(session_factory, sender, "blip")
     trigger_candidates = rule_triggers.trigger_candidates
 
-    def terminated(session: Any, trigger_type: str) -> Any:
+    def terminated(session: Any, trigger_type: str, keys: Any = None) -> Any:
         # what pg_terminate_backend does to the statement
         raise OperationalError(
             "SELECT rules", {}, Exception("terminating connection due to administrator command")
