@@ -694,7 +694,13 @@ def bench_ade(
         groups = cpu_groups(engine, beats)
         before = CpuSample.take(groups)
         seen = wait_runs(engine, count, slot.isoformat(), boundary + args.deadline)
-        spent = CpuSample.take(cpu_groups(engine, beats, groups["postgres"])).since(before)
+        after = CpuSample.take(cpu_groups(engine, beats, groups["postgres"]))
+        spent = after.since(before)
+        beat_cpu = {
+            b.name: after.groups["beats"].get(b.proc.pid, 0.0)
+            - before.groups["beats"].get(b.proc.pid, 0.0)
+            for b in beats
+        }
         settled = wait_settled(engine, slot, count, args.beats, boundary + args.deadline)
         for beat in beats:
             beat.check_alive()
@@ -726,6 +732,8 @@ def bench_ade(
         f"messages on {BUILTIN_QUEUE} after the beats stopped: {sent} (the recovery sweep's"
         " re-sends of runs queued over a minute count too)",
         cpu_note(spent, count, "occurrence"),
+        "CPU of each beat from the boundary to the last run queued: "
+        + ", ".join(f"{name} {cpu:.2f} s" for name, cpu in beat_cpu.items()),
     ]
     return result, once, one_shots
 
