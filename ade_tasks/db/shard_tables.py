@@ -19,6 +19,7 @@ class ScheduleShardRow(Base):
     `losers` counts the beats that found the shard taken."""
 
     __tablename__ = "schedule_shards"
+
     slot: Mapped[datetime] = mapped_column(primary_key=True)
     shards: Mapped[int] = mapped_column(Integer, primary_key=True)  # the slot split in this many
     shard: Mapped[int] = mapped_column(Integer, primary_key=True)
