@@ -21,6 +21,7 @@ from ade_tasks.db import one_shots as once_db
 from ade_tasks.db import partitions as partitions_db
 from ade_tasks.db import run_rollups
 from ade_tasks.db import runs as runs_db
+from ade_tasks.db import schedule_shards as shards_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.runs.recovery import recover
@@ -80,6 +81,7 @@ def standard_jobs(
         with session_factory.begin() as session:
             pruned = {
                 "occurrences": occ_db.prune(session, now),
+                "schedule_shards": shards_db.prune(session, now),
                 "ingress_events": ingress_db.prune(session, now),
                 # settled only: a pending or claimed run is still to fire, however old
                 "scheduled_runs": once_db.prune(session, now),

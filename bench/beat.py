@@ -15,8 +15,10 @@ What it measures, in one run (each side against its own minute boundary, one aft
     leaves one `queued` run: "queued" means the run row exists (its message is sent to the
     broker right after). Reported: seconds from the boundary to the first and to the
     last run (`runs.queued_at`), p50/p95 of queued_at - boundary, claims/s (N / seconds to the last
-    run), how the occurrences split between the beats, the duplicate claims (every beat claims every
-    slot; the losers' claims are counted), and CPU per occurrence: the beat processes plus the
+    run), how the occurrences split between the beats, the losing claims (the beats split the
+    boundary into shards, `ade_tasks.schedule.shards`, and every beat claims every shard: the
+    losers' shard claims are counted, and the occurrences claimed twice, 0 when the beats agree on
+    the rules), and CPU per occurrence: the beat processes plus the
     PostgreSQL backends of the scratch database (utime + stime from /proc), from just before the
     boundary until the last run was queued. Exactly once: for the boundary's slot there are N queued
     runs of N distinct rules, all keys (rule, slot) are distinct, and N occurrences with outcome
@@ -380,6 +382,9 @@ _BACKENDS = text(
 )
 _RUNS_OF_SLOT = "FROM runs WHERE trigger->>'slot' = :slot_text"
 _OCCURRENCES_OF_SLOT = "FROM schedule_occurrences WHERE slot = :slot AND rule_id <> :housekeeping"
+_SHARDS_OF_SLOT = text(
+    "SELECT count(*), coalesce(sum(losers), 0) FROM schedule_shards WHERE slot = :slot"
+)
 
 
 def _scalar(engine: Engine, sql: str, **params: Any) -> Any:
@@ -429,21 +434,21 @@ def wait_runs(engine: Engine, count: int, slot: str, deadline: float) -> float:
 def wait_settled(engine: Engine, slot: datetime, count: int, beats: int, deadline: float) -> float:
     """Until every occurrence of the slot has its outcome recorded (the beats record a batch's
     outcomes after dispatching all of it); returns when that was seen (epoch seconds). Then a
-    few seconds more for every beat to have tried (and lost) the slots it did not win, so the
-    duplicate-claim count is complete."""
+    few seconds more for every beat to have tried (and lost) the shards it did not win, so the
+    count of losing claims is complete."""
     params = {"slot": slot, "housekeeping": HOUSEKEEPING}
     settled_sql = text(
-        "SELECT count(*) FILTER (WHERE outcome <> 'claimed'),"
-        f" coalesce(sum(duplicate_claims), 0) {_OCCURRENCES_OF_SLOT}"
+        f"SELECT count(*) FILTER (WHERE outcome <> 'claimed') {_OCCURRENCES_OF_SLOT}"
     )
     settled: float | None = None
     for _ in range(int(3600 / POLL_SECONDS)):
         with engine.connect() as connection:
-            recorded, duplicates = connection.execute(settled_sql, params).one()
+            recorded = connection.execute(settled_sql, params).scalar_one()
+            shards, losers = connection.execute(_SHARDS_OF_SLOT, params).one()
         now = time.time()
         if settled is None and recorded >= count:
             settled = now
-        if settled is not None and (duplicates >= (beats - 1) * count or now > settled + 5):
+        if settled is not None and (losers >= (beats - 1) * shards or now > settled + 5):
             return settled
         if now > deadline:
             if settled is not None:
@@ -466,6 +471,8 @@ class OnceCheck:
     fired: int
     linked: int
     duplicate_claims: int
+    shards: int
+    shard_losers: int
     by_beat: dict[str, int]
 
     def ok(self, count: int) -> bool:
@@ -499,6 +506,7 @@ def check_once(engine: Engine, slot: datetime) -> OnceCheck:
         runs_all, keys_all = one(
             "SELECT count(*), count(DISTINCT (rule_id, trigger->>'slot')) FROM runs"
         )
+        shards, shard_losers = connection.execute(_SHARDS_OF_SLOT, params).one()
         occurrences, fired, duplicates = one(
             "SELECT count(*), count(*) FILTER (WHERE outcome = 'fired'),"
             f" coalesce(sum(duplicate_claims), 0) {_OCCURRENCES_OF_SLOT}"
@@ -524,6 +532,8 @@ def check_once(engine: Engine, slot: datetime) -> OnceCheck:
         fired,
         linked,
         duplicates,
+        shards,
+        shard_losers,
         by_beat,
     )
 
@@ -684,7 +694,13 @@ def bench_ade(
         groups = cpu_groups(engine, beats)
         before = CpuSample.take(groups)
         seen = wait_runs(engine, count, slot.isoformat(), boundary + args.deadline)
-        spent = CpuSample.take(cpu_groups(engine, beats, groups["postgres"])).since(before)
+        after = CpuSample.take(cpu_groups(engine, beats, groups["postgres"]))
+        spent = after.since(before)
+        beat_cpu = {
+            b.name: after.groups["beats"].get(b.proc.pid, 0.0)
+            - before.groups["beats"].get(b.proc.pid, 0.0)
+            for b in beats
+        }
         settled = wait_settled(engine, slot, count, args.beats, boundary + args.deadline)
         for beat in beats:
             beat.check_alive()
@@ -710,11 +726,14 @@ def bench_ade(
     result.notes += [
         f"last run seen by the 50 ms poll at {_s(seen - boundary)}, all outcomes recorded at"
         f" {_s(settled - boundary)}; claimed_at from {_s(first_claim)} to {_s(last_claim)}",
-        f"occurrences by beat: {beat_split(once.by_beat, beats)}; duplicate claims"
-        f" {once.duplicate_claims} (each losing claim of a slot counts one)",
+        f"occurrences by beat: {beat_split(once.by_beat, beats)}; losing claims of the"
+        f" {once.shards} shards: {once.shard_losers}; occurrences claimed twice:"
+        f" {once.duplicate_claims}",
         f"messages on {BUILTIN_QUEUE} after the beats stopped: {sent} (the recovery sweep's"
         " re-sends of runs queued over a minute count too)",
         cpu_note(spent, count, "occurrence"),
+        "CPU of each beat from the boundary to the last run queued: "
+        + ", ".join(f"{name} {cpu:.2f} s" for name, cpu in beat_cpu.items()),
     ]
     return result, once, one_shots
 

@@ -23,6 +23,7 @@ from ade_tasks.db import (
     notification_tables,  # noqa: F401  (likewise)
     rollup_tables,  # noqa: F401  (its tables join Base.metadata here)
     rule_index_tables,  # noqa: F401  (likewise)
+    shard_tables,  # noqa: F401  (likewise)
     thread_tables,  # noqa: F401  (likewise)
 )
 from ade_tasks.db.model_base import NAMING_CONVENTION as NAMING_CONVENTION

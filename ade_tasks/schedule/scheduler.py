@@ -4,7 +4,10 @@ Every beat computes the due minute slots of all enabled `schedule` triggers, the
 `schedule_occurrences` (unique per rule, trigger, cron and UTC minute). Only the beat whose INSERT
 won a slot dispatches it, with the occurrence as the run's idempotency key, so a claimant that
 crashes between claim and dispatch cannot cause two runs: its claim is re-fired by any beat after
-`STALE_CLAIM`, and the idempotency key finds the run if it had been created.
+`STALE_CLAIM`, and the idempotency key finds the run if it had been created. The beats split a
+boundary into shards by rule (`ade_tasks.schedule.shards`) and claim a shard with its occurrences
+in one transaction, so a beat that finds a shard taken skips its slots after one statement
+instead of claiming (and losing) each of them.
 
 Timing rules:
 * a slot fires on time when it is at most `LATE_TOLERANCE` old (a slow tick, a beat restart);
@@ -45,6 +48,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ade_tasks.clock import utcnow
 from ade_tasks.cron.slots import LATE_TOLERANCE, CronCursor, ScheduleSpec
 from ade_tasks.db import occurrences as occ_db
+from ade_tasks.db import schedule_shards as shards_db
 from ade_tasks.db.engine import SessionFactory, autocommit
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import ScheduleOccurrenceRow
@@ -53,8 +57,10 @@ from ade_tasks.runs.dispatch import dispatch_many
 from ade_tasks.runs.dispatch_results import DispatchResult
 from ade_tasks.runs.senders import RunSender
 from ade_tasks.runs.trigger_events import TriggerEvent
+from ade_tasks.schedule import shards
 from ade_tasks.schedule.due_queue import DueQueue
 from ade_tasks.schedule.one_shots import OneShotFirer
+from ade_tasks.schedule.shards import Shard
 from ade_tasks.schedule.specs import ProblemKey, ScheduleBook, SpecKey
 from ade_tasks.states import OccurrenceOutcome, RunStatus
 
@@ -220,18 +226,17 @@ class Scheduler:
             else:
                 report.missed = won_missed
                 report.lost += len(missed) - len(won_missed)
-        # Claim and fire batch by batch, each claim committed on its own: beats that tick
-        # together then share the work (one fires a batch while the others claim the next)
-        # instead of the first claimant owning every slot of the minute.
-        # Sorted by rule and trigger, then slot, so a trigger's catch-up fires oldest first.
-        ordered, self._backlog_fire = sorted(self._backlog_fire), []
-        for start in range(0, len(ordered), occ_db.CLAIM_BATCH):
-            batch = ordered[start : start + occ_db.CLAIM_BATCH]
-            won = self._claim(batch, OccurrenceOutcome.CLAIMED)
+        # Claim and fire shard by shard, each claim committed on its own: beats that tick
+        # together then share the work (one fires a shard while the others claim the next)
+        # instead of the first claimant owning every slot of the minute, and a beat that finds
+        # a shard taken skips its occurrences after that one statement (`schedule.shards`).
+        due, self._backlog_fire = self._backlog_fire, []
+        for shard in shards.split(due):
+            won = self._claim(shard.keys, OccurrenceOutcome.CLAIMED, shard)
             if won is None:
-                self._backlog_fire += batch
+                self._backlog_fire += shard.keys
                 continue
-            report.lost += len(batch) - len(won)
+            report.lost += len(shard.keys) - len(won)
             self._fire_all(won, report)
         # Staleness is real elapsed time since the claim (claimed_at is the real clock), even
         # when a test drives this beat with a simulated one.
@@ -280,12 +285,17 @@ class Scheduler:
         return fire, missed
 
     def _claim(
-        self, keys: list[OccurrenceKey], outcome: OccurrenceOutcome
+        self, keys: list[OccurrenceKey], outcome: OccurrenceOutcome, shard: Shard | None = None
     ) -> list[OccurrenceKey] | None:
-        """Claim `keys`; None when another beat's locks held them past the lock timeout."""
+        """Claim `keys` (of `shard`, claimed in the same transaction: the shard's loser claims
+        nothing); None when another beat's locks held them past the lock timeout."""
         try:
             with self._session_factory.begin() as session:
                 occ_db.bound_lock_waits(session, self._lock_timeout)
+                if shard is not None and not shards_db.claim_shard(
+                    session, shard.slot, shard.shards, shard.shard, shard.digest, self.beat_id
+                ):
+                    return []
                 return occ_db.claim(session, keys, self.beat_id, outcome)
         except OperationalError as exc:
             if not occ_db.is_lock_timeout(exc):

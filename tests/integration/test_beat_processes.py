@@ -7,15 +7,25 @@ import random
 import signal
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 
 from ade_tasks.clock import utcnow
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.shard_tables import ScheduleShardRow
 from tests.conftest import write_rule
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import finished
 from tests.scheduler_support import write_minutely_rules
 from tests.support import wait_until
+
+
+def shard_losers(cluster: Cluster, slot: datetime) -> int:
+    """How many claims of the slot's shards found them taken."""
+    with cluster.session_factory() as session:
+        losers = session.scalar(
+            select(func.sum(ScheduleShardRow.losers)).where(ScheduleShardRow.slot == slot)
+        )
+    return int(losers or 0)
 
 
 def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -> None:
@@ -57,18 +67,19 @@ def test_two_real_beats_fire_a_minutely_rule_once_per_minute(cluster: Cluster) -
             ).first()
 
     occurrence = wait_until(first_occurrence, 80, "a minute boundary to be claimed")
-    # Both beats claim the slot; exactly one wins (and records its outcome), the other's claim
-    # is counted as a duplicate.
+    # Both beats claim the slot's shard; exactly one wins (and claims and fires the slot), the
+    # other's claim is counted as a loser's and it claims no slot of the shard.
     row = wait_until(
         lambda: (
             (row := first_occurrence()) is not None
-            and row.duplicate_claims == 1
+            and shard_losers(cluster, row.slot) == 1
             and row.outcome == "fired"
             and row
         ),
         15,
-        "the second beat to claim the same slot and lose, and the winner to record its run",
+        "the second beat to claim the same shard and lose, and the winner to record its run",
     )
+    assert row.duplicate_claims == 0
     assert row.run_id
     with cluster.session_factory() as session:
         runs = session.scalars(
@@ -139,3 +150,80 @@ def test_three_beat_processes_with_faults_fire_every_slot_exactly_once(cluster: 
     assert survivor.proc.poll() is None
     assert len(rows) == 800 and {outcome for _, _, outcome in rows} == {"fired"}
     assert len(in_window) == 800 and len(set(in_window)) == 800
+
+
+def test_a_beat_sigkilled_mid_boundary_leaves_no_slot_unfired_or_fired_twice(
+    cluster: Cluster,
+) -> None:
+    """Three beats share a boundary of 1,500 rules; the one caught holding claimed slots whose
+    runs it has not recorded is stopped right there and SIGKILLed. Its shard is claimed, so the
+    others skip it: its claims are what they re-fire once stale."""
+    # Given 1,500 minutely rules (4 shards) and three beats whose clock reaches a minute soon
+    write_minutely_rules(cluster.session_factory, cluster.tmp / "rules", 1500)
+    anchor = utcnow()
+    origin = anchor.replace(second=40, microsecond=0)
+    cluster.env.update(
+        {
+            "ADE_BEAT_CLOCK_ORIGIN": origin.isoformat(),
+            "ADE_BEAT_CLOCK_ANCHOR": anchor.isoformat(),
+            "ADE_BEAT_CLOCK_SPEED": "1",
+            "ADE_BEAT_STALE_CLAIM_SECONDS": "3",
+            "ADE_REQUEUE_AFTER_SECONDS": "3600",  # no worker: keep the sweep from re-sending
+        }
+    )
+    beats = {str(beat.pid): beat for beat in (cluster.beat(), cluster.beat(), cluster.beat())}
+    loaded = origin + (utcnow() - anchor) + timedelta(seconds=6)  # every beat refreshed
+    slot = loaded.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    orphans_sql = text(
+        "SELECT claimed_by, count(*) FROM schedule_occurrences"
+        " WHERE slot = :slot AND outcome = 'claimed' AND rule_id LIKE 'every-minute-%'"
+        " GROUP BY claimed_by"
+    )
+
+    # When a beat is seen with committed claims of the slot and no outcome yet: stopped at once
+    # (so the count below is what it leaves), then killed
+    def kill_a_claimant() -> tuple[str, int] | None:
+        with cluster.session_factory() as session:
+            claimants = session.execute(orphans_sql, {"slot": slot}).all()
+        if not claimants:
+            return None
+        victim = beats[claimants[0][0].split(":")[1]]
+        victim.signal(signal.SIGSTOP)
+        with cluster.session_factory() as session:
+            left = dict(session.execute(orphans_sql, {"slot": slot}).all())
+        beat_id = claimants[0][0]
+        if not left.get(beat_id):  # it recorded them just before it stopped: wait for another
+            victim.signal(signal.SIGCONT)
+            return None
+        victim.signal(signal.SIGKILL)
+        return beat_id, left[beat_id]
+
+    killed, orphaned = wait_until(
+        kill_a_claimant, 90, f"a beat holding claims of {slot:%H:%M}", interval=0.005
+    )
+
+    # Then the survivors re-fire its claims once stale, and every rule runs once for the slot
+    def all_fired() -> bool:
+        with cluster.session_factory() as session:
+            fired = session.scalar(
+                select(func.count())
+                .select_from(ScheduleOccurrenceRow)
+                .where(ScheduleOccurrenceRow.slot == slot)
+                .where(ScheduleOccurrenceRow.rule_id.like("every-minute-%"))
+                .where(ScheduleOccurrenceRow.outcome == "fired")
+            )
+        return fired == 1500
+
+    wait_until(all_fired, 60, f"every occurrence of {slot:%H:%M} to be fired")
+    with cluster.session_factory() as session:
+        runs = session.execute(select(RunRow.rule_id, RunRow.trigger)).all()
+        by_killed = session.scalar(
+            select(func.count())
+            .select_from(ScheduleOccurrenceRow)
+            .where(ScheduleOccurrenceRow.slot == slot)
+            .where(ScheduleOccurrenceRow.claimed_by == killed)
+        )
+    of_slot = [rule_id for rule_id, trigger in runs if trigger["slot"] == slot.isoformat()]
+    assert orphaned > 0 and by_killed >= orphaned
+    assert len(of_slot) == 1500 and len(set(of_slot)) == 1500
+    assert sum(1 for beat in beats.values() if beat.proc.poll() is None) == 2

@@ -214,5 +214,10 @@ def test_the_hourly_prune_job_deletes_settled_scheduled_runs_past_retention_and_
     with session_factory() as session:
         left = set(session.scalars(select(ScheduledRunRow.id)))
     engine.dispose()
-    assert results["prune"] == {"occurrences": 0, "ingress_events": 0, "scheduled_runs": 2}
+    assert results["prune"] == {
+        "occurrences": 0,
+        "schedule_shards": 0,
+        "ingress_events": 0,
+        "scheduled_runs": 2,
+    }
     assert left == {"old-pending", "recent-fired"}

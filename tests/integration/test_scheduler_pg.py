@@ -17,6 +17,7 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory, create_db_engine, create_session_factory
 from ade_tasks.db.retry import is_connection_lost
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.shard_tables import ScheduleShardRow
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
@@ -103,9 +104,12 @@ def test_three_beats_200_rules_ten_minutes_exactly_once(
             )
         ).all()
         duplicates = session.scalar(select(func.sum(ScheduleOccurrenceRow.duplicate_claims)))
+        losers = session.scalar(select(func.sum(ScheduleShardRow.losers)))
     assert len(runs) == 2000 and len(pairs) == 2000  # 200 rules x 10 slots, none twice
     assert dict(outcomes) == {"fired": 2000}
-    assert duplicates == 4000  # the two later beats claimed every slot too, and lost
+    # The two later beats claimed each minute's one shard too, lost, and claimed none of its
+    # slots.
+    assert (losers, duplicates) == (20, 0)
 
 
 def test_three_beats_racing_on_the_same_clock_fire_each_slot_once(
@@ -119,8 +123,11 @@ def test_three_beats_racing_on_the_same_clock_fire_each_slot_once(
     with factories[0]() as session:
         runs = session.execute(select(RunRow.rule_id, RunRow.trigger)).all()
         duplicates = session.scalar(select(func.sum(ScheduleOccurrenceRow.duplicate_claims)))
+        losers = session.scalar(select(func.sum(ScheduleShardRow.losers)))
     assert len(runs) == 500 and len({(r, t["slot"]) for r, t in runs}) == 500
-    assert duplicates == 1000  # all three claimed every slot at the same moment; one won each
+    # All three claimed each minute's shard at the same moment; one won each, and the two
+    # others skipped its slots.
+    assert (losers, duplicates) == (10, 0)
 
 
 def test_beats_started_again_resume_after_their_newest_claimed_slots(

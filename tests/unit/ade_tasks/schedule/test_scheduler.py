@@ -13,6 +13,7 @@ from ade_tasks.db import occurrences as occ_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
+from ade_tasks.db.shard_tables import ScheduleShardRow
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import OccurrenceOutcome
 from ade_tasks.testing import InMemorySender
@@ -45,8 +46,11 @@ def test_two_beats_fire_each_minute_once(session_factory: SessionFactory, rules_
     assert len(fired) == 30 and len(set(fired)) == 30
     with session_factory() as session:
         duplicates = session.scalar(select(func.sum(ScheduleOccurrenceRow.duplicate_claims)))
+        losers = session.scalar(select(func.sum(ScheduleShardRow.losers)))
         outcomes = set(session.scalars(select(ScheduleOccurrenceRow.outcome)))
-    assert duplicates == 30  # every slot was claimed by both beats; one won
+    # Both beats claimed each minute's one shard; the second found it taken and claimed none of
+    # its slots.
+    assert (losers, duplicates) == (10, 0)
     assert outcomes == {"fired"}
 
 
