@@ -73,7 +73,7 @@ class EventDeferredError(TransientError):
     """The event could not be matched now (the database failed); it stays `received`."""
 
 
-def dispatch_ingress_event(
+def match_ingress_event(
     session_factory: SessionFactory,
     sender: RunSender,
     event_id: int,
@@ -278,7 +278,7 @@ def _follow_ons(
     kind: str,
     payload: dict[str, object],
     report: MatchReport,
-) -> list[str]:  # only reached with the kill switch off (see dispatch_ingress_event)
+) -> list[str]:  # only reached with the kill switch off (see match_ingress_event)
     """Dispatch the further events this one stands for (a merged pull request from a lane's
     branch is that lane's `lane.merged`); the runs they started (their verdicts: `report`)."""
     runs = []

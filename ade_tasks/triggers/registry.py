@@ -8,7 +8,7 @@ checks are derived from `KINDS`.
 Adding a trigger kind: one module holding its model (a `TriggerDocument` whose `type` literal
 names its kinds), its matcher and its readiness check, declared as one `TriggerKind`, and one
 line, `register(MY_KIND)`, which also lets rules name it (the model joins `TRIGGER_MODELS`, from
-which the `Trigger` union is derived). The built-in kinds are declared in `KINDS` below; their
+which the `Trigger` union is derived). The built-in kinds register the same way, below; their
 models are listed in `ade_tasks.rules.triggers.TRIGGER_MODELS` as well, because rules are
 validated in the `rules` room, which cannot import this one. Schedules (claimed by the beat) and
 manual runs (dispatched by the API) are never matched against an event, so they have no matcher.
@@ -74,28 +74,8 @@ class TriggerKind:
         return trigger_kinds(self.model)
 
 
-KINDS: tuple[TriggerKind, ...] = (
-    TriggerKind(ScheduleTrigger, readiness.schedule_ready),
-    TriggerKind(ManualTrigger, readiness.manual_ready),
-    TriggerKind(WebhookTrigger, readiness.webhook_ready, webhook_matcher, event_keys=hook_keys),
-    TriggerKind(
-        GithubTrigger,
-        readiness.github_ready,
-        filter_matcher,
-        # a merged pull request merges lanes too
-        {TriggerType.GITHUB_PR_MERGED.value: merged_lane_events},
-        event_keys=repo_keys,
-    ),
-    TriggerKind(GitTrigger, readiness.local_ready, filter_matcher),
-    TriggerKind(LaneTrigger, readiness.lane_ready, lane_matcher),
-    TriggerKind(FileTrigger, readiness.local_ready, filter_matcher),
-    TriggerKind(
-        RunFinishedTrigger,
-        readiness.run_finished_ready,
-        run_finished_matcher,
-        event_keys=followed_keys,
-    ),
-)
+#: Every registered kind, in the order registered (the built-ins below first).
+KINDS: tuple[TriggerKind, ...] = ()
 
 
 def register(kind: TriggerKind) -> None:
@@ -112,6 +92,35 @@ def unregister(kind: TriggerKind) -> None:
     global KINDS
     KINDS = tuple(known for known in KINDS if known is not kind)
     unregister_trigger_model(kind.model)
+
+
+# The built-in kinds, one line each, as any other kind registers.
+register(TriggerKind(ScheduleTrigger, readiness.schedule_ready))
+register(TriggerKind(ManualTrigger, readiness.manual_ready))
+register(
+    TriggerKind(WebhookTrigger, readiness.webhook_ready, webhook_matcher, event_keys=hook_keys)
+)
+register(
+    TriggerKind(
+        GithubTrigger,
+        readiness.github_ready,
+        filter_matcher,
+        # a merged pull request merges lanes too
+        {TriggerType.GITHUB_PR_MERGED.value: merged_lane_events},
+        event_keys=repo_keys,
+    )
+)
+register(TriggerKind(GitTrigger, readiness.local_ready, filter_matcher))
+register(TriggerKind(LaneTrigger, readiness.lane_ready, lane_matcher))
+register(TriggerKind(FileTrigger, readiness.local_ready, filter_matcher))
+register(
+    TriggerKind(
+        RunFinishedTrigger,
+        readiness.run_finished_ready,
+        run_finished_matcher,
+        event_keys=followed_keys,
+    )
+)
 
 
 def matchers() -> dict[str, Matcher]:

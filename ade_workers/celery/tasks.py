@@ -16,7 +16,7 @@ from ade_tasks.runs.recovery import recover
 from ade_tasks.runs.senders import TaskSender
 from ade_tasks.settings import Settings
 from ade_tasks.states import RunStatus
-from ade_tasks.triggers.ingress_events import EventDeferredError, dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import EventDeferredError, match_ingress_event
 from ade_workers.celery.sender import CelerySender
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig, RunNotice
@@ -107,10 +107,12 @@ def register_tasks(
             raise RunFailedError(run_id, status)
         return str(status) if status else None
 
+    # The task keeps its first name, `ade.ingress.dispatch`: messages queued by an older API
+    # (and the recovery sweeps of older beats) name it, and a rename would strand them.
     @app.task(name="ade.ingress.dispatch", acks_late=True, ignore_result=True, shared=False)
-    def dispatch_ingress(*event_ids: int) -> list[str | None]:
+    def match_ingress(*event_ids: int) -> list[str | None]:
         """One message carries one event, or (from the API's publisher) a batch of them, each
-        dispatched on its own: a failing event is recorded failed, and one the database failed
+        matched on its own: a failing event is recorded failed, and one the database failed
         under (while reading, matching or recording it) stays `received` for the recovery
         sweep; either way the next one still runs. Matching is bounded in time (`ade_tasks.
         triggers.ingress_events.MATCH_DEADLINE_SECONDS`), so no event holds the worker."""
@@ -118,7 +120,7 @@ def register_tasks(
         statuses: list[str | None] = []
         for event_id in event_ids:
             try:
-                status = dispatch_ingress_event(
+                status = match_ingress_event(
                     runtime.session_factory,
                     runtime.sender,
                     event_id,

@@ -13,7 +13,7 @@ from celery import Celery
 
 from ade_workers.celery import tasks
 
-_dispatch = tasks.dispatch_ingress_event
+_dispatch = tasks.match_ingress_event
 
 
 def _slow_dispatch(*args: Any, **kwargs: Any) -> Any:
@@ -22,7 +22,7 @@ def _slow_dispatch(*args: Any, **kwargs: Any) -> Any:
 
 
 # The ingress task calls the name it imported; the pool's processes fork with this one.
-tasks.dispatch_ingress_event = _slow_dispatch  # type: ignore[assignment]
+tasks.match_ingress_event = _slow_dispatch  # type: ignore[assignment]
 
 
 def __getattr__(name: str) -> Celery:

@@ -21,7 +21,7 @@ from ade_tasks.db import tokens as tokens_db
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.settings import Settings
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from ade_workers.celery.app import create_celery_app
 from tests.unit.ade_tasks.triggers.test_ingress_events import rule, store_pr
 from tests.unit.conftest import add_rule
@@ -55,7 +55,7 @@ def refused_event(session_factory: SessionFactory, sender: InMemorySender, rules
     trigger = "{type: github.pr_opened, labels: [agent-fix]}"
     add_rule(session_factory, rules_dir, "fix", rule("agent-fix", trigger))
     event_id = store_pr(session_factory, sender, "no-label")
-    dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
     return event_id
 
 

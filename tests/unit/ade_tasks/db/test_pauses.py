@@ -20,7 +20,7 @@ from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.schedule.scheduler import Scheduler
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from ade_tasks.triggers.local_events import emit
 from tests.scheduler_support import FakeClock
 from tests.unit.ade_tasks.triggers.test_ingress_events import OPENED, rule, store_pr
@@ -203,7 +203,7 @@ def test_a_delivery_while_automations_are_disabled_is_held_then_runs_once_they_a
     add_rule(session_factory, rules_dir, "pr.yaml", rule("pr", OPENED))
     event_id = store_pr(session_factory, sender, "held-1")
 
-    held = dispatch_ingress_event(session_factory, sender, event_id, automations_disabled=True)
+    held = match_ingress_event(session_factory, sender, event_id, automations_disabled=True)
 
     with session_factory() as session:
         row = ingress_db.get_event(session, event_id)
@@ -211,6 +211,6 @@ def test_a_delivery_while_automations_are_disabled_is_held_then_runs_once_they_a
         assert session.scalars(select(RunRow.id)).all() == []
     assert held is None
     # The switch is off again (the processes restarted without it): the sweep's re-send runs it.
-    assert dispatch_ingress_event(session_factory, sender, event_id) == IngressStatus.DISPATCHED
+    assert match_ingress_event(session_factory, sender, event_id) == IngressStatus.DISPATCHED
     with session_factory() as session:
         assert session.scalars(select(RunRow.rule_id)).all() == ["pr"]

@@ -21,7 +21,7 @@ from ade_tasks.runs.dispatch import dispatch
 from ade_tasks.runs.trigger_events import TriggerEvent
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from ade_workers.engine.runner import execute_run
 from ade_workers.engine.runner_config import RunnerConfig
 from tests.fixtures import GITHUB_FIXTURES
@@ -61,8 +61,8 @@ def test_an_event_that_cannot_be_dispatched_is_recorded_failed_and_the_next_one_
             update(IngressEventRow).where(IngressEventRow.id == poison).values(payload={"x": 1})
         )
 
-    first = dispatch_ingress_event(session_factory, sender, poison)
-    second = dispatch_ingress_event(session_factory, sender, healthy)
+    first = match_ingress_event(session_factory, sender, poison)
+    second = match_ingress_event(session_factory, sender, healthy)
 
     with session_factory() as session:
         failed = ingress_db.get_event(session, poison)
@@ -83,8 +83,8 @@ def test_dispatching_an_event_twice_starts_its_runs_once(
     event_id = store(session_factory, sender, "once")
     assert event_id is not None
 
-    dispatch_ingress_event(session_factory, sender, event_id)
-    again = dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
+    again = match_ingress_event(session_factory, sender, event_id)
 
     assert again is None
     assert len(sender.sent) == 1
@@ -197,7 +197,7 @@ execution: {kind: built-in, actions: [{type: run-command, command: "true"}]}
         )  # fmt: skip
         event_id = intake.store_event(session_factory, sender, row).event_id
         assert event_id is not None
-        dispatch_ingress_event(session_factory, sender, event_id)
+        match_ingress_event(session_factory, sender, event_id)
 
     with session_factory() as session:
         merges = session.scalars(select(RunRow).where(RunRow.trigger_type == "lane.merged")).all()

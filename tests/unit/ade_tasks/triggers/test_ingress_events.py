@@ -27,8 +27,8 @@ from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers.ingress_events import (
     EventDeferredError,
-    dispatch_ingress_event,
     is_database_error,
+    match_ingress_event,
 )
 from ade_workers.celery.app import create_celery_app
 from tests.fixtures import GITHUB_FIXTURES
@@ -94,7 +94,7 @@ def test_an_event_whose_matching_exceeds_its_bound_is_failed_with_the_reason(
     event_id = store_pr(session_factory, sender, "slow")
     clock = ticking(4.0)  # every trigger check appears to take 4 s
 
-    status = dispatch_ingress_event(
+    status = match_ingress_event(
         session_factory, sender, event_id, deadline=10.0, clock=lambda: next(clock)
     )
 
@@ -113,7 +113,7 @@ def test_a_body_too_long_for_a_regex_filter_fails_the_event_saying_so(
     add_rule(session_factory, rules_dir, "b.yaml", rule("b", trigger))
     event_id = store_pr(session_factory, sender, "huge", body="y" * 200_000)
 
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
 
     row = event_of(session_factory, event_id)
     assert status == IngressStatus.FAILED
@@ -135,7 +135,7 @@ def test_an_event_whose_workers_all_died_is_failed_not_resent_forever(
             at = long_ago + attempt * 2 * ingress_db.CLAIM_HOLD
             assert ingress_db.claim_event(session, event_id, at) is not None
 
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
     with session_factory() as session:
         waiting = ingress_db.unprocessed_events(session, timedelta(0))
 
@@ -155,7 +155,7 @@ def test_a_second_message_for_an_event_being_matched_does_nothing(
     with session_factory.begin() as session:  # another worker is matching it right now
         assert ingress_db.claim_event(session, event_id, utcnow()) is not None
 
-    assert dispatch_ingress_event(session_factory, sender, event_id) is None
+    assert match_ingress_event(session_factory, sender, event_id) is None
     assert event_of(session_factory, event_id).status == IngressStatus.RECEIVED
 
 
@@ -180,11 +180,11 @@ def test_an_event_the_database_failed_under_stays_received_and_is_matched_later(
 
     monkeypatch.setattr(rule_triggers, "trigger_candidates", terminated)
     with pytest.raises(EventDeferredError, match="stays received"):
-        dispatch_ingress_event(session_factory, sender, event_id)
+        match_ingress_event(session_factory, sender, event_id)
     deferred = event_of(session_factory, event_id)
     monkeypatch.setattr(rule_triggers, "trigger_candidates", trigger_candidates)
     report = recover(session_factory, sender, requeue_after=timedelta(0))
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
 
     assert (deferred.status, deferred.error, deferred.attempts) == ("received", None, 0)
     assert event_id in report.resent_events  # the sweep re-sends it
@@ -245,6 +245,6 @@ def test_a_stored_rule_that_no_longer_reads_back_does_not_stop_the_others(
         row.document, row.content_hash = document, "stored-before-re2"
     event_id = store_pr(session_factory, sender, "legacy")
 
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
 
     assert status == IngressStatus.DISPATCHED and run_rules(session_factory) == ["r"]

@@ -21,7 +21,7 @@ from ade_tasks.rules.loader import parse_rule
 from ade_tasks.rules.rule import Rule
 from ade_tasks.templating import TemplateContext, render
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from tests.fixtures import GITHUB_FIXTURES
 from tests.unit.conftest import add_rule
 
@@ -77,7 +77,7 @@ def deliver(
     )
     if stored.event_id is None:
         return []  # a duplicate: stored once, matched once
-    dispatch_ingress_event(session_factory, sender, stored.event_id, **options)
+    match_ingress_event(session_factory, sender, stored.event_id, **options)
     with session_factory() as session:
         row = session.get(IngressEventRow, stored.event_id)
         assert row is not None and row.status == "dispatched", row and row.error

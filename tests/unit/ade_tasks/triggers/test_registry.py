@@ -16,7 +16,7 @@ from ade_tasks.rules.rule import Rule
 from ade_tasks.rules.triggers import Trigger, TriggerType
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from ade_tasks.triggers.lane import lane_event
 from ade_tasks.triggers.matcher import Refusal
 from ade_tasks.triggers.registry import follow_on_events, matcher_for, matchers
@@ -115,7 +115,7 @@ def test_a_stored_event_of_a_kind_no_matcher_knows_is_failed_with_the_known_kind
     assert event_id is not None
 
     # When the workers match it
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
 
     # Then it is failed, saying which kinds they know and what to do
     stored = event_of(session_factory, event_id)

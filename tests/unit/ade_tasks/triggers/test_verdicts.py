@@ -15,7 +15,7 @@ from ade_tasks.db.schema import RuleRow
 from ade_tasks.states import IngressStatus
 from ade_tasks.testing import InMemorySender
 from ade_tasks.triggers import verdicts
-from ade_tasks.triggers.ingress_events import dispatch_ingress_event
+from ade_tasks.triggers.ingress_events import match_ingress_event
 from tests.unit.ade_tasks.triggers.test_ingress_events import event_of, rule, store_pr
 from tests.unit.conftest import add_rule
 
@@ -39,7 +39,7 @@ def test_a_delivery_no_rule_matched_says_which_filter_refused_it_and_what_it_saw
     event_id = store_pr(session_factory, sender, "nothing-ran")
 
     # When
-    status = dispatch_ingress_event(session_factory, sender, event_id)
+    status = match_ingress_event(session_factory, sender, event_id)
 
     # Then
     row = event_of(session_factory, event_id)
@@ -82,13 +82,13 @@ def test_matched_paused_untrusted_and_skipped_rules_each_say_so(
             .where(RuleRow.id == "shared")
             .values(trust_state=UNTRUSTED, source_file="team.yaml", source_hash="ab" * 32)
         )
-    busy = dispatch_ingress_event(
+    busy = match_ingress_event(
         session_factory, sender, store_pr(session_factory, sender, "first")
     )  # leaves a queued run of `full` (and of `ran`)
     assert busy == IngressStatus.DISPATCHED
 
     event_id = store_pr(session_factory, sender, "second", title="Second")
-    dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
 
     row = event_of(session_factory, event_id)
     found = {entry["rule"]: entry for entry in (row.matching or {})["rules"]}
@@ -111,7 +111,7 @@ def test_the_stored_verdicts_are_capped_keeping_the_rule_that_ran_and_counting_t
     add_rule(session_factory, rules_dir, "zz", pr_rule("zz-runs"))
     event_id = store_pr(session_factory, sender, "many")
 
-    dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
 
     matching = event_of(session_factory, event_id).matching
     assert matching is not None
@@ -128,13 +128,13 @@ def test_a_held_delivery_says_it_is_held_by_the_kill_switch_and_is_matched_later
     add_rule(session_factory, rules_dir, "pr", pr_rule("pr"))
     event_id = store_pr(session_factory, sender, "held")
 
-    dispatch_ingress_event(session_factory, sender, event_id, automations_disabled=True)
+    match_ingress_event(session_factory, sender, event_id, automations_disabled=True)
 
     held = event_of(session_factory, event_id)
     assert held.status == IngressStatus.RECEIVED and held.attempts == 0
     assert held.matching is not None
     assert held.matching["held"].startswith("held: automations are disabled on this cluster")
-    dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
     matched = event_of(session_factory, event_id).matching
     assert matched is not None and [e["verdict"] for e in matched["rules"]] == ["matched"]
 
@@ -145,7 +145,7 @@ def test_an_event_no_rule_has_a_trigger_for_says_so(
     add_rule(session_factory, rules_dir, "push", rule("push", "{type: git.push}"))
     event_id = store_pr(session_factory, sender, "lonely")
 
-    dispatch_ingress_event(session_factory, sender, event_id)
+    match_ingress_event(session_factory, sender, event_id)
 
     assert event_of(session_factory, event_id).matching == {
         "rules": [],
