@@ -10,8 +10,10 @@ Where it bends is the first of these, by the time it happened (seconds from the 
   processes outside the simulation used less than `FOREIGN_LIMIT` of them (on a shared machine
   the others' share is noise, not the cluster's limit; the evidence names what used the cores);
 * **a queue**: a queue's depth (a broker list, or the runs `queued` in the database) never
-  falling over `QUEUE_SAMPLES` samples in a row while it grew by at least `QUEUE_MIN_GROWTH`:
-  work arrives faster than it leaves;
+  falling, and never empty, over `QUEUE_SAMPLES` samples in a row after the first while it grew
+  by at least `QUEUE_MIN_GROWTH`: work arrives faster than it leaves. A queue seen empty has
+  kept up until then, so a boundary's burst arriving after empty samples is not growth (the
+  burst is still caught if the queue then keeps growing);
 * **latency**: the p99 trigger-to-start of the runs triggered in a window passing the bound in
   `SUSTAIN` windows in a row.
 """
@@ -88,18 +90,21 @@ def queue_bend(
     samples: int = QUEUE_SAMPLES,
     min_growth: int = QUEUE_MIN_GROWTH,
 ) -> Bend | None:
-    """The end of the first `samples` samples in a row of (at, depth) that never fell and grew by
-    at least `min_growth`."""
+    """The end of the first `samples` samples in a row of (at, depth) that never fell, were never
+    empty after the first, and grew by at least `min_growth`."""
     for end in range(samples - 1, len(series)):
         window = series[end - samples + 1 : end + 1]
         rising = all(b[1] >= a[1] for a, b in itertools.pairwise(window))
+        backlogged = all(depth > 0 for _, depth in window[1:])
         grew = window[-1][1] - window[0][1]
-        if rising and grew >= min_growth:
+        if rising and backlogged and grew >= min_growth:
+            depths = ", ".join(str(depth) for _, depth in window)
             return Bend(
                 window[-1][0],
                 f"queue: {name}",
                 f"{name} grew from {window[0][1]} to {window[-1][1]} over"
-                f" {window[-1][0] - window[0][0]:.0f} s without falling once ({samples} samples)",
+                f" {window[-1][0] - window[0][0]:.0f} s without falling once ({samples} samples:"
+                f" {depths})",
             )
     return None
 

@@ -104,6 +104,20 @@ def test_a_queue_that_never_falls_and_grows_bends() -> None:
     assert "from 3 to 63 over 14 s" in bend.evidence
 
 
+def test_a_burst_after_an_empty_queue_is_not_growth_until_it_keeps_growing() -> None:
+    # Given a queue empty for seven samples, then one boundary's burst of 120
+    burst = [*[(2 * i, 0) for i in range(7)], (14, 120)]
+
+    assert cluster_verdict.queue_bend("ade.builtin", burst) is None
+
+    # ... which bends once it has grown for seven intervals without emptying
+    growing = [*burst, *[(16 + 2 * i, 130 + 10 * i) for i in range(7)]]
+    bend = cluster_verdict.queue_bend("ade.builtin", growing)
+    assert bend is not None
+    assert bend.at == 26 and "from 0 to 180 over 14 s" in bend.evidence
+    assert "(8 samples: 0, 120, 130, 140, 150, 160, 170, 180)" in bend.evidence
+
+
 def test_a_queue_that_drains_between_bursts_does_not_bend() -> None:
     series = [(2 * i, 50 if i % 3 else 0) for i in range(30)]
     assert cluster_verdict.queue_bend("ade.builtin", series) is None
