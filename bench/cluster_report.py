@@ -185,7 +185,7 @@ def measured(out: Outcome, spent: dict[str, float]) -> cluster_verdict.Measured:
         cron_runs_per_s=offered_cron,
         api_runs_per_s=offered_api,
         cpu_ms_per_run={k: v * 1000 / count for k, v in spent.items()},
-        beat_ms_per_cron_run=spent.get("beats", 0.0) * 1000 / args.beats / cron,
+        beats_ms_per_cron_run=spent.get("beats", 0.0) * 1000 / cron,
         api_ms_per_api_run=spent.get("api", 0.0) * 1000 / api,
         bytes_per_million_runs=grown / max(1, out.runs_created) * 1e6,
         worker_concurrency=args.concurrency,

@@ -142,7 +142,7 @@ class Measured:
     cron_runs_per_s: float
     api_runs_per_s: float  # webhook + manual runs (the API's requests)
     cpu_ms_per_run: Mapping[str, float]  # "workers", "postgres", "redis"
-    beat_ms_per_cron_run: float  # of one beat (each beat evaluates every slot)
+    beats_ms_per_cron_run: float  # of all the beats together (they share the slots by shard)
     api_ms_per_api_run: float
     bytes_per_million_runs: float
     worker_concurrency: int
@@ -177,19 +177,17 @@ def plan(
             f"{rate:.1f} runs/s x {per.get('workers', 0.0):.1f} ms / {utilization:.0%}",
         )
     )
-    beat_core = cron * measured.beat_ms_per_cron_run / 1000
-    beats = (
-        "3 (for failover: each beat evaluates every slot)"
-        if beat_core <= utilization
-        else "no number suffices: one beat would need more than a core (beats do not share"
-        " the slots; sharding them by rule is a product change)"
-    )
+    # The beats share a boundary's slots by shard (ade_tasks.schedule.shards), so their CPU
+    # together is what the slots cost, however many run; a survivor takes a dead beat's shards.
+    beat_cores = cron * measured.beats_ms_per_cron_run / 1000
+    sharing = max(1, math.ceil(beat_cores / utilization))
     needs.append(
         Need(
             "beats",
-            beats,
-            f"{cron:.1f} slots/s x {measured.beat_ms_per_cron_run:.2f} ms = {beat_core:.2f}"
-            " core per beat",
+            f"{sharing + 2} ({beat_cores:.2f} cores together; they share the slots by shard, and"
+            " two more are for failover)",
+            f"{cron:.1f} slots/s x {measured.beats_ms_per_cron_run:.2f} ms = {beat_cores:.2f}"
+            f" core for the beats together, at most {utilization:.0%} of a core each",
         )
     )
     api_cores = api * measured.api_ms_per_api_run / 1000 / utilization

@@ -147,7 +147,7 @@ def test_the_plan_scales_the_measured_load_to_the_larger_team() -> None:
         cron_runs_per_s=40,
         api_runs_per_s=10,
         cpu_ms_per_run={"workers": 14.0, "postgres": 3.5, "redis": 0.5},
-        beat_ms_per_cron_run=2.0,
+        beats_ms_per_cron_run=2.0,
         api_ms_per_api_run=7.0,
         bytes_per_million_runs=2e9,
         worker_concurrency=2,
@@ -158,9 +158,9 @@ def test_the_plan_scales_the_measured_load_to_the_larger_team() -> None:
 
     # Then 100 runs/s: 100 x 14 ms / 0.7 = 2 cores of workers = 1 worker of -c 2
     assert needs["workers"].amount == "1 x prefork -c 2 (2.0 cores)"
-    # 80 slots/s x 2 ms = 0.16 of a core for each beat: three suffice
-    assert needs["beats"].amount.startswith("3 ")
-    assert "0.16 core per beat" in needs["beats"].arithmetic
+    # 80 slots/s x 2 ms = 0.16 of a core for the beats together: one carries it, two for failover
+    assert needs["beats"].amount.startswith("3 (0.16 cores together")
+    assert "= 0.16 core for the beats together" in needs["beats"].arithmetic
     # 20 API runs/s x 7 ms / 0.7 = 0.2 cores
     assert needs["API processes"].amount == "1 (0.20 cores)"
     assert needs["PostgreSQL cores"].amount == "0.5"
@@ -169,8 +169,9 @@ def test_the_plan_scales_the_measured_load_to_the_larger_team() -> None:
     assert needs["database size (30 days of history)"].amount == "518 GB (259M runs)"
 
 
-def test_the_plan_says_when_no_number_of_beats_suffices() -> None:
+def test_the_plan_adds_beats_when_the_slots_need_more_than_one() -> None:
+    # 1,000 slots/s x 10 ms = 10 cores for the beats together: 15 beats at 70 %, two spare
     measured = Measured(5, 500, 500, 0, {"workers": 1.0}, 10.0, 1.0, 1e9, 2)
     needs = {n.what: n for n in cluster_verdict.plan(measured, factor=10)}
-    assert needs["beats"].amount.startswith("no number suffices")
+    assert needs["beats"].amount.startswith("17 (10.00 cores together")
     assert math.isclose(float(needs["beats"].arithmetic.split("= ")[1].split()[0]), 10.0)
