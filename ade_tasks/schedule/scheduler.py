@@ -122,7 +122,6 @@ class Scheduler:
         self._automations_disabled = automations_disabled
         self._sender = sender
         self.beat_id = beat_id
-        self._shard_start = shards.start_of(beat_id)
         self._clock = clock
         self._refresh_every = refresh_every
         self._book = ScheduleBook(session_factory)
@@ -231,9 +230,8 @@ class Scheduler:
         # together then share the work (one fires a shard while the others claim the next)
         # instead of the first claimant owning every slot of the minute, and a beat that finds
         # a shard taken skips its occurrences after that one statement (`schedule.shards`).
-        # Each beat begins at a shard of its own, so they seldom wait on each other's rows.
         due, self._backlog_fire = self._backlog_fire, []
-        for shard in shards.split(due, start=self._shard_start):
+        for shard in shards.split(due):
             won = self._claim(shard.keys, OccurrenceOutcome.CLAIMED, shard)
             if won is None:
                 self._backlog_fire += shard.keys

@@ -39,14 +39,9 @@ class Shard:
         return int.from_bytes(raw, "big", signed=True)
 
 
-def split(keys: Sequence[OccurrenceKey], batch: int = CLAIM_BATCH, start: int = 0) -> list[Shard]:
+def split(keys: Sequence[OccurrenceKey], batch: int = CLAIM_BATCH) -> list[Shard]:
     """The shards of these occurrences, oldest slot first (a trigger's catch-up fires in
-    order), each shard's keys sorted (claims lock rows in one order: no deadlocks).
-
-    A slot's shards come in turn from shard `start` (modulo their count) on. Each beat passes
-    a start of its own (`start_of`), so beats that tick together begin at different shards
-    instead of queueing on shard 0's row, and a beat tends to win the same shards minute after
-    minute: the rules it fires are the ones it has parsed and read before."""
+    order), each shard's keys sorted (claims lock rows in one order: no deadlocks)."""
     by_slot: dict[datetime, list[OccurrenceKey]] = defaultdict(list)
     for key in set(keys):
         by_slot[key.slot].append(key)
@@ -60,11 +55,5 @@ def split(keys: Sequence[OccurrenceKey], batch: int = CLAIM_BATCH, start: int = 
         for key in due:
             # & (shards - 1) is % shards for a power of two; crc32 is stable across processes.
             groups[zlib.crc32(key.rule_id.encode()) & (shards - 1)].append(key)
-        turn = [(start + n) & (shards - 1) for n in range(shards)]
-        result += [Shard(slot, shards, n, sorted(groups[n])) for n in turn if groups[n]]
+        result += [Shard(slot, shards, n, sorted(g)) for n, g in enumerate(groups) if g]
     return result
-
-
-def start_of(beat_id: str) -> int:
-    """Where a beat begins each slot's shards: a stable hash of its id (split masks it)."""
-    return zlib.crc32(beat_id.encode())

@@ -14,7 +14,7 @@ from ade_tasks.db.occurrences import OccurrenceKey
 from ade_tasks.db.schema import RunRow, ScheduleOccurrenceRow
 from ade_tasks.db.shard_tables import ScheduleShardRow
 from ade_tasks.schedule.scheduler import Scheduler
-from ade_tasks.schedule.shards import split, start_of
+from ade_tasks.schedule.shards import split
 from ade_tasks.testing import InMemorySender
 from tests.scheduler_support import FakeClock, write_minutely_rules
 
@@ -41,25 +41,6 @@ def test_every_beat_splits_the_same_occurrences_into_the_same_shards() -> None:
     assert {s.shards for s in mine} == {32}  # the power of two that keeps shards <= 500 on average
     assert sorted(k for s in mine for k in s.keys) == sorted(due)
     assert max(len(s.keys) for s in mine) < 500
-
-
-def test_a_beat_takes_each_slots_shards_in_turn_from_its_own_start() -> None:
-    # Given the occurrences of two slots, 32 shards each
-    due = keys(10_000) + keys(10_000, SLOT + timedelta(minutes=1))
-
-    # When a beat splits them from shard 37 on (37 & 31 = 5)
-    turned = split(due, start=37)
-
-    # Then it has the same shards, each slot's from shard 5 round to 4, the older slot first
-    plain = split(due)
-    assert sorted((s.slot, s.shard, s.keys) for s in turned) == sorted(
-        (s.slot, s.shard, s.keys) for s in plain
-    )
-    order = [(s.slot, s.shard) for s in turned]
-    assert order[:32] == [(SLOT, (5 + n) % 32) for n in range(32)]
-    assert order[32:] == [(SLOT + timedelta(minutes=1), (5 + n) % 32) for n in range(32)]
-    # and the start is the same in every process for the same beat id
-    assert start_of("host:123:abcdef") == start_of("host:123:abcdef")
 
 
 def test_a_shard_with_other_triggers_has_another_digest_and_slots_go_oldest_first() -> None:
