@@ -22,13 +22,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
 
 from ade_tasks.db.engine import create_session_factory
 from ade_tasks.db.one_shots import schedule_manual
+from bench.beat_processes import Child, CpuSample, cpu_note, iso, plan_boundary, sleep_until
+from bench.beat_results import Result, offsets_result, secs
+from bench.beat_slot import beat_split, cpu_groups
 from bench.common import BenchError
 
 #: The one-shots are due this long after the cron boundary (the cron slot settles in ~12 s).
@@ -165,3 +168,68 @@ def claim_span(engine: Engine, due: datetime) -> tuple[float, float]:
     """Seconds from `due` to the first and the last claim of the scheduled runs."""
     first, last = _one(engine, f"SELECT min(s.claimed_at), max(s.claimed_at) {_OURS}")
     return (first - due).total_seconds(), (last - due).total_seconds()
+
+
+@dataclass
+class OneShots:
+    """The one-shot case: its figures, its exactly-once check, and when they were due."""
+
+    result: Result
+    check: OneShotCheck
+    due: float
+
+
+def plan_one_shots(
+    engine: Engine, rule_ids: Sequence[str], lead: float, later: float = 0.0
+) -> tuple[float, float]:
+    """Plan the first boundary with room to store one one-shot per rule due
+    `ONCE_AFTER_SECONDS` after the boundary `later` seconds after it (the measured one), and
+    store them; returns (first boundary, due) as epoch seconds."""
+    boundary = plan_boundary(lead + STORE_BUDGET_SECONDS)
+    due = boundary + later + ONCE_AFTER_SECONDS
+    took = store_one_shots(engine, rule_ids, datetime.fromtimestamp(due, UTC))
+    print(f"  stored {len(rule_ids)} one-shots due at {iso(due)} UTC in {took:.1f} s", flush=True)
+    if boundary - time.time() < lead:
+        raise BenchError(
+            f"storing {len(rule_ids)} one-shots took {took:.1f} s, more than the"
+            f" {STORE_BUDGET_SECONDS:g} s planned; the beats cannot start in time"
+        )
+    return boundary, due
+
+
+def measure_one_shots(
+    engine: Engine, beats: Sequence[Child], count: int, due: float, deadline: float
+) -> OneShots:
+    """Time the one-shots due at `due` (epoch seconds) from their run_at to queued."""
+
+    def check_alive() -> None:
+        for beat in beats:
+            beat.check_alive()
+
+    if time.time() > due - 1:
+        raise BenchError(
+            f"the cron slot had not settled {ONCE_AFTER_SECONDS - 1} s after its"
+            " boundary, so the one-shots would share the beats with it"
+        )
+    sleep_until(due - 0.2)
+    groups = cpu_groups(engine, beats)
+    before = CpuSample.take(groups)
+    seen = wait_queued(engine, count, due + deadline, check_alive)
+    spent = CpuSample.take(cpu_groups(engine, beats, groups["postgres"])).since(before)
+    settled = wait_settled(engine, count, due + deadline)
+    check_alive()
+    check = check_one_shots(engine)
+    offsets = queued_offsets(engine)
+    if not offsets:
+        raise BenchError("no one-shot run is linked to its scheduled run")
+    first_claim, last_claim = claim_span(engine, datetime.fromtimestamp(due, UTC))
+    cpu_ms = (spent["beats"] + spent["postgres"]) * 1000 / count
+    result = offsets_result(f"ADE one-shots, {len(beats)} beats", count, offsets, cpu_ms)
+    result.notes += [
+        f"due {iso(due)} UTC; last run seen by the 50 ms poll at {secs(seen - due)}, all"
+        f" settled at {secs(settled - due)}; claimed_at from {secs(first_claim)} to"
+        f" {secs(last_claim)}",
+        f"scheduled runs by beat: {beat_split(check.by_beat, beats)}",
+        cpu_note(spent, count, "one-shot"),
+    ]
+    return OneShots(result, check, due)

@@ -87,7 +87,8 @@ from ade_tasks.rule_files.sync import sync_rules_dir
 from ade_tasks.settings import Settings
 from ade_workers.celery.app import create_celery_app
 from bench import cluster_load, cluster_mix, cluster_report
-from bench.beat import Child, start_child, stop_children, wait_beats_ready
+from bench.beat_processes import Child, start_child, stop_children
+from bench.beat_slot import wait_beats_ready
 from bench.cluster_probe import Probe
 from bench.common import (
     BenchError,
