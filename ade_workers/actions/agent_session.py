@@ -42,7 +42,7 @@ from ade_tasks.states import StepStatus
 from ade_tasks.templating import TemplateError
 from ade_workers.actions.executor import StepContext, StepOutcome
 from ade_workers.actions.run_command import child_env
-from ade_workers.agents.cli.cli_session import CLI_BINARIES, run_cli_session
+from ade_workers.agents.cli.cli_session import CLI_DRIVERS, run_cli_session
 from ade_workers.agents.cli.setup import COMPLETED_EVENT, CliSetup, completed_calls
 from ade_workers.agents.http_session import SessionLimits, SessionOutcome, run_session
 from ade_workers.agents.providers.registry import http_provider
@@ -128,10 +128,11 @@ def agent_session(action: AgentSessionStep, context: StepContext) -> StepOutcome
             sandbox=sandbox,
             run=link,
         )
-        if action.provider in CLI_BINARIES:
+        driver = CLI_DRIVERS.get(action.provider)
+        if driver is not None:
             configured = settings.provider(action.provider)
             setup = CliSetup(
-                binary=(configured.binary if configured else None) or CLI_BINARIES[action.provider],
+                binary=(configured.binary if configured else None) or driver.facts.binary,
                 worktree=tool_ctx.worktree,
                 env=tool_ctx.env,
                 limits=limits,

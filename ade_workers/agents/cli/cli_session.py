@@ -3,9 +3,12 @@
 `run_cli_session` runs the session through the CLI's driver (`CLI_DRIVERS`: `claude_driver`,
 `codex_driver`; the engine decides every tool call, holds the key, meters the budget, contains the
 processes) and turns what the CLI did into the same run events and `SessionOutcome` the HTTP
-tool loop gives. Adding a CLI agent: its declaration in `ade_tasks/rules/providers/` (and
-its registry line), its facts in `facts` (a `CliFacts`, listed in `CLI_FACTS`), its driver
-module, and one entry in `CLI_DRIVERS`.
+tool loop gives. Adding a CLI agent: its driver module (a `CliDriver` whose `CliFacts` point at
+its `AgentProvider` declaration) and one line, `register(DRIVER)`, which also lets rules name the
+provider (`ade_tasks.rules.providers.registry`) and readiness report it (`facts.CLI_FACTS`). The
+built-in ones register the same way below; their declarations and facts are listed where they
+are read without the drivers (rule validation, `ade-tasks providers`, the API's rule health),
+which is why `PROVIDERS` and `CLI_FACTS` name them too.
 
 Choices, in order of what happens:
 
@@ -37,8 +40,9 @@ from collections.abc import Callable
 
 from ade_tasks.errors import AdeError, not_registered
 from ade_tasks.rules.agent import AgentSession
+from ade_tasks.rules.providers import registry as rule_providers
 from ade_workers.agents.cli import claude_driver, codex_driver
-from ade_workers.agents.cli.facts import CliFacts
+from ade_workers.agents.cli.facts import CLI_FACTS, CliFacts
 from ade_workers.agents.cli.outcome import (
     REPORT_INSTRUCTION,
     CliDriver,
@@ -49,10 +53,31 @@ from ade_workers.agents.cli.setup import CliSetup
 from ade_workers.agents.http_session import SessionOutcome, SessionStatus
 from ade_workers.agents.providers.registry import CHECK_PROVIDER
 
-CLI_DRIVERS: dict[str, CliDriver] = {
-    driver.facts.name: driver for driver in (claude_driver.DRIVER, codex_driver.DRIVER)
-}
-CLI_BINARIES = {name: driver.facts.binary for name, driver in CLI_DRIVERS.items()}
+CLI_DRIVERS: dict[str, CliDriver] = {}
+
+
+def register(driver: CliDriver) -> None:
+    """Let rules name the driver's provider, readiness report it and sessions run on it;
+    ValueError if another driver has its name."""
+    name = driver.facts.name
+    if CLI_DRIVERS.get(name, driver) is not driver:
+        raise ValueError(f"CLI agent {name!r} has a driver already")
+    rule_providers.register(driver.facts.provider)
+    CLI_FACTS[name] = driver.facts
+    CLI_DRIVERS[name] = driver
+
+
+def unregister(driver: CliDriver) -> None:
+    """Rules may no longer name the driver's provider, nor sessions run on it."""
+    name = driver.facts.name
+    if CLI_DRIVERS.get(name) is driver:
+        del CLI_DRIVERS[name]
+        del CLI_FACTS[name]
+    rule_providers.unregister(driver.facts.provider)
+
+
+register(claude_driver.DRIVER)
+register(codex_driver.DRIVER)
 
 
 def cli_driver(provider: str) -> CliDriver:

@@ -246,7 +246,7 @@ class CliFacts:
     API it reaches by default, how to install it, the model a connection check asks, and
     whether the system text must go in the prompt (no system prompt flag). Its settings are
     <prefix>API_KEY, <prefix>BASE_URL and <prefix>BINARY. Its driver
-    (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`) runs it."""
+    (`ade_workers.agents.cli.cli_session.CLI_DRIVERS`, by `register`) runs it."""
 
     provider: AgentProvider
     binary: str
@@ -282,5 +282,6 @@ CODEX = CliFacts(
     system_in_prompt=True,
 )
 
-#: The CLI agents by provider name, for what must not import their drivers (`readiness`).
+#: The CLI agents by provider name, for what must not import their drivers (`readiness`);
+#: `cli_session.register(DRIVER)` adds one.
 CLI_FACTS: dict[str, CliFacts] = {facts.name: facts for facts in (CLAUDE_CODE, CODEX)}

@@ -6,8 +6,8 @@ line, `register(MyAdapter)`, which registers its declaration (`PROVIDER`) with t
 Rule validation, rule health, `ade-tasks providers` and `--check` follow from those. The built-in
 providers' declarations live in `ade_tasks/rules/providers/` and are listed in its registry,
 because rules are validated where the workers are not loaded; registering them again here
-changes nothing. The CLI agents (claude-code, codex) are registered apart, in
-`ade_workers/agents/cli/cli_session.py`'s `CLI_DRIVERS`.
+changes nothing. The CLI agents (claude-code, codex) register apart, with
+`ade_workers.agents.cli.cli_session.register(DRIVER)`.
 """
 
 from __future__ import annotations
