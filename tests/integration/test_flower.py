@@ -23,7 +23,7 @@ from ade_tasks.runs.trigger_events import TriggerEvent
 from tests.integration.conftest import Cluster
 from tests.integration.test_run_path import add_rule, finished, run_row
 from tests.support import BIN, Child, free_port, wait_until
-from tests.unit.deploy.test_deploy_files import DEPLOY, systemd_argv, systemd_unit
+from tests.unit.deploy.deploy_files import DEPLOY, systemd_argv, systemd_unit
 
 SECRET_NAME = "ADE_IT_FLOWER_TOKEN"
 RULE_ID = "flower-visible"

@@ -9,7 +9,8 @@ import pytest
 
 from ade_workers.celery.app import CONTROL_QUEUE, DEFAULT_QUEUES, INGRESS_QUEUE
 from ade_workers.celery.ingress_queue import adopted_queue
-from tests.unit.deploy.test_deploy_files import DEPLOY, _worker_queues, all_commands
+from tests.unit.deploy.command_lines import _worker_queues
+from tests.unit.deploy.deploy_files import DEPLOY, all_commands
 
 SOURCES = ("docker-compose.yml", "k8s/", "systemd/")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from ade_api.cli import main as cli
-from tests.unit.deploy.test_deploy_files import PASSTHROUGH, _option_names
+from tests.unit.deploy.command_lines import PASSTHROUGH, _option_names
 from tests.unit.docs.doc_pages import Block, read_markdown
 
 CLI_REFERENCE = "docs/reference/cli.md"

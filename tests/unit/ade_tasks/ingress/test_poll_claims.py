@@ -19,7 +19,7 @@ from ade_tasks.ingress.poll_cursors import CURSOR_FILE, IMPORTED_SUFFIX, source_
 from ade_tasks.ingress.poller import GithubPoller
 from ade_tasks.states import OccurrenceOutcome
 from ade_tasks.testing import InMemorySender
-from tests.unit.ade_tasks.ingress.test_poller import (
+from tests.unit.ade_tasks.ingress.poller_support import (
     REPO,
     T1,
     T2,
