@@ -48,11 +48,6 @@ class Clock:
 
 
 @pytest.fixture
-def github() -> FakeGithub:
-    return FakeGithub()
-
-
-@pytest.fixture
 def watched(session_factory: SessionFactory, rules_dir: Path) -> SessionFactory:
     for rule_id, kind in [("pr", "github.pr_updated"), ("label", "github.issue_labeled")]:
         add_rule(

@@ -11,20 +11,10 @@ import pytest
 
 from ade_tasks.db.engine import SessionFactory
 from ade_tasks.errors import InvalidInputError
-from ade_tasks.ingress.poll_cursors import CURSOR_FILE, format_cursors, parse_cursors
+from ade_tasks.ingress.poll_cursors import format_cursors, parse_cursors
 from ade_tasks.testing import InMemorySender
 from tests.unit.ade_tasks.ingress.poller_support import REPO, FakeGithub, make_poller, rule
 from tests.unit.conftest import add_rule
-
-
-@pytest.fixture
-def github() -> FakeGithub:
-    return FakeGithub()
-
-
-@pytest.fixture
-def cursor_file(tmp_path: Path) -> Path:
-    return tmp_path / "data" / CURSOR_FILE
 
 
 def test_cursor_text_round_trips_in_utc_with_lower_case_repositories() -> None:

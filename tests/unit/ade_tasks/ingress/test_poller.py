@@ -12,7 +12,7 @@ import pytest
 
 from ade_tasks.db import rules as rules_db
 from ade_tasks.db.engine import SessionFactory
-from ade_tasks.ingress.poll_cursors import CURSOR_FILE, parse_time
+from ade_tasks.ingress.poll_cursors import parse_time
 from ade_tasks.ingress.poller import NO_REPOS, NO_RULES
 from ade_tasks.retry import Backoff
 from ade_tasks.testing import InMemorySender
@@ -36,17 +36,6 @@ from tests.unit.ade_tasks.ingress.poller_support import (
     stored,
 )
 from tests.unit.conftest import add_rule
-
-
-@pytest.fixture
-def github() -> FakeGithub:
-    return FakeGithub()
-
-
-@pytest.fixture
-def cursor_file(tmp_path: Path) -> Path:
-    return tmp_path / "data" / CURSOR_FILE
-
 
 # --- backoff ------------------------------------------------------------------------------------
 
